@@ -1,0 +1,6 @@
+"""The model turn: context building, the openai client, error translation."""
+
+from agent.clients import ClientPool
+from agent.turn import Agent
+
+__all__ = ["Agent", "ClientPool"]

@@ -1,0 +1,51 @@
+"""The openai client's exceptions, translated once, where the client is called.
+
+One table: each library exception becomes a :mod:`gateway.errors` exception carrying the facts
+(status, provider code and type, the headers policy needs). Deciding what they mean is
+``policy.classify``'s job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import openai
+
+from gateway.errors import ProviderError, ProviderTimeout, ProviderUnreachable
+
+_KEPT_HEADERS = ("retry-after", "retry-after-ms", "x-ratelimit-reset-requests", "x-request-id")
+
+
+def _message(exc: openai.APIError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        text = body.get("message")
+        if isinstance(text, str) and text:
+            return text[:500]
+    return (exc.message or type(exc).__name__)[:500]
+
+
+@contextmanager
+def translate_openai_errors(model: str) -> Iterator[None]:
+    """Re-raise openai's exceptions as ours (``raise ... from exc``)."""
+    try:
+        yield
+    except openai.APITimeoutError as exc:  # before APIConnectionError: it is a subclass
+        raise ProviderTimeout("the request timed out", model=model) from exc
+    except openai.APIConnectionError as exc:
+        raise ProviderUnreachable(f"connection failed: {exc.message}", model=model) from exc
+    except openai.APIStatusError as exc:
+        headers = {k: exc.response.headers[k] for k in _KEPT_HEADERS if k in exc.response.headers}
+        raise ProviderError(
+            _message(exc),
+            status=exc.status_code,
+            code=exc.code,
+            type=exc.type,
+            headers=headers,
+            model=model,
+        ) from exc
+    except openai.APIResponseValidationError as exc:
+        raise ProviderError(f"invalid response: {exc.message}", status=200, model=model) from exc
+    except openai.OpenAIError as exc:
+        raise ProviderError(f"{type(exc).__name__}: {exc}"[:500], model=model) from exc

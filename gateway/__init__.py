@@ -1,0 +1,1 @@
+"""The botmux runtime: actors, router, session actor, store, config, CLI."""

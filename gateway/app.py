@@ -1,0 +1,168 @@
+"""The composition root: the only module that imports every part and wires them together.
+
+Startup is ordered (store, router, adapters, then resumption of interrupted work, then ready)
+and shutdown is the reverse with a drain: intake stops first, running turns get up to
+``gateway.drain_timeout_s`` to finish, queued deliveries go out, the store closes last.
+Turns that did not finish stay pending and are resumed at the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from itertools import groupby
+from typing import Any
+
+import anyio
+
+from agent import Agent, ClientPool
+from gateway.config import Config
+from gateway.intake import GatewayIntake
+from gateway.messages import OutboxChunk, TurnOutcome
+from gateway.metrics import Metrics
+from gateway.ports import Outlet
+from gateway.router import Router
+from gateway.session import SessionActor, SessionDeps
+from gateway.store import Store, open_sqlite_store
+from platforms.peer import PeerAdapter
+
+log = logging.getLogger("gateway")
+
+
+class Observer:
+    """Where runtime events go: one log line each, and the metrics."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._metrics = metrics
+
+    def __call__(self, event: str, fields: dict[str, Any]) -> None:
+        self._metrics.observe(event, fields)
+        level = logging.WARNING if fields.get("failure") or event == "turn_rerun" else logging.INFO
+        log.log(level, event, extra=fields)
+
+
+async def resume_interrupted(
+    store: Store, router: Router, outlets: dict[str, Outlet], *, max_age_s: float
+) -> dict[str, int]:
+    """Deliver undelivered chunks (expiring old ones); restart conversations with pending rows."""
+    chunks = await store.undelivered()
+    now = time.time()
+    expired = [c.id for c in chunks if now - c.created_at > max_age_s]
+    if expired:
+        log.warning(
+            "expired undelivered reply chunks",
+            extra={"count": len(expired), "max_age_s": max_age_s},
+        )
+        await store.expire_chunks(expired)
+    fresh = [c for c in chunks if now - c.created_at <= max_age_s]
+    redelivered = 0
+    for (platform, user_row_id), run in groupby(fresh, key=lambda c: (c.platform, c.user_row_id)):
+        outlet = outlets.get(platform)
+        parts: Sequence[OutboxChunk] = tuple(run)
+        if outlet is None:
+            log.warning("undelivered reply for a disabled platform", extra={"platform": platform})
+            continue
+        text = "".join(c.text for c in parts)
+        await outlet.deliver(
+            TurnOutcome(parts[0].conversation, user_row_id, text, None, tuple(parts))
+        )
+        redelivered += 1
+    pending = await store.conversations_with_pending()
+    for key in pending:
+        if key.split(":", 1)[0] in outlets:
+            router.wake(key)
+    if pending or redelivered:
+        log.info(
+            "resumed interrupted work",
+            extra={"conversations": len(pending), "replies": redelivered, "expired": len(expired)},
+        )
+    return {"conversations": len(pending), "replies": redelivered, "expired": len(expired)}
+
+
+class GatewayApp:
+    """One running botmux. ``run`` serves until ``stop`` is set, then drains."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.stop = anyio.Event()
+        self.peer: PeerAdapter | None = None
+        self.router: Router | None = None
+        self._ready = {"store": False, "peer": False, "accepting": False}
+
+    def __repr__(self) -> str:
+        return f"<GatewayApp {self.config.source} ready={self._ready}>"
+
+    def readiness(self) -> dict[str, bool]:
+        return dict(self._ready)
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        config = self.config
+        observe = Observer(self.metrics)
+        clients = ClientPool()
+        agent = Agent(config.model, config.agent, clients)
+        try:
+            async with open_sqlite_store(config.store.path) as store:
+                self._ready["store"] = True
+                outlets: dict[str, Outlet] = {}
+                deps = SessionDeps(
+                    store=store,
+                    runner=agent,
+                    outlets=outlets,
+                    limiter=anyio.CapacityLimiter(config.gateway.max_concurrent_turns),
+                    history_messages=config.agent.history_messages,
+                    mailbox_size=config.gateway.mailbox_size,
+                    observe=observe,
+                )
+                router = self.router = Router(
+                    lambda key: SessionActor(key, deps),
+                    idle_s=config.gateway.idle_evict_s,
+                    clock=time.monotonic,
+                )
+                intake = GatewayIntake(store, router, agent)
+                peer = self.peer = PeerAdapter(
+                    config.peer, intake, ready=self.readiness, metrics=self._render_metrics
+                )
+                outlets["peer"] = peer
+                async with anyio.create_task_group() as tg:
+                    router_done = anyio.Event()
+
+                    async def run_router() -> None:
+                        try:
+                            await router.run()
+                        finally:
+                            router_done.set()
+
+                    tg.start_soon(run_router)
+                    await tg.start(peer.run)
+                    self._ready["peer"] = True
+                    await resume_interrupted(
+                        store, router, outlets, max_age_s=config.gateway.outbox_max_age_s
+                    )
+                    self._ready["accepting"] = True
+                    log.info(
+                        "botmux ready", extra={"config": config.source, "store": config.store.path}
+                    )
+                    task_status.started()
+                    await self.stop.wait()
+                    log.info("draining", extra={"deadline_s": config.gateway.drain_timeout_s})
+                    self._ready["accepting"] = False
+                    intake.stop_accepting()
+                    router.close()
+                    with anyio.move_on_after(config.gateway.drain_timeout_s) as drain:
+                        await router_done.wait()
+                    if drain.cancelled_caught:
+                        log.warning("drain deadline reached; unfinished turns stay pending")
+                    tg.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await clients.aclose()
+            log.info("botmux stopped")
+
+    def _render_metrics(self) -> bytes:
+        if self.router is not None:
+            self.metrics.live_sessions.set(self.router.statistics()["live"])
+        return self.metrics.render()

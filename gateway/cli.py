@@ -1,0 +1,189 @@
+"""The ``botmux`` command line (SPEC section 7).
+
+Exit codes: 0 clean stop, 2 bad config or usage, 1 anything else. ``--config PATH`` is
+accepted anywhere on the line, for every subcommand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import NoReturn
+
+import anyio
+
+from gateway.config import Config, load_config
+from gateway.errors import ConfigError, GatewayError
+from gateway.logs import configure_logging
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"botmux: error: {message}\n")
+
+
+def _split_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """Take ``--config PATH`` / ``--config=PATH`` from anywhere on the line."""
+    rest: list[str] = []
+    path: str | None = None
+    items = iter(argv)
+    for arg in items:
+        if arg == "--config":
+            path = next(items, None)
+            if path is None:
+                raise SystemExit(_usage_error("--config needs a path"))
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return path, rest
+
+
+def _usage_error(message: str) -> int:
+    print(f"botmux: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="botmux", description="A self-hosted multi-platform bot gateway.")
+    parser.add_argument("--config", metavar="PATH", help="config file (default ./botmux.toml)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser("run", help="run the gateway until SIGINT/SIGTERM, then drain")
+    sub.add_parser("check", help="validate the config and say what would start")
+    sessions = sub.add_parser("sessions", help="read conversations from the store")
+    ssub = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    ssub.add_parser("list", help="list conversations")
+    show = ssub.add_parser("show", help="show one conversation's transcript")
+    show.add_argument("key", help="conversation key, e.g. peer:alice")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    try:
+        config_arg, rest = _split_config(args_in)
+    except SystemExit as exc:
+        return int(exc.code or EXIT_USAGE)
+    try:
+        args = _parser().parse_args(rest)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    try:
+        config = load_config(config_arg)
+    except ConfigError as exc:
+        print(f"botmux: config error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.command == "run":
+            return _run(config)
+        if args.command == "check":
+            return _check(config)
+        if args.command == "sessions":
+            if not os.path.exists(config.store.path):
+                print(f"botmux: no store at {config.store.path}", file=sys.stderr)
+                return EXIT_FAILURE
+            return anyio.run(_sessions, config, args.action, getattr(args, "key", None))
+    except GatewayError as exc:
+        print(f"botmux: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_USAGE
+
+
+def _run(config: Config) -> int:
+    from gateway.app import GatewayApp  # the composition root loads every part: only for `run`
+
+    configure_logging(level=config.log.level, fmt=config.log.format, secrets=config.secrets())
+    app = GatewayApp(config)
+
+    async def serve() -> None:
+        async with anyio.create_task_group() as tg:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+
+                async def watch() -> None:
+                    async for _ in signals:
+                        app.stop.set()
+                        return
+
+                tg.start_soon(watch)
+                await app.run()
+                tg.cancel_scope.cancel()
+
+    try:
+        anyio.run(serve)
+    except GatewayError as exc:
+        print(f"botmux: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except OSError as exc:
+        print(f"botmux: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
+
+
+def _mask(secret: str) -> str:
+    return "unused" if secret == "unused" else f"…{secret[-4:]}" if len(secret) > 8 else "****"
+
+
+def _check(config: Config) -> int:
+    print(f"config: {config.source}: valid")
+    print(f"store: SQLite at {Path(config.store.path).resolve()}")
+    if config.model is None:
+        print(
+            "model: NOT CONFIGURED: botmux will start, and every turn will answer with how to"
+            " configure one (set OPENAI_BASE_URL / OPENAI_API_KEY / BOTMUX_MODEL, or add [model])"
+        )
+    else:
+        for i, endpoint in enumerate(config.model.chain):
+            role = "primary" if i == 0 else f"fallback {i}"
+            keys = ", ".join(_mask(k) for k in endpoint.api_keys)
+            print(f"model ({role}): {endpoint.model} at {endpoint.base_url} keys [{keys}]")
+    auth = (
+        f"{len(config.peer.tokens)} bearer token(s)"
+        if config.peer.tokens
+        else "no auth (loopback only)"
+    )
+    print(f"peer API: http://{config.peer.listen} ({auth})")
+    for name in ("telegram", "discord"):
+        section = getattr(config, name)
+        print(
+            f"{name}: {'configured, adapter not available in this version' if section else 'off'}"
+        )
+    if config.source != "(embedded defaults)" and config.secrets():
+        mode = os.stat(config.source).st_mode
+        if mode & 0o077:
+            print(f"warning: {config.source} holds secrets and is readable by others (chmod 600)")
+    return EXIT_OK
+
+
+async def _sessions(config: Config, action: str, key: str | None) -> int:
+    from gateway.store import open_sqlite_store
+
+    async with open_sqlite_store(config.store.path) as store:
+        if action == "list":
+            rows = await store.conversations()
+            print(f"{'conversation':<40} {'messages':>8} {'pending':>7}  last activity")
+            for c in rows:
+                when = datetime.fromtimestamp(c.updated_at).strftime("%Y-%m-%d %H:%M:%S")
+                print(f"{c.key:<40} {c.messages:>8} {c.pending:>7}  {when}")
+            return EXIT_OK
+        assert key is not None
+        messages = await store.transcript(key)
+        if not messages:
+            print(f"no conversation {key}", file=sys.stderr)
+            return EXIT_FAILURE
+        for m in messages:
+            when = datetime.fromtimestamp(m.created_at).strftime("%Y-%m-%d %H:%M:%S")
+            state = (m.failure and f"failed:{m.failure}") or m.state
+            print(f"#{m.id} {when} {m.role:<9} [{state}] {m.content}")
+        return EXIT_OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

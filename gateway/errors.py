@@ -1,0 +1,110 @@
+"""The one exception tree of botmux.
+
+Every error botmux raises on purpose derives from :class:`GatewayError`, so callers can tell
+our failures from bugs. Exceptions carry facts (a status, a Retry-After, a key path), never
+decisions: deciding what is retryable is ``policy.classify``'s job alone.
+
+::
+
+    GatewayError
+    ├── ConfigError               bad config file or value (key path in .path)
+    ├── StoreError                the store failed
+    │   └── StoreClosed           closed by us: shutting down
+    ├── MailboxFull               a bounded mailbox refused a message (visible, never dropped)
+    ├── ConversationClosed        closed by us: the actor was evicted or is draining
+    ├── ProviderError             a model provider answered with an error (status, code, ...)
+    │   ├── ProviderTimeout       no answer in time
+    │   └── ProviderUnreachable   connection refused, reset, dropped (broken by the peer)
+    ├── ModelNotConfigured        no model endpoint at all: tell the operator how to add one
+    └── PlatformError             a chat platform refused or failed a send
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+
+class GatewayError(Exception):
+    """Root of every error botmux raises on purpose."""
+
+
+class ConfigError(GatewayError):
+    """The configuration is invalid; ``path`` names the offending key (``model.timeout_s``)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message
+
+
+class StoreError(GatewayError):
+    """The store could not complete an operation."""
+
+
+class StoreClosed(StoreError):
+    """The store was closed by us (shutdown); nothing is broken."""
+
+
+class MailboxFull(GatewayError):
+    """A bounded mailbox is full: the sender sees it, nothing is silently dropped."""
+
+
+class ConversationClosed(GatewayError):
+    """The conversation's actor was closed by us (evicted or draining)."""
+
+
+class ProviderError(GatewayError):
+    """A model provider answered with an error.
+
+    ``status`` is the HTTP status (0 when there was no response), ``code`` and ``type`` the
+    provider's error code and type when its body had them, ``headers`` the response headers
+    that matter to policy (Retry-After and friends), lower-cased.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 0,
+        code: str | None = None,
+        type: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        model: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.type = type
+        self.headers: Mapping[str, str] = dict(headers or {})
+        self.model = model
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(status={self.status}, code={self.code!r}, model={self.model!r})"
+        )
+
+
+class ProviderTimeout(ProviderError):
+    """The provider did not answer within the configured timeout."""
+
+
+class ProviderUnreachable(ProviderError):
+    """The connection to the provider was refused, reset or dropped."""
+
+
+class ModelNotConfigured(GatewayError):
+    """No model endpoint is configured at all."""
+
+
+class PlatformError(GatewayError):
+    """A chat platform refused or failed an operation.
+
+    ``status`` is the platform's HTTP status when known, ``retry_after`` its requested wait
+    in seconds (Telegram's ``retry_after``, Discord's 429 body).
+    """
+
+    def __init__(self, message: str, *, status: int = 0, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.retry_after = retry_after

@@ -1,0 +1,117 @@
+"""Intake: what platform adapters call to hand work to the runtime.
+
+``admit`` is SPEC section 3's step 2: the user row is committed first, then its turn is
+queued, and only then does the adapter acknowledge the platform. A redelivered message is
+found by its platform id and queues nothing. Control commands skip the conversation's queue.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+
+from gateway.errors import ConversationClosed, MailboxFull
+from gateway.messages import Admission, Inbound, StoredMessage
+from gateway.ports import TurnRunner
+from gateway.router import Router
+from gateway.session import ResetContext, StopTurn
+from gateway.store.base import Store
+
+log = logging.getLogger(__name__)
+
+HELP = (
+    "I'm botmux, a gateway to an AI assistant. Send a message and I'll answer.\n"
+    "/new - start a fresh conversation context\n"
+    "/stop - stop the reply being written\n"
+    "/status - show the model in use and the queue\n"
+    "/help - this text"
+)
+COMMANDS = frozenset({"help", "start", "status", "new", "stop"})
+
+
+class GatewayIntake:
+    def __init__(self, store: Store, router: Router, runner: TurnRunner) -> None:
+        self._store = store
+        self._router = router
+        self._runner = runner
+        self._accepting = True
+        self._stats = {"admitted": 0, "duplicates": 0}
+
+    def __repr__(self) -> str:
+        return f"<GatewayIntake accepting={self._accepting} {self._stats}>"
+
+    def statistics(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    @property
+    def accepting(self) -> bool:
+        return self._accepting
+
+    def stop_accepting(self) -> None:
+        self._accepting = False
+
+    async def admit(self, inbound: Inbound) -> Admission:
+        if not self._accepting:
+            raise ConversationClosed("botmux is shutting down")
+        admission = await self._store.admit(inbound)
+        if admission.duplicate:
+            self._stats["duplicates"] += 1
+            log.info(
+                "duplicate message ignored",
+                extra={"conversation": inbound.conversation, "row": admission.row.id},
+            )
+        else:
+            self._stats["admitted"] += 1
+            await self._router.deliver(admission.row)
+        return admission
+
+    async def command(self, platform: str, conversation: str, name: str) -> str:
+        match name:
+            case "help" | "start":
+                return HELP
+            case "status":
+                return self._status(conversation)
+            case "new":
+                await self._store.reset(conversation)
+                self._send_control(conversation, ResetContext())
+                return "Started a fresh context: earlier messages no longer count."
+            case "stop":
+                actor = self._router.get(conversation)
+                if actor is None or actor.statistics()["running"] is None:
+                    return "Nothing is running."
+                self._send_control(conversation, StopTurn())
+                return "Stopping the current reply."
+            case _:
+                return f"Unknown command /{name}. " + HELP
+
+    def _send_control(self, conversation: str, message: StopTurn | ResetContext) -> None:
+        try:
+            self._router.send_nowait(conversation, message)
+        except MailboxFull:
+            log.warning(
+                "control message refused: mailbox full", extra={"conversation": conversation}
+            )
+
+    def _status(self, conversation: str) -> str:
+        status: dict[str, Any] = self._runner.status()
+        actor = self._router.get(conversation)
+        stats = actor.statistics() if actor else {"queued": 0, "last_fell_back": False}
+        lines = [f"Model: {status.get('model') or 'not configured'}"]
+        for line in status.get("lines", []):
+            lines.append(str(line))
+        lines.append(f"Queued turns here: {stats['queued']}")
+        if stats.get("last_fell_back"):
+            lines.append(f"The last turn fell back to {stats.get('last_model')}.")
+        return "\n".join(lines)
+
+    async def delivered(self, chunk_id: int, platform_message_id: str) -> None:
+        with anyio.CancelScope(shield=True):
+            await self._store.mark_delivered(chunk_id, platform_message_id)
+
+    async def reply_to(self, user_row_id: int) -> StoredMessage | None:
+        return await self._store.reply_to(user_row_id)
+
+    async def transcript(self, conversation: str) -> list[StoredMessage]:
+        return await self._store.transcript(conversation)

@@ -1,0 +1,141 @@
+"""The values that travel between botmux's parts.
+
+Adapters, the router, session actors, the store and the agent exchange only these frozen,
+slotted dataclasses, so every boundary is a plain value that tests can build and compare.
+This module imports nothing of ours: everything else may import it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class MessageState(StrEnum):
+    """Where a user row is in the turn lifecycle (SPEC section 3)."""
+
+    PENDING = "pending"
+    ANSWERED = "answered"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ChunkState(StrEnum):
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    EXPIRED = "expired"
+
+
+@dataclass(frozen=True, slots=True)
+class Inbound:
+    """One platform message, ready for admission.
+
+    ``platform_message_id`` is stable across redeliveries (Telegram's update, Discord's
+    message id, the peer's Idempotency-Key); admission is unique on it per platform.
+    ``reply_target`` is what the adapter needs to answer in place (a message id to reply to).
+    """
+
+    platform: str
+    conversation: str
+    platform_message_id: str
+    text: str
+    sender: str = ""
+    reply_target: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """A row of the transcript."""
+
+    id: int
+    conversation: str
+    role: str  # "user" | "assistant"
+    content: str
+    state: str
+    created_at: float
+    platform: str = ""
+    platform_message_id: str | None = None
+    user_row_id: int | None = None  # assistant rows: the user row they answer
+    failure: str | None = None  # assistant rows: the failure class when this is an error reply
+    reply_target: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The outcome of admitting an Inbound: the stored user row, and whether it was new."""
+
+    row: StoredMessage
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ChatMessage:
+    """One message of the model's context (system, user or assistant)."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A classified failure: the class of SPEC section 4 and the facts that go with it."""
+
+    reason: str
+    retryable: bool
+    status: int = 0
+    retry_after: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnResult:
+    """What a model turn produced: a reply, or a failure (with the honest reply text)."""
+
+    reply: str
+    model: str = ""
+    usage: Usage = field(default_factory=Usage)
+    failure: Failure | None = None
+    fell_back: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxChunk:
+    """One piece of a reply, queued for delivery on its platform."""
+
+    id: int
+    conversation: str
+    platform: str
+    message_id: int  # the assistant row
+    user_row_id: int
+    seq: int
+    text: str
+    created_at: float
+    reply_target: str = ""
+    state: str = ChunkState.PENDING
+
+
+@dataclass(frozen=True, slots=True)
+class TurnOutcome:
+    """A finished turn, handed to the platform that must deliver it."""
+
+    conversation: str
+    user_row_id: int
+    reply: str
+    failure: Failure | None
+    chunks: tuple[OutboxChunk, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationInfo:
+    key: str
+    platform: str
+    created_at: float
+    updated_at: float
+    messages: int
+    pending: int

@@ -1,0 +1,231 @@
+"""The session actor: one per live conversation, running its turns one at a time, in order.
+
+Its queue is durable: every queued turn is a ``pending`` user row in the store, so the
+in-memory queue is only an index of rows (and is rebuilt from the store when the actor starts,
+which is how turns interrupted by a crash are resumed). The actor owns its history cache, so a
+turn does not read the transcript back from the store.
+
+Two tasks: the mailbox loop, which takes admitted rows and control messages at once (control
+skips the queue), and the worker, which runs the queued turns. When the mailbox is closed (by
+eviction or shutdown), rows not yet started are forgotten here (they stay pending in the
+store) and the worker ends after the turn it is running.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, assert_never
+
+import anyio
+
+from gateway.errors import MailboxFull
+from gateway.messages import ChatMessage, StoredMessage, TurnResult
+from gateway.ports import Outlet, TurnRunner
+from gateway.store.base import Store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnAdmitted:
+    """A user row was admitted for this conversation: queue its turn."""
+
+    row: StoredMessage
+
+
+@dataclass(frozen=True, slots=True)
+class StopTurn:
+    """Cancel the running turn (``/stop``); queued turns stay queued."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResetContext:
+    """Forget the cached history (``/new``); the store was reset already."""
+
+
+SessionMessage = TurnAdmitted | StopTurn | ResetContext
+
+
+@dataclass(frozen=True, slots=True)
+class SessionDeps:
+    """What every session actor shares: built once by the composition root."""
+
+    store: Store
+    runner: TurnRunner
+    outlets: dict[str, Outlet]
+    limiter: anyio.CapacityLimiter
+    history_messages: int
+    mailbox_size: int
+    observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None
+    clock: Callable[[], float] = time.monotonic
+
+
+class SessionActor:
+    def __init__(self, key: str, deps: SessionDeps) -> None:
+        self.key = key
+        self.platform = key.split(":", 1)[0]
+        self._deps = deps
+        self._outlet = deps.outlets[self.platform]
+        self._send, self._receive = anyio.create_memory_object_stream[SessionMessage](
+            deps.mailbox_size
+        )
+        self._rows_send, self._rows = anyio.create_memory_object_stream[StoredMessage](float("inf"))
+        self._queued: list[int] = []  # ids of rows queued or running, ascending
+        self._floor = 0  # rows up to this id were loaded from the store at start
+        self._history: list[ChatMessage] | None = None
+        self._turn_scope: anyio.CancelScope | None = None
+        self._running: StoredMessage | None = None
+        self._last_result: TurnResult | None = None
+        self.idle_since: float | None = deps.clock()
+        self._stats = {"turns": 0, "failed": 0, "cancelled": 0, "reruns": 0}
+
+    def __repr__(self) -> str:
+        return f"<SessionActor {self.key} queued={len(self._queued)}>"
+
+    def statistics(self) -> dict[str, Any]:
+        return {
+            **self._stats,
+            "queued": len(self._queued),
+            "running": self._running.id if self._running else None,
+            "mailbox": self._send.statistics().current_buffer_used,
+            "last_model": self._last_result.model if self._last_result else None,
+            "last_fell_back": self._last_result.fell_back if self._last_result else False,
+        }
+
+    @property
+    def mailbox_empty(self) -> bool:
+        return self._send.statistics().current_buffer_used == 0
+
+    # -- sending to the actor ----------------------------------------------------------------
+
+    async def send(self, message: SessionMessage) -> None:
+        await self._send.send(message)
+
+    def send_nowait(self, message: SessionMessage) -> None:
+        try:
+            self._send.send_nowait(message)
+        except anyio.WouldBlock as exc:
+            raise MailboxFull(f"the mailbox of {self.key} is full") from exc
+
+    def close(self) -> None:
+        """Stop intake: the actor finishes its running turn, then ends."""
+        self._send.close()
+
+    # -- the actor ---------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        for row in await self._deps.store.pending(self.key):
+            self._enqueue(row)
+            self._floor = row.id
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._work)
+            task_status.started()
+            await self._mailbox_loop()
+            # Intake is closed: rows not started stay pending in the store for the next start.
+            self._rows_send.close()
+            while True:
+                try:
+                    self._rows.receive_nowait()
+                except (anyio.WouldBlock, anyio.EndOfStream):
+                    break
+            self._queued = [self._running.id] if self._running else []
+
+    async def _mailbox_loop(self) -> None:
+        async with self._receive:
+            async for message in self._receive:
+                match message:
+                    case TurnAdmitted(row=row):
+                        if row.id > self._floor and not self._is_queued(row.id):
+                            self._enqueue(row)
+                    case StopTurn():
+                        if self._turn_scope is not None:
+                            self._turn_scope.cancel()
+                    case ResetContext():
+                        self._history = []
+                    case _:
+                        assert_never(message)
+
+    def _is_queued(self, row_id: int) -> bool:
+        i = bisect.bisect_left(self._queued, row_id)
+        return i < len(self._queued) and self._queued[i] == row_id
+
+    def _enqueue(self, row: StoredMessage) -> None:
+        bisect.insort(self._queued, row.id)
+        self.idle_since = None
+        self._rows_send.send_nowait(row)
+
+    async def _work(self) -> None:
+        async with self._rows:
+            async for row in self._rows:
+                self._running = row
+                try:
+                    await self._turn(row)
+                finally:
+                    self._running = None
+                    self._queued.remove(row.id)
+                    if not self._queued:
+                        self.idle_since = self._deps.clock()
+
+    async def _turn(self, row: StoredMessage) -> None:
+        deps = self._deps
+        history = await self._load_history()
+        started = time.monotonic()
+        result: TurnResult | None = None
+        async with deps.limiter, self._outlet.activity(self.key):
+            with anyio.CancelScope() as scope:
+                self._turn_scope = scope
+                result = await deps.runner.run_turn(self.key, history, row.content)
+                if result.failure is not None and result.failure.retryable:
+                    # Nothing of the failed attempt is visible yet (replies go out only after
+                    # the answer commit), so the re-run adopts the same stored row.
+                    self._stats["reruns"] += 1
+                    deps.observe(
+                        "turn_rerun",
+                        {"conversation": self.key, "row": row.id, "reason": result.failure.reason},
+                    )
+                    result = await deps.runner.run_turn(self.key, history, row.content)
+            self._turn_scope = None
+        if scope.cancelled_caught or result is None:
+            self._stats["cancelled"] += 1
+            await deps.store.cancel(row.id)
+            deps.observe("turn_cancelled", {"conversation": self.key, "row": row.id})
+            return
+        outcome = await deps.store.answer(row, result, self._outlet.render(result.reply))
+        self._last_result = result
+        if result.failure is None:
+            self._stats["turns"] += 1
+            self._remember(row.content, result.reply)
+        else:
+            self._stats["failed"] += 1
+        deps.observe(
+            "turn_completed",
+            {
+                "conversation": self.key,
+                "row": row.id,
+                "platform": self.platform,
+                "failure": result.failure.reason if result.failure else None,
+                "model": result.model,
+                "seconds": time.monotonic() - started,
+            },
+        )
+        await self._outlet.deliver(outcome)
+
+    async def _load_history(self) -> list[ChatMessage]:
+        if self._history is None:
+            rows = await self._deps.store.history(self.key, self._deps.history_messages)
+            self._history = [ChatMessage(r.role, r.content) for r in rows]
+        return list(self._history)
+
+    def _remember(self, user_text: str, reply: str) -> None:
+        assert self._history is not None
+        self._history.append(ChatMessage("user", user_text))
+        self._history.append(ChatMessage("assistant", reply))
+        excess = len(self._history) - self._deps.history_messages
+        if excess > 0:
+            del self._history[:excess]

@@ -1,0 +1,54 @@
+"""The SQLite schema and its forward migrations.
+
+``PRAGMA user_version`` holds the schema version; opening a store applies every migration
+above it, in order, each in its own transaction. Migrations are append-only: a released
+migration is never edited, a change is a new one.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: conversations, the transcript, the outbox.
+    """
+    CREATE TABLE conversations (
+        key          TEXT PRIMARY KEY,
+        platform     TEXT NOT NULL,
+        created_at   REAL NOT NULL,
+        updated_at   REAL NOT NULL,
+        reset_after  INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE messages (
+        id                  INTEGER PRIMARY KEY,
+        conversation        TEXT NOT NULL REFERENCES conversations(key),
+        role                TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+        content             TEXT NOT NULL,
+        state               TEXT NOT NULL,
+        platform            TEXT NOT NULL,
+        platform_message_id TEXT,
+        user_row_id         INTEGER REFERENCES messages(id),
+        failure             TEXT,
+        reply_target        TEXT NOT NULL DEFAULT '',
+        sender              TEXT NOT NULL DEFAULT '',
+        model               TEXT NOT NULL DEFAULT '',
+        created_at          REAL NOT NULL,
+        UNIQUE (platform, platform_message_id)
+    );
+    CREATE INDEX messages_by_conversation ON messages (conversation, id);
+    CREATE INDEX messages_pending ON messages (conversation, id) WHERE state = 'pending';
+    CREATE TABLE outbox (
+        id                  INTEGER PRIMARY KEY,
+        conversation        TEXT NOT NULL,
+        platform            TEXT NOT NULL,
+        message_id          INTEGER NOT NULL REFERENCES messages(id),
+        user_row_id         INTEGER NOT NULL,
+        seq                 INTEGER NOT NULL,
+        text                TEXT NOT NULL,
+        reply_target        TEXT NOT NULL DEFAULT '',
+        state               TEXT NOT NULL DEFAULT 'pending',
+        platform_message_id TEXT,
+        created_at          REAL NOT NULL,
+        delivered_at        REAL
+    );
+    CREATE INDEX outbox_pending ON outbox (platform, id) WHERE state = 'pending';
+    """,
+)

@@ -1,0 +1,69 @@
+"""The store interface: what the gateway needs from durable storage.
+
+One method per step of the turn lifecycle (SPEC section 3), each one transaction. SQLite
+(``sqlite.py``) is the embedded single-node backend; a PostgreSQL backend for several nodes
+implements the same protocol later, so nothing outside ``gateway/store`` knows which is used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from gateway.messages import (
+    Admission,
+    ConversationInfo,
+    Inbound,
+    OutboxChunk,
+    StoredMessage,
+    TurnOutcome,
+    TurnResult,
+)
+
+
+class Store(Protocol):
+    async def admit(self, inbound: Inbound) -> Admission:
+        """Store the user row as pending, unless (platform, platform id) is already stored."""
+        ...
+
+    async def answer(
+        self, user_row: StoredMessage, result: TurnResult, chunks: Sequence[str]
+    ) -> TurnOutcome:
+        """Store the reply (or failure reply), settle the user row, queue the chunks."""
+        ...
+
+    async def cancel(self, user_row_id: int) -> None:
+        """Mark a pending user row cancelled (``/stop``): it will not be resumed."""
+        ...
+
+    async def reset(self, conversation: str) -> None:
+        """Start a fresh context (``/new``): earlier rows stay stored but leave the history."""
+        ...
+
+    async def mark_delivered(self, chunk_id: int, platform_message_id: str) -> None: ...
+
+    async def expire_chunks(self, chunk_ids: Sequence[int]) -> None: ...
+
+    async def pending(self, conversation: str) -> list[StoredMessage]:
+        """The conversation's pending user rows, oldest first."""
+        ...
+
+    async def conversations_with_pending(self) -> list[str]: ...
+
+    async def history(self, conversation: str, limit: int) -> list[StoredMessage]:
+        """The newest ``limit`` answered rows (user and assistant) since the last reset."""
+        ...
+
+    async def transcript(self, conversation: str) -> list[StoredMessage]:
+        """Every row of the conversation, oldest first."""
+        ...
+
+    async def reply_to(self, user_row_id: int) -> StoredMessage | None:
+        """The assistant row that settled a user row, if any."""
+        ...
+
+    async def undelivered(self, platform: str | None = None) -> list[OutboxChunk]: ...
+
+    async def conversations(self) -> list[ConversationInfo]: ...
+
+    def statistics(self) -> dict[str, int]: ...

@@ -1,0 +1,511 @@
+"""The embedded store: SQLite through aiosqlite, WAL, with group commit.
+
+Every write is an operation sent to one writer task. The writer takes all operations that
+are waiting, applies runs of the same kind with one ``executemany`` per statement, and commits
+them together: under load, many conversations' admissions and answers share one commit instead
+of queueing behind one commit each. Each operation still settles as a unit (a batch that
+fails is retried one operation per transaction, so one bad row never sinks the others).
+
+Reads use a second connection, which WAL lets run beside the writer and which only ever sees
+committed rows. ``synchronous=NORMAL`` keeps every commit through a process crash (SIGKILL);
+only a power loss can take the last commits back.
+
+Row ids are assigned here, in the order operations reach the writer, so id order is
+admission order (SPEC section 5: arrival order means admission order).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from itertools import groupby
+from typing import Any
+
+import aiosqlite
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from gateway.errors import StoreClosed, StoreError
+from gateway.messages import (
+    Admission,
+    ChunkState,
+    ConversationInfo,
+    Inbound,
+    MessageState,
+    OutboxChunk,
+    StoredMessage,
+    TurnOutcome,
+    TurnResult,
+)
+from gateway.store._schema import MIGRATIONS
+
+_MAX_BATCH = 512
+_MSG_COLUMNS = (
+    "id, conversation, role, content, state, created_at, platform, platform_message_id,"
+    " user_row_id, failure, reply_target"
+)
+
+
+@dataclass(eq=False, slots=True)
+class _Op:
+    """One write waiting for the writer; ``done`` is set once it committed or failed."""
+
+    kind: str
+    args: tuple[Any, ...]
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+def _row_to_message(r: sqlite3.Row | tuple[Any, ...]) -> StoredMessage:
+    return StoredMessage(
+        id=r[0],
+        conversation=r[1],
+        role=r[2],
+        content=r[3],
+        state=r[4],
+        created_at=r[5],
+        platform=r[6],
+        platform_message_id=r[7],
+        user_row_id=r[8],
+        failure=r[9],
+        reply_target=r[10],
+    )
+
+
+def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
+    return OutboxChunk(
+        id=r[0],
+        conversation=r[1],
+        platform=r[2],
+        message_id=r[3],
+        user_row_id=r[4],
+        seq=r[5],
+        text=r[6],
+        created_at=r[7],
+        reply_target=r[8],
+        state=r[9],
+    )
+
+
+class SqliteStore:
+    """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
+
+    def __init__(
+        self,
+        path: str,
+        writer: aiosqlite.Connection,
+        reader: aiosqlite.Connection,
+        send: MemoryObjectSendStream[_Op],
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.path = path
+        self._writer = writer
+        self._reader = reader
+        self._send = send
+        self._clock = clock
+        self._next_message_id = 0
+        self._next_chunk_id = 0
+        self._stats = {"commits": 0, "operations": 0, "batch_max": 0, "retried_batches": 0}
+
+    def __repr__(self) -> str:
+        return f"<SqliteStore {self.path!r} commits={self._stats['commits']}>"
+
+    def statistics(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    # -- writes: each one an operation for the writer task --------------------------------
+
+    async def _submit(self, kind: str, *args: Any) -> Any:
+        op = _Op(kind, args)
+        try:
+            await self._send.send(op)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise StoreClosed("the store is closed") from exc
+        await op.done.wait()
+        if op.error is not None:
+            raise op.error
+        return op.result
+
+    async def admit(self, inbound: Inbound) -> Admission:
+        result: Admission = await self._submit("admit", inbound)
+        return result
+
+    async def answer(
+        self, user_row: StoredMessage, result: TurnResult, chunks: Sequence[str]
+    ) -> TurnOutcome:
+        outcome: TurnOutcome = await self._submit("answer", user_row, result, tuple(chunks))
+        return outcome
+
+    async def cancel(self, user_row_id: int) -> None:
+        await self._submit("cancel", user_row_id)
+
+    async def reset(self, conversation: str) -> None:
+        await self._submit("reset", conversation)
+
+    async def mark_delivered(self, chunk_id: int, platform_message_id: str) -> None:
+        await self._submit("delivered", chunk_id, platform_message_id)
+
+    async def expire_chunks(self, chunk_ids: Sequence[int]) -> None:
+        if chunk_ids:
+            await self._submit("expire", tuple(chunk_ids))
+
+    # -- reads ---------------------------------------------------------------------------
+
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        try:
+            return list(await self._reader.execute_fetchall(sql, params))
+        except ValueError as exc:  # aiosqlite: "no active connection"
+            raise StoreClosed("the store is closed") from exc
+
+    async def pending(self, conversation: str) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE conversation = ? AND state = 'pending'"
+            " ORDER BY id",
+            (conversation,),
+        )
+        return [_row_to_message(r) for r in rows]
+
+    async def conversations_with_pending(self) -> list[str]:
+        rows = await self._fetch(
+            "SELECT conversation, MIN(id) FROM messages WHERE state = 'pending'"
+            " GROUP BY conversation ORDER BY MIN(id)"
+        )
+        return [r[0] for r in rows]
+
+    async def history(self, conversation: str, limit: int) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE conversation = ?"
+            " AND id > (SELECT reset_after FROM conversations WHERE key = ?)"
+            " AND ((role = 'user' AND state = 'answered')"
+            "      OR (role = 'assistant' AND failure IS NULL))"
+            " ORDER BY id DESC LIMIT ?",
+            (conversation, conversation, limit),
+        )
+        return [_row_to_message(r) for r in reversed(rows)]
+
+    async def transcript(self, conversation: str) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE conversation = ? ORDER BY id",
+            (conversation,),
+        )
+        return [_row_to_message(r) for r in rows]
+
+    async def reply_to(self, user_row_id: int) -> StoredMessage | None:
+        rows = await self._fetch(
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE user_row_id = ? AND role = 'assistant'"
+            " ORDER BY id LIMIT 1",
+            (user_row_id,),
+        )
+        return _row_to_message(rows[0]) if rows else None
+
+    async def undelivered(self, platform: str | None = None) -> list[OutboxChunk]:
+        sql = (
+            "SELECT id, conversation, platform, message_id, user_row_id, seq, text, created_at,"
+            " reply_target, state FROM outbox WHERE state = 'pending'"
+        )
+        params: tuple[str, ...] = ()
+        if platform is not None:
+            sql += " AND platform = ?"
+            params = (platform,)
+        rows = await self._fetch(sql + " ORDER BY id", params)
+        return [_row_to_chunk(r) for r in rows]
+
+    async def conversations(self) -> list[ConversationInfo]:
+        rows = await self._fetch(
+            "SELECT c.key, c.platform, c.created_at, c.updated_at,"
+            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key),"
+            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key"
+            "  AND m.state = 'pending')"
+            " FROM conversations c ORDER BY c.updated_at DESC"
+        )
+        return [ConversationInfo(*r) for r in rows]
+
+    # -- the writer ------------------------------------------------------------------------
+
+    async def _init_ids(self) -> None:
+        rows = await self._writer.execute_fetchall(
+            "SELECT (SELECT COALESCE(MAX(id), 0) FROM messages),"
+            " (SELECT COALESCE(MAX(id), 0) FROM outbox)"
+        )
+        (row,) = rows
+        self._next_message_id, self._next_chunk_id = row[0], row[1]
+
+    async def _run_writer(self, receive: MemoryObjectReceiveStream[_Op]) -> None:
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                while len(batch) < _MAX_BATCH:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                with anyio.CancelScope(shield=True):
+                    await self._commit(batch)
+
+    async def _commit(self, batch: list[_Op]) -> None:
+        db = self._writer
+        try:
+            await db.execute("BEGIN IMMEDIATE")
+            for kind, run in groupby(batch, key=lambda op: op.kind):
+                await _APPLY[kind](self, list(run))
+            await db.execute("COMMIT")
+        except Exception as exc:
+            await self._rollback()
+            if len(batch) == 1:
+                op = batch[0]
+                op.result, op.error = None, StoreError(f"store write {op.kind!r} failed: {exc}")
+                op.error.__cause__ = exc
+                op.done.set()
+                return
+            # Settle each operation on its own so one bad row cannot sink the rest.
+            self._stats["retried_batches"] += 1
+            for op in batch:
+                await self._commit([op])
+            return
+        self._stats["commits"] += 1
+        self._stats["operations"] += len(batch)
+        self._stats["batch_max"] = max(self._stats["batch_max"], len(batch))
+        for op in batch:
+            op.done.set()
+
+    async def _rollback(self) -> None:
+        try:
+            if self._writer.in_transaction:
+                await self._writer.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+
+    async def _apply_admit(self, ops: list[_Op]) -> None:
+        db, now = self._writer, self._clock()
+        inbound: list[Inbound] = [op.args[0] for op in ops]
+        await db.executemany(
+            "INSERT INTO conversations (key, platform, created_at, updated_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET updated_at = excluded.updated_at",
+            [(m.conversation, m.platform, now, now) for m in inbound],
+        )
+        proposed: list[int] = []
+        rows = []
+        for m in inbound:
+            self._next_message_id += 1
+            proposed.append(self._next_message_id)
+            rows.append(
+                (
+                    self._next_message_id,
+                    m.conversation,
+                    m.text,
+                    m.platform,
+                    m.platform_message_id,
+                    m.reply_target,
+                    m.sender,
+                    now,
+                )
+            )
+        await db.executemany(
+            "INSERT INTO messages (id, conversation, role, content, state, platform,"
+            " platform_message_id, reply_target, sender, created_at)"
+            " VALUES (?, ?, 'user', ?, 'pending', ?, ?, ?, ?, ?)"
+            " ON CONFLICT (platform, platform_message_id) DO NOTHING",
+            rows,
+        )
+        stored: dict[tuple[str, str], StoredMessage] = {}
+        keys = list({(m.platform, m.platform_message_id) for m in inbound})
+        for start in range(0, len(keys), 400):
+            part = keys[start : start + 400]
+            where = " OR ".join("(platform = ? AND platform_message_id = ?)" for _ in part)
+            params = [v for pair in part for v in pair]
+            found = await db.execute_fetchall(
+                f"SELECT {_MSG_COLUMNS} FROM messages WHERE {where}", params
+            )
+            for r in found:
+                msg = _row_to_message(r)
+                stored[(msg.platform, msg.platform_message_id or "")] = msg
+        for op, m, row_id in zip(ops, inbound, proposed, strict=True):
+            msg = stored[(m.platform, m.platform_message_id)]
+            op.result = Admission(row=msg, duplicate=msg.id != row_id)
+
+    async def _apply_answer(self, ops: list[_Op]) -> None:
+        db, now = self._writer, self._clock()
+        assistant_rows, user_updates, chunk_rows, outcomes = [], [], [], []
+        for op in ops:
+            user_row: StoredMessage = op.args[0]
+            result: TurnResult = op.args[1]
+            texts: tuple[str, ...] = op.args[2]
+            self._next_message_id += 1
+            message_id = self._next_message_id
+            failure = result.failure.reason if result.failure else None
+            assistant_rows.append(
+                (
+                    message_id,
+                    user_row.conversation,
+                    result.reply,
+                    user_row.platform,
+                    user_row.id,
+                    failure,
+                    result.model,
+                    now,
+                )
+            )
+            state = MessageState.FAILED if result.failure else MessageState.ANSWERED
+            user_updates.append((str(state), user_row.id))
+            chunks = []
+            for seq, text in enumerate(texts):
+                self._next_chunk_id += 1
+                chunk = OutboxChunk(
+                    id=self._next_chunk_id,
+                    conversation=user_row.conversation,
+                    platform=user_row.platform,
+                    message_id=message_id,
+                    user_row_id=user_row.id,
+                    seq=seq,
+                    text=text,
+                    created_at=now,
+                    reply_target=user_row.reply_target,
+                )
+                chunks.append(chunk)
+                chunk_rows.append(
+                    (
+                        chunk.id,
+                        chunk.conversation,
+                        chunk.platform,
+                        message_id,
+                        user_row.id,
+                        seq,
+                        text,
+                        chunk.reply_target,
+                        now,
+                    )
+                )
+            op.result = TurnOutcome(
+                conversation=user_row.conversation,
+                user_row_id=user_row.id,
+                reply=result.reply,
+                failure=result.failure,
+                chunks=tuple(chunks),
+            )
+            outcomes.append(op.result)
+        await db.executemany(
+            "INSERT INTO messages (id, conversation, role, content, state, platform, user_row_id,"
+            " failure, model, created_at) VALUES (?, ?, 'assistant', ?, 'final', ?, ?, ?, ?, ?)",
+            assistant_rows,
+        )
+        await db.executemany("UPDATE messages SET state = ? WHERE id = ?", user_updates)
+        if chunk_rows:
+            await db.executemany(
+                "INSERT INTO outbox (id, conversation, platform, message_id, user_row_id, seq,"
+                " text, reply_target, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                chunk_rows,
+            )
+        await db.executemany(
+            "UPDATE conversations SET updated_at = ? WHERE key = ?",
+            [(now, o.conversation) for o in outcomes],
+        )
+
+    async def _apply_cancel(self, ops: list[_Op]) -> None:
+        await self._writer.executemany(
+            "UPDATE messages SET state = 'cancelled' WHERE id = ? AND state = 'pending'",
+            [(op.args[0],) for op in ops],
+        )
+
+    async def _apply_reset(self, ops: list[_Op]) -> None:
+        await self._writer.executemany(
+            "UPDATE conversations SET reset_after ="
+            " (SELECT COALESCE(MAX(id), 0) FROM messages WHERE conversation = ?) WHERE key = ?",
+            [(op.args[0], op.args[0]) for op in ops],
+        )
+
+    async def _apply_delivered(self, ops: list[_Op]) -> None:
+        now = self._clock()
+        await self._writer.executemany(
+            "UPDATE outbox SET state = ?, platform_message_id = ?, delivered_at = ? WHERE id = ?",
+            [(str(ChunkState.DELIVERED), op.args[1], now, op.args[0]) for op in ops],
+        )
+
+    async def _apply_expire(self, ops: list[_Op]) -> None:
+        await self._writer.executemany(
+            "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
+            [(str(ChunkState.EXPIRED), cid) for op in ops for cid in op.args[0]],
+        )
+
+
+_APPLY: dict[str, Callable[[SqliteStore, list[_Op]], Any]] = {
+    "admit": SqliteStore._apply_admit,
+    "answer": SqliteStore._apply_answer,
+    "cancel": SqliteStore._apply_cancel,
+    "reset": SqliteStore._apply_reset,
+    "delivered": SqliteStore._apply_delivered,
+    "expire": SqliteStore._apply_expire,
+}
+
+
+def _create_private(path: str) -> None:
+    """Create the database file readable by its owner only (it holds every conversation)."""
+    if path == ":memory:" or os.path.exists(path):
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    os.makedirs(parent, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+    os.close(fd)
+
+
+async def _connect(path: str) -> aiosqlite.Connection:
+    db = await aiosqlite.connect(path, isolation_level=None)
+    await db.execute("PRAGMA journal_mode = WAL")
+    await db.execute("PRAGMA synchronous = NORMAL")
+    await db.execute("PRAGMA busy_timeout = 5000")
+    await db.execute("PRAGMA foreign_keys = ON")
+    return db
+
+
+async def _migrate(db: aiosqlite.Connection) -> None:
+    (row,) = await db.execute_fetchall("PRAGMA user_version")
+    version = row[0]
+    if version > len(MIGRATIONS):
+        raise StoreError(
+            f"the store's schema version {version} is newer than this botmux knows"
+            f" ({len(MIGRATIONS)}): upgrade botmux"
+        )
+    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+        statements = [s.strip() for s in script.split(";") if s.strip()]
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in statements:
+                await db.execute(statement)
+            await db.execute(f"PRAGMA user_version = {number}")
+            await db.execute("COMMIT")
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise
+
+
+@asynccontextmanager
+async def open_sqlite_store(path: str, *, mailbox: int = 4096) -> AsyncIterator[SqliteStore]:
+    """Open (creating and migrating as needed) the store at ``path``; close it on exit."""
+    _create_private(path)
+    try:
+        writer = await _connect(path)
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open the store at {path}: {exc}") from exc
+    reader: aiosqlite.Connection | None = None
+    try:
+        await _migrate(writer)
+        reader = await _connect(path)
+        send, receive = anyio.create_memory_object_stream[_Op](mailbox)
+        store = SqliteStore(path, writer, reader, send)
+        await store._init_ids()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store._run_writer, receive)
+            try:
+                yield store
+            finally:
+                send.close()  # the writer settles what is queued, then ends
+    finally:
+        with anyio.CancelScope(shield=True):
+            if reader is not None:
+                await reader.close()
+            await writer.close()

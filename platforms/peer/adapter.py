@@ -1,0 +1,270 @@
+"""The peer HTTP API actor (SPEC section 5): an aiohttp server in our task group.
+
+A chat request is admitted like any platform message (the Idempotency-Key is its platform
+id), then waits for its turn's outcome, which the session actor hands to this adapter's
+outlet side. Turns of one session are serialized by its session actor, so concurrent requests
+to one session are answered in admission order, one turn each.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+from aiohttp import web
+
+from gateway.config import PeerConfig
+from gateway.errors import ConversationClosed
+from gateway.messages import Failure, Inbound, TurnOutcome
+from gateway.ports import Intake
+from platforms.peer import convert
+from platforms.peer.errors import error_middleware, json_error
+
+log = logging.getLogger(__name__)
+
+_OPEN_ROUTES = frozenset({"/healthz", "/readyz"})
+
+
+class _Waiters:
+    """Requests waiting for their turn's outcome, by platform message id."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, list[anyio.Event]] = {}
+        self._outcomes: dict[str, TurnOutcome] = {}
+
+    def expect(self, pmid: str) -> anyio.Event:
+        event = anyio.Event()
+        self._waiting.setdefault(pmid, []).append(event)
+        return event
+
+    def resolve(self, pmid: str, outcome: TurnOutcome) -> None:
+        events = self._waiting.get(pmid)
+        if events:
+            self._outcomes[pmid] = outcome
+            for event in events:
+                event.set()
+
+    def take(self, pmid: str, event: anyio.Event) -> TurnOutcome | None:
+        events = self._waiting.get(pmid, [])
+        if event in events:
+            events.remove(event)
+        outcome = self._outcomes.get(pmid)
+        if not events:
+            self._waiting.pop(pmid, None)
+            self._outcomes.pop(pmid, None)
+        return outcome
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+
+class PeerAdapter:
+    platform = "peer"
+
+    def __init__(
+        self,
+        config: PeerConfig,
+        intake: Intake,
+        *,
+        ready: Callable[[], dict[str, bool]],
+        metrics: Callable[[], bytes],
+    ) -> None:
+        self._config = config
+        self._intake = intake
+        self._ready = ready
+        self._metrics = metrics
+        self._waiters = _Waiters()
+        self._pmids: dict[int, str] = {}
+        self._tokens = [t.encode() for t in config.tokens]
+        self.port: int | None = None
+        self._stats = {"requests": 0, "turns": 0}
+
+    def __repr__(self) -> str:
+        return f"<PeerAdapter {self._config.listen} waiting={len(self._waiters)}>"
+
+    def statistics(self) -> dict[str, int]:
+        return {**self._stats, "waiting": len(self._waiters)}
+
+    # -- outlet --------------------------------------------------------------------------
+
+    def render(self, text: str) -> list[str]:
+        return [text]
+
+    async def deliver(self, outcome: TurnOutcome) -> None:
+        # The HTTP response is the delivery; a reply nobody waits for (the client left, or
+        # the turn was resumed after a restart) stays readable in the transcript and through
+        # a retry with the same Idempotency-Key.
+        pmid = self._pmids.pop(outcome.user_row_id, None)
+        if pmid is not None:
+            self._waiters.resolve(pmid, outcome)
+        for chunk in outcome.chunks:
+            await self._intake.delivered(chunk.id, f"http:{chunk.user_row_id}")
+
+    @asynccontextmanager
+    async def activity(self, conversation: str) -> AsyncIterator[None]:
+        yield
+
+    # -- the server ----------------------------------------------------------------------
+
+    def build_app(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self._config.max_body_bytes,
+            middlewares=[error_middleware, self._auth_middleware],
+        )
+        app.router.add_post("/api/sessions/{session_id}/chat", self._chat)
+        app.router.add_get("/api/sessions/{session_id}/messages", self._messages)
+        app.router.add_post("/v1/chat/completions", self._completions)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._metrics_route)
+        return app
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self._config.host, self._config.port, reuse_address=True)
+            await site.start()
+            server = site._server
+            sockets = getattr(server, "sockets", None) or []
+            self.port = sockets[0].getsockname()[1] if sockets else self._config.port
+            log.info("peer API listening", extra={"listen": f"{self._config.host}:{self.port}"})
+            task_status.started()
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await runner.cleanup()
+
+    @web.middleware
+    async def _auth_middleware(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        self._stats["requests"] += 1
+        if self._tokens and request.path not in _OPEN_ROUTES:
+            header = request.headers.get("Authorization", "")
+            scheme, _, token = header.partition(" ")
+            given = token.strip().encode()
+            ok = False
+            for expected in self._tokens:  # compare against every token: constant time
+                ok |= hmac.compare_digest(given, expected)
+            if scheme.lower() != "bearer" or not ok:
+                response = json_error(401, "a valid bearer token is required", "unauthorized")
+                response.headers["WWW-Authenticate"] = 'Bearer realm="botmux"'
+                return response
+        return await handler(request)
+
+    async def _read_json(self, request: web.Request) -> Any:
+        raw = await request.read()
+        return convert.parse_json(raw)
+
+    async def _run_turn(
+        self, session_id: str, text: str, idempotency_key: str | None
+    ) -> tuple[int, str, Failure | None]:
+        """Admit the message and wait for its outcome: (user row id, reply, failure)."""
+        if not self._intake.accepting:
+            raise ConversationClosed("draining")
+        conversation = convert.conversation_key(session_id)
+        pmid = convert.platform_message_id(session_id, idempotency_key)
+        event = self._waiters.expect(pmid)
+        try:
+            admission = await self._intake.admit(
+                Inbound(
+                    platform="peer", conversation=conversation, platform_message_id=pmid, text=text
+                )
+            )
+            row = admission.row
+            if admission.duplicate and row.state != "pending":
+                stored = await self._intake.reply_to(row.id)
+                if stored is None:  # cancelled by /stop: no reply was written
+                    return row.id, "The turn was stopped before it answered.", None
+                return row.id, stored.content, convert.failure_from_row(stored)
+            self._pmids[row.id] = pmid
+            await event.wait()
+        finally:
+            outcome = self._waiters.take(pmid, event)
+        assert outcome is not None
+        self._stats["turns"] += 1
+        return outcome.user_row_id, outcome.reply, outcome.failure
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        session_id = convert.check_session_id(request.match_info["session_id"])
+        text = convert.chat_message(await self._read_json(request))
+        if text.startswith("/") and text[1:].split(" ", 1)[0] in _COMMANDS:
+            reply = await self._intake.command(
+                "peer", convert.conversation_key(session_id), text[1:].split(" ", 1)[0]
+            )
+            return web.json_response(convert.chat_response(session_id, reply, None))
+        _, reply, failure = await self._run_turn(
+            session_id, text, request.headers.get("Idempotency-Key")
+        )
+        return web.json_response(convert.chat_response(session_id, reply, failure))
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        session_id = convert.check_session_id(request.match_info["session_id"])
+        rows = await self._intake.transcript(convert.conversation_key(session_id))
+        return web.json_response(convert.transcript_json(rows))
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        parsed = convert.completion_request(await self._read_json(request))
+        session_id = convert.completion_session(
+            request.headers.get("X-Botmux-Session"), parsed.user
+        )
+        row_id, reply, failure = await self._run_turn(
+            session_id, parsed.text, request.headers.get("Idempotency-Key")
+        )
+        if failure is not None:
+            status = convert.completion_error_status(failure)
+            return web.json_response(
+                convert.error_json(reply, failure.reason, status), status=status
+            )
+        if not parsed.stream:
+            return web.json_response(convert.completion_json(row_id, reply, parsed.model))
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        for event in convert.completion_chunks(row_id, reply, parsed.model):
+            await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": convert.MODEL_NAME,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "botmux",
+                    }
+                ],
+            }
+        )
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        checks = self._ready()
+        ready = all(checks.values())
+        return web.json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
+
+    async def _metrics_route(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=self._metrics(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+
+_COMMANDS = frozenset({"help", "status", "new", "stop"})

@@ -1,0 +1,236 @@
+"""Pure mapping between the peer API's JSON and botmux's values (SPEC section 5).
+
+No I/O here: request bodies in, validated values out (or :class:`BadRequest`); stored rows
+and outcomes in, response bodies out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from gateway.messages import Failure, StoredMessage
+from policy import TRANSIENT
+
+SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
+MODEL_NAME = "botmux"
+
+
+class BadRequest(Exception):
+    """The request is malformed; ``status`` and ``message`` form the JSON error."""
+
+    def __init__(self, message: str, status: int = 400, code: str = "bad_request") -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+
+
+def conversation_key(session_id: str) -> str:
+    return f"peer:{session_id}"
+
+
+def check_session_id(session_id: str) -> str:
+    if not SESSION_ID.match(session_id):
+        raise BadRequest("session_id must match [A-Za-z0-9._:-]{1,128}", code="bad_session_id")
+    return session_id
+
+
+def platform_message_id(session_id: str, idempotency_key: str | None) -> str:
+    """Unique per conversation: the Idempotency-Key, else a fresh id."""
+    if idempotency_key is None:
+        return f"{session_id}/gen:{uuid.uuid4().hex}"
+    if not _IDEMPOTENCY_KEY.match(idempotency_key):
+        raise BadRequest("Idempotency-Key must be 1-200 printable ASCII characters")
+    return f"{session_id}/key:{idempotency_key}"
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+
+
+def _clean_text(value: str, what: str) -> str:
+    if "\x00" in value:
+        raise BadRequest(f"{what} must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise BadRequest(f"{what} is not valid Unicode (lone surrogate)") from exc
+    if not value.strip():
+        raise BadRequest(f"{what} must not be empty")
+    return value
+
+
+def chat_message(body: Any) -> str:
+    """The ``message`` of a session chat request."""
+    if not isinstance(body, dict):
+        raise BadRequest('the body must be a JSON object: {"message": "..."}')
+    message = body.get("message")
+    if not isinstance(message, str):
+        raise BadRequest('"message" must be a string')
+    unknown = set(body) - {"message"}
+    if unknown:
+        raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))}")
+    return _clean_text(message, '"message"')
+
+
+@dataclass(frozen=True, slots=True)
+class CompletionRequest:
+    text: str
+    stream: bool
+    user: str | None
+    model: str
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text":
+                raise BadRequest("only text content parts are supported")
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise BadRequest("a text content part needs a string 'text'")
+            parts.append(text)
+        return "\n".join(parts)
+    raise BadRequest("message content must be a string or a list of text parts")
+
+
+def completion_request(body: Any) -> CompletionRequest:
+    """The new turn of an OpenAI chat-completions request: its last user message."""
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise BadRequest('"messages" must be a non-empty list')
+    last_user = None
+    for message in messages:
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            raise BadRequest("each message must be an object with a string 'role'")
+        if message["role"] == "user":
+            last_user = message
+    if last_user is None:
+        raise BadRequest('"messages" has no user message')
+    text = _clean_text(_content_text(last_user.get("content")), "the last user message")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise BadRequest('"stream" must be true or false')
+    user = body.get("user")
+    if user is not None and not isinstance(user, str):
+        raise BadRequest('"user" must be a string')
+    model = body.get("model", MODEL_NAME)
+    if not isinstance(model, str):
+        raise BadRequest('"model" must be a string')
+    return CompletionRequest(text=text, stream=stream, user=user or None, model=model)
+
+
+def completion_session(header: str | None, user: str | None) -> str:
+    """``X-Botmux-Session``, else the ``user`` field, else a conversation of its own."""
+    if header is not None:
+        return check_session_id(header)
+    if user is not None:
+        if SESSION_ID.match(user):
+            return user
+        return "user-" + hashlib.sha256(user.encode("utf-8", "replace")).hexdigest()[:32]
+    return f"anon-{uuid.uuid4()}"
+
+
+def failure_json(failure: Failure | None) -> dict[str, Any] | None:
+    if failure is None:
+        return None
+    return {"reason": failure.reason, "retryable": failure.retryable}
+
+
+def failure_from_row(reply: StoredMessage) -> Failure | None:
+    if reply.failure is None:
+        return None
+    return Failure(reply.failure, reply.failure in TRANSIENT)
+
+
+def chat_response(session_id: str, reply: str, failure: Failure | None) -> dict[str, Any]:
+    return {
+        "session_id": session_id,
+        "message": {"role": "assistant", "content": reply},
+        "failure": failure_json(failure),
+    }
+
+
+def _iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def transcript_json(rows: list[StoredMessage]) -> dict[str, Any]:
+    return {
+        "messages": [
+            {
+                "id": r.id,
+                "role": r.role,
+                "content": r.content,
+                "created_at": _iso(r.created_at),
+                "state": ("failed" if r.failure else "final") if r.role == "assistant" else r.state,
+                **({"failure": r.failure} if r.failure else {}),
+            }
+            for r in rows
+        ]
+    }
+
+
+def completion_id(user_row_id: int) -> str:
+    return f"chatcmpl-botmux-{user_row_id}"
+
+
+def completion_json(user_row_id: int, reply: str, model: str) -> dict[str, Any]:
+    return {
+        "id": completion_id(user_row_id),
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+    }
+
+
+def completion_chunks(user_row_id: int, reply: str, model: str) -> list[dict[str, Any]]:
+    """The SSE events of a streamed reply: role, content, finish."""
+    base = {
+        "id": completion_id(user_row_id),
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+
+    def chunk(delta: dict[str, str], finish: str | None) -> dict[str, Any]:
+        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    return [chunk({"role": "assistant"}, None), chunk({"content": reply}, None), chunk({}, "stop")]
+
+
+def completion_error_status(failure: Failure) -> int:
+    """How a failed turn answers an OpenAI client: retryable upstream trouble is 503."""
+    if failure.reason in ("context_overflow", "bad_request", "content_filter"):
+        return 400
+    if failure.retryable:
+        return 503
+    return 502
+
+
+def error_json(message: str, code: str, status: int) -> dict[str, Any]:
+    return {"error": {"message": message, "type": code, "code": code, "status": status}}

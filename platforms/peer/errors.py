@@ -1,0 +1,57 @@
+"""Every error of the peer API becomes a JSON body with the right status, in one table.
+
+Bad input is 400 (413 for a body over the limit), unknown routes 404, a draining gateway 503
+with Retry-After, and anything unexpected 500 with nothing of the exception leaked.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from gateway.errors import ConversationClosed, StoreClosed
+from platforms.peer.convert import BadRequest, error_json
+
+log = logging.getLogger(__name__)
+
+_HTTP_CODES = {
+    404: "not_found",
+    405: "method_not_allowed",
+    413: "body_too_large",
+    415: "unsupported_media_type",
+}
+
+
+def json_error(status: int, message: str, code: str) -> web.Response:
+    return web.json_response(error_json(message, code, status), status=status)
+
+
+@web.middleware
+async def error_middleware(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return json_error(exc.status, exc.message, exc.code)
+    except web.HTTPRequestEntityTooLarge:
+        return json_error(
+            413, "the body is over the size limit (peer.max_body_bytes)", "body_too_large"
+        )
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = _HTTP_CODES.get(exc.status, "http_error")
+        response = json_error(exc.status, exc.reason, code)
+        if "Allow" in exc.headers:
+            response.headers["Allow"] = exc.headers["Allow"]
+        return response
+    except (ConversationClosed, StoreClosed):
+        response = json_error(503, "botmux is shutting down; retry shortly", "draining")
+        response.headers["Retry-After"] = "5"
+        return response
+    except Exception:
+        log.exception("peer API request failed", extra={"path": request.path})
+        return json_error(500, "internal error; see botmux's log", "internal_error")

@@ -1,0 +1,6 @@
+"""The shared failure policy: classification, user-facing failure text, retry and fallback."""
+
+from policy.classify import REASONS, TRANSIENT, classify, parse_retry_after
+from policy.replies import failure_reply
+
+__all__ = ["REASONS", "TRANSIENT", "classify", "failure_reply", "parse_retry_after"]

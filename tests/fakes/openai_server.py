@@ -1,0 +1,323 @@
+"""A loopback OpenAI-compatible model server whose answers tests script call by call.
+
+Real HTTP on 127.0.0.1, so botmux's real ``openai`` client (and its real transport, timeouts
+and error parsing) is what gets tested. Every request is recorded: the model asked for, the
+messages, the API key, and the per-"session" concurrency seen (a test says what a session is
+with ``session_of``).
+
+Use::
+
+    async with open_fake_model() as fake:
+        fake.script(rate_limited(retry_after=2), ok("hello"))     # next two calls, any model
+        fake.script(timeout(), model="gpt-primary")               # only for that model
+        ... point botmux at fake.base_url ...
+        assert [r.model for r in fake.requests] == [...]
+
+When nothing is scripted, ``fake.default`` answers (by default: ``echo: <last user text>``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import defaultdict, deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+
+@dataclass(frozen=True)
+class Ok:
+    text: str
+
+
+@dataclass(frozen=True)
+class Fail:
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sleep:
+    """Wait, then answer with ``then`` (a delay past the client's timeout is a timeout)."""
+
+    seconds: float
+    then: Ok | Fail | None = None
+
+
+@dataclass(frozen=True)
+class Drop:
+    """Close the connection without an answer."""
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Wait until ``release()`` is called, then answer with ``then`` (or the default)."""
+
+    then: Ok | Fail | None = None
+
+
+Outcome = Ok | Fail | Sleep | Drop | Hold
+
+
+def ok(text: str) -> Ok:
+    return Ok(text)
+
+
+def error(
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    type: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Fail:
+    body = {"error": {"message": message, "type": type or "error", "code": code, "param": None}}
+    return Fail(status, body, headers or {})
+
+
+def rate_limited(retry_after: float | None = None, *, header: str = "retry-after") -> Fail:
+    headers = {} if retry_after is None else {header: str(retry_after)}
+    return error(
+        429,
+        "Rate limit reached for requests",
+        code="rate_limit_exceeded",
+        type="requests",
+        headers=headers,
+    )
+
+
+def quota() -> Fail:
+    return error(
+        429,
+        "You exceeded your current quota, please check your plan and billing details.",
+        code="insufficient_quota",
+        type="insufficient_quota",
+    )
+
+
+def unauthorized() -> Fail:
+    return error(
+        401,
+        "Incorrect API key provided: sk-****.",
+        code="invalid_api_key",
+        type="invalid_request_error",
+    )
+
+
+def payment_required() -> Fail:
+    return error(402, "Payment required", code="payment_required")
+
+
+def model_not_found(model: str = "x") -> Fail:
+    return error(
+        404,
+        f"The model `{model}` does not exist",
+        code="model_not_found",
+        type="invalid_request_error",
+    )
+
+
+def context_overflow() -> Fail:
+    return error(
+        400,
+        "This model's maximum context length is 8192 tokens.",
+        code="context_length_exceeded",
+        type="invalid_request_error",
+    )
+
+
+def server_error(status: int = 500) -> Fail:
+    return error(
+        status, "The server had an error while processing your request.", type="server_error"
+    )
+
+
+def timeout(seconds: float = 30.0) -> Sleep:
+    return Sleep(seconds, None)
+
+
+def drop() -> Drop:
+    return Drop()
+
+
+@dataclass(frozen=True)
+class Request:
+    model: str
+    messages: list[dict[str, Any]]
+    api_key: str
+    stream: bool
+    started: float
+    body: dict[str, Any]
+
+    @property
+    def last_user(self) -> str:
+        for m in reversed(self.messages):
+            if m.get("role") == "user":
+                content = m.get("content")
+                return content if isinstance(content, str) else json.dumps(content)
+        return ""
+
+
+class FakeModel:
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.default: Callable[[Request], Outcome] = lambda r: Ok(f"echo: {r.last_user}")
+        self.session_of: Callable[[Request], str] = lambda r: "all"
+        self.max_concurrency: dict[str, int] = defaultdict(int)
+        self.active: dict[str, int] = defaultdict(int)
+        self.completed: list[Request] = []
+        self._any: deque[Outcome] = deque()
+        self._by_model: dict[str, deque[Outcome]] = defaultdict(deque)
+        self._release = asyncio.Event()
+        self._changed = asyncio.Condition()
+        self.base_url = ""
+
+    def script(self, *outcomes: Outcome, model: str | None = None) -> None:
+        """Queue outcomes for the next calls (of ``model`` only, when given)."""
+        (self._by_model[model] if model else self._any).extend(outcomes)
+
+    def release(self) -> None:
+        """Let every ``Hold`` (now and later) answer."""
+        self._release.set()
+
+    def calls(self) -> list[tuple[str, str]]:
+        """(model, api key) of every request, in order."""
+        return [(r.model, r.api_key) for r in self.requests]
+
+    async def wait_for_requests(self, count: int) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: len(self.requests) >= count)
+
+    async def wait_for_completed(self, count: int) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: len(self.completed) >= count)
+
+    def _next(self, request: Request) -> Outcome:
+        queue = self._by_model.get(request.model)
+        if queue:
+            return queue.popleft()
+        if self._any:
+            return self._any.popleft()
+        return self.default(request)
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def handle_completions(self, http: web.Request) -> web.StreamResponse:
+        body = await http.json()
+        auth = http.headers.get("Authorization", "")
+        request = Request(
+            model=str(body.get("model", "")),
+            messages=list(body.get("messages", [])),
+            api_key=auth.removeprefix("Bearer ").strip(),
+            stream=bool(body.get("stream", False)),
+            started=time.monotonic(),
+            body=body,
+        )
+        self.requests.append(request)
+        session = self.session_of(request)
+        self.active[session] += 1
+        self.max_concurrency[session] = max(self.max_concurrency[session], self.active[session])
+        await self._notify()
+        try:
+            outcome = self._next(request)
+            return await self._answer(http, request, outcome)
+        finally:
+            self.active[session] -= 1
+            self.completed.append(request)
+            await self._notify()
+
+    async def _answer(
+        self, http: web.Request, request: Request, outcome: Outcome
+    ) -> web.StreamResponse:
+        match outcome:
+            case Sleep(seconds=seconds, then=then):
+                await asyncio.sleep(seconds)
+                return await self._answer(http, request, then or self.default(request))
+            case Hold(then=then):
+                await self._release.wait()
+                return await self._answer(http, request, then or self.default(request))
+            case Drop():
+                transport = http.transport
+                if transport is not None:
+                    transport.abort()
+                raise ConnectionResetError("dropped by the fake")
+            case Fail(status=status, body=body, headers=headers):
+                return web.json_response(body, status=status, headers=headers)
+            case Ok(text=text):
+                if request.stream:
+                    return await self._stream(http, request, text)
+                return web.json_response(_completion(request.model, text))
+        raise AssertionError(outcome)
+
+    async def _stream(self, http: web.Request, request: Request, text: str) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(http)
+        pieces = [text[i : i + 16] for i in range(0, len(text), 16)] or [""]
+        for i, piece in enumerate(pieces):
+            delta = {"content": piece} if i else {"role": "assistant", "content": piece}
+            chunk = {
+                "id": "chatcmpl-fake",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": request.model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+            }
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+        end = {
+            "id": "chatcmpl-fake",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": request.model,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+        await response.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+        await response.write_eof()
+        return response
+
+    async def handle_models(self, http: web.Request) -> web.Response:
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [{"id": "fake", "object": "model", "created": 0, "owned_by": "fake"}],
+            }
+        )
+
+
+def _completion(model: str, text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+
+
+@asynccontextmanager
+async def open_fake_model(port: int = 0) -> AsyncIterator[FakeModel]:
+    fake = FakeModel()
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", fake.handle_completions)
+    app.router.add_get("/v1/models", fake.handle_models)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    sockets = site._server.sockets if site._server else []  # type: ignore[union-attr]
+    fake.base_url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}/v1"
+    try:
+        yield fake
+    finally:
+        fake.release()
+        await runner.cleanup()

@@ -1,0 +1,125 @@
+"""Running botmux for tests: in-process (fast) or as a real process (for signals and crashes).
+
+Both use the real config loader, store, actors and peer server; only the outside world (the
+model provider, the chat platforms) is replaced by loopback fakes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+
+from gateway.app import GatewayApp
+from gateway.config import Config, parse_config
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def config_text(
+    store: Path,
+    model_url: str | None,
+    *,
+    listen: str = "127.0.0.1:0",
+    model: str = "gpt-test",
+    keys: tuple[str, ...] = ("sk-test-key-0001",),
+    extra: str = "",
+    model_extra: str = "",
+) -> str:
+    text = f'[store]\npath = "{store}"\n\n[peer]\nlisten = "{listen}"\n'
+    if model_url is not None:
+        keys_toml = ", ".join(f'"{k}"' for k in keys)
+        text += (
+            f'\n[model]\nbase_url = "{model_url}"\nmodel = "{model}"\napi_keys = [{keys_toml}]\n'
+            f"timeout_s = 5\n{model_extra}"
+        )
+    return text + "\n" + extra
+
+
+def make_config(store: Path, model_url: str | None, **kw: Any) -> Config:
+    return parse_config(config_text(store, model_url, **kw), source="test", env={})
+
+
+@asynccontextmanager
+async def running_gateway(config: Config) -> AsyncIterator[tuple[GatewayApp, str]]:
+    """Run a gateway in this event loop; yield it and its peer API's base URL."""
+    app = GatewayApp(config)
+    async with anyio.create_task_group() as tg:
+        await tg.start(app.run)
+        assert app.peer is not None and app.peer.port is not None
+        try:
+            yield app, f"http://127.0.0.1:{app.peer.port}"
+        finally:
+            app.stop.set()
+
+
+class GatewayProcess:
+    """botmux as a real child process (``python -m gateway run``)."""
+
+    def __init__(self, config_path: Path, port: int, log_path: Path) -> None:
+        self.config_path = config_path
+        self.port = port
+        self.log_path = log_path
+        self.proc: anyio.abc.Process | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self, env: dict[str, str] | None = None) -> None:
+        with self.log_path.open("ab") as log:
+            self.proc = await anyio.open_process(
+                [sys.executable, "-m", "gateway", "run", "--config", str(self.config_path)],
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **(env or {})},
+            )
+        with anyio.fail_after(20):
+            await self.wait_ready()
+
+    async def wait_ready(self) -> None:
+        """Poll /readyz: across processes there is no event to wait on."""
+        async with aiohttp.ClientSession() as http:
+            while True:
+                assert self.proc is not None
+                if self.proc.returncode is not None:
+                    raise AssertionError(f"botmux exited {self.proc.returncode}:\n{self.log()}")
+                try:
+                    async with http.get(f"{self.url}/readyz") as r:
+                        if r.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                await anyio.sleep(0.05)
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(sig)
+
+    async def wait(self) -> int:
+        assert self.proc is not None
+        return await self.proc.wait()
+
+    async def kill(self) -> None:
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+            await self.proc.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""

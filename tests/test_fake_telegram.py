@@ -1,0 +1,304 @@
+"""The loopback Telegram Bot API fake, driven by the real python-telegram-bot (no gateway).
+
+The Telegram adapter's end-to-end tests trust this fake; these tests show that PTB accepts its
+answers and that its long polling, offsets, conflicts, scripted failures and limits behave as
+the real Bot API does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from aiohttp import ClientSession, web
+from telegram import Bot, BotCommand, Update
+from telegram.error import (
+    BadRequest,
+    Conflict,
+    InvalidToken,
+    NetworkError,
+    RetryAfter,
+    TimedOut,
+)
+from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
+
+from tests.fakes.telegram_server import (
+    CONFLICT_POLL,
+    FakeTelegram,
+    open_fake_telegram,
+    photo_extra,
+)
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+async def tg(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[FakeTelegram]:
+    # PTB 22 warns when it reads a time period as an int (RetryAfter does so on construction).
+    monkeypatch.setenv("PTB_TIMEDELTA", "true")
+    async with open_fake_telegram() as fake:
+        yield fake
+
+
+def make_bot(tg: FakeTelegram, token: str | None = None) -> Bot:
+    return Bot(token or tg.token, base_url=tg.base_url, base_file_url=tg.base_file_url)
+
+
+def make_app(tg: FakeTelegram) -> Application:  # type: ignore[type-arg]
+    builder = Application.builder().token(tg.token)
+    return builder.base_url(tg.base_url).base_file_url(tg.base_file_url).build()
+
+
+@asynccontextmanager
+async def polling(app: Application) -> AsyncIterator[None]:  # type: ignore[type-arg]
+    async with app:
+        await app.start()
+        await app.updater.start_polling(poll_interval=0, timeout=10)  # type: ignore[union-attr]
+        try:
+            yield
+        finally:
+            await app.updater.stop()  # type: ignore[union-attr]
+            await app.stop()
+
+
+async def echo(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+    assert update.effective_message is not None and update.effective_message.text is not None
+    await update.effective_message.reply_text(f"echo: {update.effective_message.text}")
+
+
+async def test_get_me_answers_the_bot_user(tg: FakeTelegram) -> None:
+    async with make_bot(tg) as bot:
+        me = await bot.get_me()
+    assert (me.id, me.is_bot, me.username) == (123456789, True, "botmux_test_bot")
+    # Bot.initialize() (entering `async with bot`) already calls getMe once.
+    assert [call.method for call in tg.calls] == ["getMe", "getMe"]
+
+
+async def test_wrong_token_is_unauthorized(tg: FakeTelegram) -> None:
+    with pytest.raises(InvalidToken, match="rejected by the server"):
+        async with make_bot(tg, token="1:not-the-token") as bot:
+            await bot.get_me()
+    assert tg.calls == []
+
+
+async def test_polling_application_receives_a_message_and_replies(tg: FakeTelegram) -> None:
+    app = make_app(tg)
+    app.add_handler(CommandHandler("start", echo))
+    app.add_handler(MessageHandler(filters.TEXT & ~filters.COMMAND, echo))
+    async with polling(app):
+        tg.inject_message(42, "hello")
+        tg.inject_message(42, "/start now")
+        topic = tg.inject_message(-1001, "in a topic", message_thread_id=7, is_topic_message=True)
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(3)
+            await tg.wait_for_confirmed(topic["update_id"])
+    assert tg.sent_messages(42) == ["echo: hello", "echo: /start now"]
+    assert tg.sent_messages(-1001) == ["echo: in a topic"]
+    topic_reply = tg.calls_to("sendMessage")[2].params
+    assert (topic_reply["chat_id"], topic_reply["message_thread_id"]) == (-1001, 7)
+    assert tg.pending_updates() == []
+    assert tg.calls_to("deleteWebhook"), "PTB's polling bootstrap deletes any webhook"
+
+
+async def test_confirmed_update_is_not_redelivered_until_redeliver(tg: FakeTelegram) -> None:
+    first = tg.inject_message(42, "one")["update_id"]
+    second = tg.inject_message(42, "two", extra=photo_extra(caption="look"))["update_id"]
+    async with make_bot(tg) as bot:
+        updates = await bot.get_updates()
+        assert [u.update_id for u in updates] == [first, second]
+        assert updates[1].message is not None and updates[1].message.caption == "look"
+        assert [u.update_id for u in await bot.get_updates(offset=first + 1)] == [second]
+        assert tg.is_confirmed(first) and not tg.is_confirmed(second)
+        assert await bot.get_updates(offset=second + 1) == ()
+        tg.redeliver(first)
+        assert [u.update_id for u in await bot.get_updates()] == [first]
+        # A poller whose offset is past a redelivered update confirms it away, as Telegram would.
+        assert await bot.get_updates(offset=second + 1) == ()
+
+
+async def test_restarted_application_gets_a_redelivered_update_again(tg: FakeTelegram) -> None:
+    seen: list[int] = []
+
+    async def record(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        seen.append(update.update_id)
+
+    async def run_once() -> None:
+        app = make_app(tg)
+        app.add_handler(MessageHandler(filters.ALL, record))
+        async with polling(app):
+            with anyio.fail_after(10):
+                await tg.wait_until(lambda: len(seen) == 1)
+        # Stopping polls once more with the advanced offset, confirming what was fetched.
+        assert tg.is_confirmed(update_id)
+
+    update_id = tg.inject_message(42, "once")["update_id"]
+    await run_once()
+    tg.redeliver(update_id)  # as if the first run crashed before its offset advanced
+    seen.clear()
+    await run_once()
+    assert seen == [update_id]
+
+
+async def test_long_poll_waits_for_an_injected_update(tg: FakeTelegram) -> None:
+    received: list[int] = []
+    async with make_bot(tg) as bot, anyio.create_task_group() as tg_group:
+
+        async def poll() -> None:
+            received.extend(u.update_id for u in await bot.get_updates(timeout=30))
+
+        tg_group.start_soon(poll)
+        with anyio.fail_after(10):
+            await tg.wait_for_poller()
+        assert received == []
+        update_id = tg.inject_message(42, "wake up")["update_id"]
+    assert received == [update_id]
+
+
+async def test_second_poller_terminates_the_first_with_conflict(tg: FakeTelegram) -> None:
+    errors: list[Exception] = []
+
+    async def poll(bot: Bot) -> None:
+        try:
+            await bot.get_updates(timeout=30)
+        except Conflict as exc:
+            errors.append(exc)
+
+    async with make_bot(tg) as first, make_bot(tg) as second, anyio.create_task_group() as group:
+        group.start_soon(poll, first)
+        with anyio.fail_after(10):
+            await tg.wait_for_poller()
+        assert await second.get_updates(timeout=0) == ()
+    assert [str(exc) for exc in errors] == [CONFLICT_POLL]
+
+
+async def test_scripted_429_surfaces_as_retry_after(tg: FakeTelegram) -> None:
+    tg.fail_next("sendMessage", status=429, retry_after=2)
+    async with make_bot(tg) as bot:
+        with pytest.raises(RetryAfter) as caught:
+            await bot.send_message(42, "too fast")
+        assert caught.value.retry_after == dt.timedelta(seconds=2)
+        await bot.send_message(42, "later")
+    assert tg.sent_messages() == ["later"]
+    assert [c.params["text"] for c in tg.calls_to("sendMessage")] == ["too fast", "later"]
+
+
+async def test_scripted_400_5xx_and_dropped_connection(tg: FakeTelegram) -> None:
+    tg.fail_next("sendMessage", status=400, description="Bad Request: can't parse entities: x")
+    tg.fail_next("sendMessage", status=502)
+    tg.drop_next("sendMessage")
+    tg.hang_next("sendMessage")
+    async with make_bot(tg) as bot:
+        with pytest.raises(BadRequest, match="Can't parse entities: x"):
+            await bot.send_message(42, "a")
+        with pytest.raises(NetworkError, match="Bad Gateway"):
+            await bot.send_message(42, "b")
+        with pytest.raises(NetworkError, match="Server disconnected"):
+            await bot.send_message(42, "c")
+        with pytest.raises(TimedOut):  # a hung call never answers; the client gives up
+            await bot.send_message(42, "e", read_timeout=0.05)
+        sent = await bot.send_message(42, "d")
+    assert sent.message_id == 1
+    assert tg.sent_messages() == ["d"]
+    assert [c.params["text"] for c in tg.calls_to("sendMessage")] == ["a", "b", "c", "e", "d"]
+
+
+async def test_html_is_parsed_into_entities_and_bad_html_is_refused(tg: FakeTelegram) -> None:
+    async with make_bot(tg) as bot:
+        sent = await bot.send_message(
+            42, "<b>bold</b> &amp; <a href='https://x.y'>😀 link</a>", "HTML"
+        )
+        assert sent.text == "bold & 😀 link"
+        assert [(e.type, e.offset, e.length) for e in sent.entities] == [
+            ("bold", 0, 4),
+            ("text_link", 7, 7),
+        ]
+        assert sent.entities[1].url == "https://x.y"
+        for bad in ("<b>open", "<blink>x</blink>", "a </i>", "<b><i>x</b></i>", "1 < 2"):
+            with pytest.raises(BadRequest, match="Can't parse entities"):
+                await bot.send_message(42, bad, parse_mode="HTML")
+        with pytest.raises(BadRequest, match="reserved"):
+            await bot.send_message(42, "end.", parse_mode="MarkdownV2")
+    assert tg.sent_messages() == ["bold & 😀 link"]
+
+
+async def test_message_too_long_counts_utf16_units(tg: FakeTelegram) -> None:
+    async with make_bot(tg) as bot:
+        await bot.send_message(42, "x" * 4096)
+        await bot.send_message(42, "<b>" + "x" * 4096 + "</b>", parse_mode="HTML")
+        for text in ("x" * 4097, "😀" * 2049):
+            with pytest.raises(BadRequest, match="Message is too long"):
+                await bot.send_message(42, text)
+        with pytest.raises(BadRequest, match="Message text is empty"):
+            await bot.send_message(42, "  ")
+    assert len(tg.sent_messages()) == 2
+
+
+async def test_edit_chat_action_and_commands(tg: FakeTelegram) -> None:
+    async with make_bot(tg) as bot:
+        await bot.send_chat_action(42, "typing")
+        sent = await bot.send_message(42, "draft")
+        edited = await bot.edit_message_text("final", chat_id=42, message_id=sent.message_id)
+        assert not isinstance(edited, bool) and edited.edit_date is not None
+        with pytest.raises(BadRequest, match="Message is not modified"):
+            await bot.edit_message_text("final", chat_id=42, message_id=sent.message_id)
+        await bot.set_my_commands([BotCommand("stop", "Stop the turn"), BotCommand("new", "Reset")])
+        assert [c.command for c in await bot.get_my_commands()] == ["stop", "new"]
+        with pytest.raises(BadRequest, match="Bot_command_invalid"):
+            await bot.set_my_commands([BotCommand("Bad-Name", "x")])
+        await bot.delete_my_commands()
+        assert await bot.get_my_commands() == ()
+    assert tg.chat_actions(42) == ["typing"]
+    assert tg.sent_messages() == ["draft"]
+    assert [m["text"] for m in tg.bot_messages(42)] == ["final"]
+
+
+async def test_webhook_round_trip_and_delivery(tg: FakeTelegram) -> None:
+    received: list[tuple[str | None, int]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        secret = request.headers.get("X-Telegram-Bot-Api-Secret-Token")
+        received.append((secret, (await request.json())["update_id"]))
+        return web.Response(status=200 if secret == "s3cret" else 403)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}/hook"
+    try:
+        async with make_bot(tg) as bot:
+            assert await bot.set_webhook(url, secret_token="s3cret")
+            update_id = tg.inject_message(42, "via webhook")["update_id"]
+            info = await bot.get_webhook_info()
+            assert (info.url, info.pending_update_count) == (url, 1)
+            with pytest.raises(Conflict, match="webhook is active"):
+                await bot.get_updates()
+            assert await tg.post_webhook(url, {"update_id": 999}, secret_token="wrong") == 403
+            assert await tg.deliver_webhook() == [200]
+            assert tg.is_confirmed(update_id)
+            assert await bot.delete_webhook()
+            assert (await bot.get_webhook_info()).url == ""
+    finally:
+        await runner.cleanup()
+    assert received == [("wrong", 999), ("s3cret", update_id)]
+
+
+async def test_raw_http_envelope_json_bodies_and_unknown_methods(tg: FakeTelegram) -> None:
+    async with ClientSession() as http:
+        async with http.post(f"{tg.base_url}{tg.token}/frobnicate") as response:
+            assert response.status == 404
+            assert await response.json() == {
+                "ok": False,
+                "error_code": 404,
+                "description": "Not Found: method not found",
+            }
+        body = {"chat_id": 42, "text": "json body"}
+        async with http.post(f"{tg.base_url}{tg.token}/sendmessage", json=body) as response:
+            answer = await response.json()
+    assert answer["ok"] is True and answer["result"]["text"] == "json body"
+    assert tg.sent_messages(42) == ["json body"]
+    assert tg.calls_to("sendMessage")[0].params == body
