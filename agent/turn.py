@@ -7,8 +7,8 @@ user message (once: the pending row is never also in the history). Calls go thro
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agent.clients import ClientPool
@@ -17,15 +17,33 @@ from gateway.config import AgentConfig, ModelConfig, ModelEndpoint
 from gateway.errors import ModelNotConfigured
 from gateway.messages import ChatMessage, TurnResult, Usage
 from policy import classify, failure_reply
-
-log = logging.getLogger(__name__)
+from policy.backoff import Backoff
+from policy.engine import ModelPolicy, Observe, TurnFailed
 
 
 class Agent:
-    def __init__(self, model: ModelConfig | None, config: AgentConfig, clients: ClientPool) -> None:
+    def __init__(
+        self,
+        model: ModelConfig | None,
+        config: AgentConfig,
+        clients: ClientPool,
+        *,
+        observe: Observe = lambda event, fields: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._model = model
         self._config = config
         self._clients = clients
+        self._chain: tuple[ModelEndpoint, ...] = model.chain if model else ()
+        self._policy: ModelPolicy | None = None
+        if model is not None:
+            self._policy = ModelPolicy(
+                self._chain,
+                backoff=Backoff(model.backoff_base_s, model.backoff_cap_s),
+                retry_after_cap=model.retry_after_cap_s,
+                observe=observe,
+                clock=clock,
+            )
 
     def __repr__(self) -> str:
         return f"<Agent model={self._model.model if self._model else None!r}>"
@@ -56,22 +74,32 @@ class Agent:
     async def run_turn(
         self, conversation: str, history: Sequence[ChatMessage], text: str
     ) -> TurnResult:
-        messages = self.build_messages(history, text)
-        try:
-            if self._model is None:
-                raise ModelNotConfigured("no model is configured")
-            endpoint = self._model.chain[0]
-            reply, usage = await self.complete(endpoint, endpoint.api_keys[0], messages)
-        except Exception as exc:
-            failure = classify(exc)
-            log.warning(
-                "turn failed",
-                extra={"conversation": conversation, "reason": failure.reason, "error": repr(exc)},
-            )
+        if self._policy is None:
+            failure = classify(ModelNotConfigured("no model is configured"))
             return TurnResult(reply=failure_reply(failure), failure=failure)
+        messages = self.build_messages(history, text)
+
+        async def call(index: int, api_key: str, *, rebuild: bool) -> tuple[str, Usage]:
+            endpoint = self._chain[index]
+            if rebuild:
+                await self._clients.rebuild(endpoint, api_key)
+            return await self.complete(endpoint, api_key, messages)
+
+        try:
+            answer = await self._policy.run(conversation, call)
+        except TurnFailed as exc:
+            return TurnResult(
+                reply=failure_reply(exc.failure), failure=exc.failure, fell_back=exc.fell_back
+            )
+        reply, usage = answer.value
         return TurnResult(
-            reply=reply or "(the model returned an empty reply)", model=endpoint.model, usage=usage
+            reply=reply or "(the model returned an empty reply)",
+            model=answer.model,
+            usage=usage,
+            fell_back=answer.fell_back,
         )
 
     def status(self) -> dict[str, Any]:
-        return {"model": self._model.model if self._model else None}
+        if self._policy is None:
+            return {"model": None}
+        return self._policy.status()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import groupby
 from typing import Any
 
@@ -83,8 +83,9 @@ async def resume_interrupted(
 class GatewayApp:
     """One running botmux. ``run`` serves until ``stop`` is set, then drains."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        self.clock = clock
         self.metrics = Metrics()
         self.stop = anyio.Event()
         self.peer: PeerAdapter | None = None
@@ -103,7 +104,7 @@ class GatewayApp:
         config = self.config
         observe = Observer(self.metrics)
         clients = ClientPool()
-        agent = Agent(config.model, config.agent, clients)
+        agent = Agent(config.model, config.agent, clients, observe=observe, clock=self.clock)
         try:
             async with open_sqlite_store(config.store.path) as store:
                 self._ready["store"] = True

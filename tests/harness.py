@@ -11,7 +11,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -56,9 +57,11 @@ def make_config(store: Path, model_url: str | None, **kw: Any) -> Config:
 
 
 @asynccontextmanager
-async def running_gateway(config: Config) -> AsyncIterator[tuple[GatewayApp, str]]:
+async def running_gateway(
+    config: Config, *, clock: Callable[[], float] = time.monotonic
+) -> AsyncIterator[tuple[GatewayApp, str]]:
     """Run a gateway in this event loop; yield it and its peer API's base URL."""
-    app = GatewayApp(config)
+    app = GatewayApp(config, clock=clock)
     async with anyio.create_task_group() as tg:
         await tg.start(app.run)
         assert app.peer is not None and app.peer.port is not None

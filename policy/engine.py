@@ -1,0 +1,243 @@
+"""The shared retry and fallback policy for model calls (SPEC section 4), with its I/O.
+
+:class:`ModelPolicy` is long-lived: it holds the credential pools (benches outlast turns) and
+the knobs. Each turn gets a fresh :class:`~policy.decide.TurnState`. The loop is: pick the
+model and key, call, and on failure classify once, let :func:`~policy.decide.decide` choose,
+log and count the decision, then act (bench, wait, rotate, recover, fall back, give up).
+Waits are plain ``anyio.sleep`` calls inside the turn, so ``/stop`` or shutdown ends them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+import anyio
+
+from gateway.errors import GatewayError
+from gateway.messages import Failure
+from policy.backoff import Backoff
+from policy.classify import TRANSIENT, classify
+from policy.credentials import CredentialPool, mask
+from policy.decide import (
+    Decision,
+    FallBack,
+    GiveUp,
+    PoolView,
+    Recover,
+    Retry,
+    TurnState,
+    apply,
+    decide,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Endpoint(Protocol):
+    """What the policy needs to know of a model in the chain."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def api_keys(self) -> Sequence[str]: ...
+
+    @property
+    def max_retries(self) -> int: ...
+
+
+class CallFn(Protocol[T_co]):
+    """One model call; ``rebuild``: replace the client's transport before calling."""
+
+    def __call__(self, index: int, api_key: str, *, rebuild: bool) -> Awaitable[T_co]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer(Generic[T]):
+    value: T
+    index: int
+    model: str
+    fell_back: bool
+
+
+class TurnFailed(GatewayError):
+    """Every option of the policy is used up; ``failure`` is the class to report."""
+
+    def __init__(self, failure: Failure, fell_back: bool) -> None:
+        super().__init__(failure.reason)
+        self.failure = failure
+        self.fell_back = fell_back
+
+
+Observe = Callable[[str, dict[str, Any]], None]
+
+
+class ModelPolicy:
+    def __init__(
+        self,
+        chain: Sequence[Endpoint],
+        *,
+        backoff: Backoff,
+        retry_after_cap: float,
+        observe: Observe = lambda event, fields: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not chain:
+            raise ValueError("the model chain is empty")
+        self._chain = list(chain)
+        self._pools = [CredentialPool(e.model, e.api_keys) for e in chain]
+        self._backoff = backoff
+        self._cap = retry_after_cap
+        self._observe = observe
+        self._clock = clock
+
+    def __repr__(self) -> str:
+        return f"<ModelPolicy chain={[e.model for e in self._chain]}>"
+
+    def statistics(self) -> dict[str, Any]:
+        now = self._clock()
+        return {pool.model: pool.benched(now) for pool in self._pools}
+
+    def status(self) -> dict[str, Any]:
+        """For ``/status``: the model a turn would start on, and every benched key."""
+        now = self._clock()
+        first = self._first_healthy(now, 0)
+        lines = []
+        for pool in self._pools:
+            for masked, until, reason in pool.benched(now):
+                when = "until restart" if until == float("inf") else f"for {until - now:.0f} s"
+                lines.append(f"Benched: {pool.model} key {masked} ({reason}) {when}")
+        model = self._chain[first].model if first is not None else self._chain[0].model
+        return {"model": model, "lines": lines}
+
+    def _first_healthy(self, now: float, start: int) -> int | None:
+        for index in range(start, len(self._chain)):
+            if self._pools[index].pick(now) is not None:
+                return index
+        return None
+
+    def _emit(self, decision: str, conversation: str, index: int, **fields: Any) -> None:
+        data = {
+            "conversation": conversation,
+            "decision": decision,
+            "model": self._chain[index].model,
+        }
+        data.update(fields)
+        self._observe("decision", data)
+
+    async def _wait_for_any(self, conversation: str) -> int:
+        """No model has a healthy key: wait for the first bench to end, if within the cap."""
+        now = self._clock()
+        returns = [p.earliest_return(now) for p in self._pools]
+        soonest = min((r for r in returns if r is not None), key=lambda r: r[0])
+        wait = soonest[0] - now
+        index = returns.index(soonest)
+        if wait > self._cap:
+            reason = soonest[1] or "rate_limit"
+            failure = Failure(reason, reason in TRANSIENT)
+            self._emit("give_up", conversation, index, reason=failure.reason, benched_for_s=wait)
+            raise TurnFailed(failure, fell_back=False)
+        self._emit("wait_bench", conversation, index, reason=soonest[1], seconds=round(wait, 3))
+        await anyio.sleep(wait)
+        return index
+
+    async def run(self, conversation: str, call: CallFn[T]) -> Answer[T]:
+        """Run one model call to success under the policy, or raise :class:`TurnFailed`."""
+        state = TurnState()
+        first = self._first_healthy(self._clock(), 0)
+        state.index = first if first is not None else await self._wait_for_any(conversation)
+        key: str | None = None
+        rebuild = False
+        while True:
+            pool, endpoint = self._pools[state.index], self._chain[state.index]
+            if key is None:
+                key = pool.pick(self._clock())
+                if key is None:  # benched since we chose this model (another turn's failure)
+                    following = self._first_healthy(self._clock(), state.index + 1)
+                    target = (
+                        following
+                        if following is not None
+                        else await self._wait_for_any(conversation)
+                    )
+                    apply(state, FallBack(target), endpoint.max_retries)
+                    continue
+            pool.used(key, self._clock())
+            state.calls += 1
+            try:
+                value = await call(state.index, key, rebuild=rebuild)
+            except GatewayError as exc:
+                failure = classify(exc)
+            else:
+                pool.succeeded(key)
+                self._observe(
+                    "model_call", {"model": endpoint.model, "outcome": "ok", "reason": ""}
+                )
+                return Answer(value, state.index, endpoint.model, state.fell_back)
+            finally:
+                rebuild = False
+            self._observe(
+                "model_call",
+                {"model": endpoint.model, "outcome": "error", "reason": failure.reason},
+            )
+            decision = self._decide(failure, state, key)
+            if decision.bench_s is not None:
+                self._bench(conversation, state.index, key, failure, decision.bench_s)
+            match decision.action:
+                case Retry(delay=delay, rotate=rotate):
+                    self._emit(
+                        "rotate" if rotate else "retry",
+                        conversation,
+                        state.index,
+                        reason=failure.reason,
+                        delay_s=round(delay, 3),
+                    )
+                    if rotate:
+                        key = None
+                    if delay > 0:
+                        await anyio.sleep(delay)
+                case FallBack(to_index=target):
+                    self._emit(
+                        "fallback",
+                        conversation,
+                        state.index,
+                        reason=failure.reason,
+                        to=self._chain[target].model,
+                    )
+                    key = None
+                case Recover():
+                    self._emit("recover", conversation, state.index, reason=failure.reason)
+                    rebuild = True
+                case GiveUp(failure=final):
+                    self._emit("give_up", conversation, state.index, reason=final.reason)
+                    raise TurnFailed(final, state.fell_back)
+            apply(state, decision.action, endpoint.max_retries)
+
+    def _decide(self, failure: Failure, state: TurnState, key: str) -> Decision:
+        now = self._clock()
+        pool = self._pools[state.index]
+        view = PoolView(
+            has_other_key=pool.pick(now, excluding=key) is not None,
+            next_model=self._first_healthy(now, state.index + 1),
+            max_retries=self._chain[state.index].max_retries,
+        )
+        return decide(
+            failure,
+            state,
+            view,
+            retry_after_cap=self._cap,
+            backoff=self._backoff.delay(max(0, state.calls - 1)),
+        )
+
+    def _bench(
+        self, conversation: str, index: int, key: str, failure: Failure, seconds: float
+    ) -> None:
+        self._pools[index].bench(key, self._clock() + seconds, failure.reason)
+        self._emit(
+            "bench", conversation, index, reason=failure.reason, seconds=seconds, key=mask(key)
+        )
