@@ -1,0 +1,769 @@
+"""A local Discord (REST API v10 + websocket gateway) that the real discord.py connects to.
+
+Why it exists: the Discord adapter must be tested against the protocol discord.py really
+speaks (STYLE.md: fakes speak the real protocol, no mocks), including the parts that go
+wrong in production: 429s, 5xx, dropped gateway sockets, RESUME and replay, invalidated
+sessions, redelivered MESSAGE_CREATEs and messages sent while the bot was offline.
+
+Pointing discord.py 2.7 at it (read from discord/http.py, gateway.py, client.py):
+
+* REST. Every call builds `discord.http.Route(method, path)`, whose `url` is fixed at
+  construction as `Route.BASE + path`. `Route.BASE` is a class attribute
+  (`https://discord.com/api/v10`), so assigning it is process-wide (discord.py's own
+  `_set_api_version` does). But all of one client's calls, `static_login`'s
+  GET /users/@me included, go through `client.http.request(route)`: rewriting `route.url`
+  there is per client.
+* Gateway. `Client.connect` does not ask GET /gateway/bot (only `AutoShardedClient` does,
+  and the fake answers it with its own URL). It dials `DiscordWebSocket.DEFAULT_GATEWAY`
+  (class attribute, process-wide, `wss://gateway.discord.gg/`) plus
+  `?v=10&encoding=json&compress=zlib-stream` (`zstd-stream` when `zstandard` is
+  importable). It RESUMEs at READY's `resume_gateway_url`; after INVALID_SESSION(false)
+  its websocket falls back to DEFAULT_GATEWAY, though `Client.connect` re-IDENTIFYs on the
+  last resume URL when the invalidation answered a RESUME. Every dial goes through
+  `client.http.ws_connect(url)`, so swapping the DEFAULT_GATEWAY origin there is per
+  client too; resume URLs are left alone (the fake points them at itself).
+* Still process-wide, not covered by the helper: interaction responses and webhooks
+  (`discord.webhook.async_`) use `Route.BASE` outside `HTTPClient.request`, and
+  `import discord.http` sets `aiohttp.hdrs.WEBSOCKET` for everyone.
+
+`point_discord_py_at` below is the helper to copy into the adapter (call it after
+`discord.Client(...)`, before `await client.start(token)`).
+
+What else discord.py needs, found the hard way:
+
+* REST bodies are parsed only when `Content-Type` is exactly `application/json` (aiohttp's
+  `json_response` adds `; charset=utf-8`, and discord.py then sees a str).
+* on_ready fires `guild_ready_timeout` (default 2 s) after the last GUILD_CREATE: pass a
+  small one (`discord.Client(..., guild_ready_timeout=0.1)`) in tests.
+* Every IDENTIFY but the first sleeps 5 s in `Client.before_identify_hook`; a test client
+  overrides it to return at once.
+* A 429 is waited out only with a `Via` header and a JSON body with `retry_after`; without
+  them it is an HTTPException (Cloudflare ban). 500/502/504/524 are retried after
+  1 + 2*tries seconds (up to 5 tries); 503 and others raise at once.
+* `enforce_nonce` is always sent with a nonce (`channel.send(nonce=...)`).
+* `Client.close()` asks for close code 1000, but aiohttp first wakes discord.py's reader,
+  which closes with its default 4000: Discord keeps such a session resumable.
+* `import discord` warns (DeprecationWarning, audioop) on 3.11: with warnings as errors,
+  import it under a `warnings.catch_warnings()` filter.
+
+Real Discord behaviour the fake keeps, which an adapter must cope with:
+
+* The bot gets a MESSAGE_CREATE for every message it sends (`echo_own_messages`).
+* Intents: no message events without GUILD_MESSAGES / DIRECT_MESSAGES; without
+  MESSAGE_CONTENT a guild message's content is blank unless it mentions the bot or is its
+  own; GUILD_CREATE lists other members only with GUILD_MEMBERS.
+* POST .../messages refuses (400) content over 2000 characters, a nonce over 25 (a uuid4
+  is too long), an empty message, and a reply to an unknown message.
+* Dispatches while the socket is down are replayed on RESUME; once the session is
+  invalidated they are gone, and only channel history has the messages.
+
+Use::
+
+    async with open_fake_discord(token=TOKEN, bot_user_id=BOT_ID) as dc:
+        dc.add_guild(GUILD_ID)
+        dc.add_text_channel(GUILD_ID, CHANNEL_ID)
+        client = discord.Client(intents=intents, guild_ready_timeout=0.1)
+        point_discord_py_at(client, api_base=dc.api_base, gateway_url=dc.gateway_url)
+        ...  # start the client in a task group, then:
+        await dc.inject_message(CHANNEL_ID, f"<@{BOT_ID}> hi", author_id=USER_ID)
+        [reply] = await dc.wait_for_messages(CHANNEL_ID, 1)
+
+Waits never time out by themselves: wrap them in `anyio.fail_after`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import socket
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import anyio
+import yarl
+from aiohttp import web
+
+from tests.fakes import _discord_payloads as p
+from tests.fakes._discord_payloads import JSON, FakeChannel, FakeGuild, FakeUser
+
+if TYPE_CHECKING:
+    import discord
+    from discord.http import Route
+
+__all__ = [
+    "FakeChannel",
+    "FakeDiscord",
+    "FakeGuild",
+    "FakeUser",
+    "GatewayConnection",
+    "GatewayOp",
+    "RestCall",
+    "open_fake_discord",
+    "point_discord_py_at",
+]
+
+API_PREFIX = "/api/v10"
+_HEARTBEAT, _IDENTIFY, _RESUME, _RECONNECT, _REQUEST_MEMBERS = 1, 2, 6, 7, 8
+_INVALID_SESSION, _HELLO, _HEARTBEAT_ACK = 9, 10, 11
+_RECORDED_HEADERS = ("Authorization", "Content-Type", "User-Agent", "X-Audit-Log-Reason")
+_Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+# The middleware parses each body once, for the record and for the handler.
+_BODY: web.RequestKey[Any] = web.RequestKey("body")
+_FILES: web.RequestKey[list[JSON]] = web.RequestKey("files")
+
+
+def point_discord_py_at(client: discord.Client, *, api_base: str, gateway_url: str) -> None:
+    """Send one discord.py client's REST calls to `api_base` and its gateway to `gateway_url`."""
+    from discord.gateway import DiscordWebSocket
+    from discord.http import Route
+
+    http = client.http
+    send, dial = http.request, http.ws_connect
+    gateway = yarl.URL(gateway_url)
+
+    async def request(route: Route, **kwargs: Any) -> Any:
+        if route.url.startswith(Route.BASE):
+            route.url = api_base.rstrip("/") + route.url[len(Route.BASE) :]
+        return await send(route, **kwargs)
+
+    async def ws_connect(url: str, *, compress: int = 0) -> aiohttp.ClientWebSocketResponse:
+        target = yarl.URL(url)
+        if target.with_query(None) == DiscordWebSocket.DEFAULT_GATEWAY:
+            target = gateway.with_query(target.query)
+        return await dial(str(target), compress=compress)
+
+    http.request = request  # type: ignore[method-assign]
+    http.ws_connect = ws_connect  # type: ignore[method-assign]
+
+
+@dataclass(frozen=True, slots=True)
+class RestCall:
+    """One REST request as the fake saw it; `route` is spelt like discord.py's Route paths."""
+
+    method: str
+    path: str  # without the /api/v10 prefix, e.g. /channels/42/messages
+    route: str  # the template, e.g. /channels/{channel_id}/messages
+    query: dict[str, str]
+    json: Any
+    headers: dict[str, str]
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayOp:
+    """One frame the client sent on the gateway; `connection` indexes `FakeDiscord.connections`."""
+
+    op: int
+    d: Any
+    connection: int
+
+
+@dataclass(slots=True)
+class GatewayConnection:
+    index: int
+    path: str  # /gateway, or /resume-gateway when discord.py used READY's resume_gateway_url
+    query: dict[str, str]
+    close_code: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Scripted:
+    method: str
+    route: str
+    status: int
+    body: JSON
+    headers: dict[str, str]
+
+
+class _Connection:
+    def __init__(self, ws: web.WebSocketResponse, record: GatewayConnection) -> None:
+        self.ws = ws
+        self.record = record
+        self.lock = asyncio.Lock()  # frames leave in order, compressed in order
+        self.sent_upto = 0  # the session's frames[:sent_upto] went out on this socket
+        zlib_stream = record.query.get("compress") == "zlib-stream"
+        self._zlib = zlib.compressobj() if zlib_stream else None
+
+    async def send(self, frame: JSON) -> bool:
+        """Write one frame (caller holds `lock`); False when the socket is gone."""
+        text = json.dumps(frame)
+        try:
+            if self._zlib is None:
+                # Also for zstd-stream: the stdlib has no zstd on 3.11, and discord.py
+                # decompresses binary frames only, so text frames still reach it.
+                await self.ws.send_str(text)
+            else:
+                data = self._zlib.compress(text.encode()) + self._zlib.flush(zlib.Z_SYNC_FLUSH)
+                await self.ws.send_bytes(data)
+        except ConnectionResetError:
+            return False
+        return True
+
+
+@dataclass(slots=True)
+class _Session:
+    id: str
+    intents: int
+    frames: list[JSON] = field(default_factory=list)  # every dispatch; frames[i] has seq i+1
+    conn: _Connection | None = None
+    resumable: bool = True
+
+
+class FakeDiscord:
+    """The fake's gateway sessions, records and aiohttp handlers, and the test-facing helpers.
+
+    Configure guilds and channels before the client connects: they go out in GUILD_CREATE.
+    One gateway session is current at a time, the latest IDENTIFY's.
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        bot_user_id: int,
+        bot_username: str = "botmux",
+        application_id: int | None = None,
+        owner_id: int = 1,
+        heartbeat_interval_ms: int = 41_250,
+        echo_own_messages: bool = True,
+        nonce_window_s: float = 300.0,
+    ) -> None:
+        self.token = token
+        self.bot = FakeUser(bot_user_id, bot_username, bot=True)
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        # Real Discord sends the bot a MESSAGE_CREATE for each message it sends itself.
+        self.echo_own_messages = echo_own_messages
+        owner = FakeUser(owner_id, "owner")
+        app_id = application_id or bot_user_id
+        self.world = p.World(self.bot, owner, app_id=app_id, nonce_window_s=nonce_window_s)
+        self.port = 0
+        self.rest_calls: list[RestCall] = []
+        self.gateway_ops: list[GatewayOp] = []
+        self.connections: list[GatewayConnection] = []
+        self.delivered: list[tuple[int, str]] = []  # (seq, event) of dispatches written out
+        self._dispatched_ids: list[int] = []  # messages a MESSAGE_CREATE went out for
+        self._scripts: list[_Scripted] = []
+        self._session: _Session | None = None
+        self._sessions = 0
+        self._live: list[_Connection] = []
+        self._accepting = asyncio.Event()
+        self._accepting.set()
+        self._changed = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+
+    def __repr__(self) -> str:
+        return f"<FakeDiscord {self.api_base} {self.statistics()}>"
+
+    @property
+    def api_base(self) -> str:
+        return f"http://127.0.0.1:{self.port}{API_PREFIX}"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/gateway"
+
+    @property
+    def resume_gateway_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/resume-gateway"
+
+    async def start(self) -> None:
+        app = web.Application(middlewares=[self._middleware])
+        app.router.add_get("/gateway", self._gateway)
+        app.router.add_get("/resume-gateway", self._gateway)
+        for method, path, handler in self._rest_routes():
+            app.router.add_route(method, API_PREFIX + path, handler)
+        app.router.add_route("*", API_PREFIX + "/{tail:.*}", self._not_found)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+
+    async def aclose(self) -> None:
+        for conn in list(self._live):
+            await conn.ws.close(code=1001, message=b"fake discord shutting down")
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- configuration ----------------------------------------------------------------------
+
+    def add_user(self, user_id: int, username: str | None = None, *, bot: bool = False) -> FakeUser:
+        return self.world.add_user(user_id, username, bot=bot)
+
+    def add_guild(
+        self, guild_id: int, name: str = "guild", *, member_ids: Iterable[int] = ()
+    ) -> FakeGuild:
+        guild = self.world.guilds[guild_id] = FakeGuild(guild_id, name, self.world.owner.id)
+        for user_id in [self.bot.id, *member_ids]:
+            self.world.add_member(guild_id, user_id)
+        return guild
+
+    def add_text_channel(
+        self, guild_id: int, channel_id: int, name: str = "general"
+    ) -> FakeChannel:
+        return self.world.add_channel(FakeChannel(channel_id, p.GUILD_TEXT, name, guild_id))
+
+    def add_thread(
+        self, guild_id: int, parent_id: int, thread_id: int, name: str = "thread"
+    ) -> FakeChannel:
+        thread = FakeChannel(
+            thread_id, p.PUBLIC_THREAD, name, guild_id, parent_id, owner_id=self.bot.id
+        )
+        return self.world.add_channel(thread)
+
+    def add_dm_channel(self, channel_id: int, user_id: int) -> FakeChannel:
+        return self.world.add_channel(FakeChannel(channel_id, p.DM, recipient_id=user_id))
+
+    def fail_next(
+        self,
+        method: str,
+        route: str,
+        *,
+        status: int = 429,
+        retry_after: float = 0.05,
+        global_: bool = False,
+        via: bool = True,
+        body: JSON | None = None,
+        times: int = 1,
+    ) -> None:
+        """Answer the next `times` matching calls with `status`, in the order scripted.
+
+        `route` is a template as discord.py spells it (`/channels/{channel_id}/messages`)
+        or a concrete path (`/channels/42/messages`). A 429 carries what discord.py reads:
+        `Via`, `Retry-After`, the `X-RateLimit-*` headers and `{"retry_after": ...}`;
+        `via=False` gives the Cloudflare-ban shape discord.py refuses to retry.
+        """
+        body, headers = p.failure_response(
+            route, status, retry_after=retry_after, global_=global_, via=via, body=body
+        )
+        self._scripts += [_Scripted(method.upper(), route, status, body, headers)] * times
+
+    # -- records, accessors and waits -------------------------------------------------------
+
+    def calls(self, method: str | None = None, route: str | None = None) -> list[RestCall]:
+        """REST calls, optionally of one method and one route (template or concrete path)."""
+        return [
+            c
+            for c in self.rest_calls
+            if (method is None or c.method == method.upper()) and route in (None, c.route, c.path)
+        ]
+
+    def ops(self, op: int) -> list[GatewayOp]:
+        return [o for o in self.gateway_ops if o.op == op]
+
+    def sent_messages(self, channel_id: int | None = None) -> list[JSON]:
+        """Messages the bot created over REST (current versions, deleted ones left out)."""
+        sent = [self.world.messages[i] for i in self.world.sent_ids if i in self.world.messages]
+        return [m for m in sent if channel_id is None or m["channel_id"] == str(channel_id)]
+
+    def history(self, channel_id: int) -> list[JSON]:
+        """Every message of a channel, injected, stored or sent, oldest first."""
+        return [self.world.messages[i] for i in sorted(self.world.history.get(channel_id, []))]
+
+    def commands(self, guild_id: int | None = None) -> list[JSON]:
+        return list(self.world.commands.get(guild_id, []))
+
+    def statistics(self) -> dict[str, int]:
+        return {
+            "rest_calls": len(self.rest_calls),
+            "messages": len(self.world.messages),
+            "sent_messages": len(self.world.sent_ids),
+            "sessions": self._sessions,
+            "connections": len(self.connections),
+            "live_connections": len(self._live),
+            "seq": 0 if self._session is None else len(self._session.frames),
+            "scripted_pending": len(self._scripts),
+        }
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Return once `predicate()` holds; it is re-checked after every change the fake sees."""
+        while not predicate():
+            await self._changed.wait()
+
+    async def wait_for_messages(self, channel_id: int, count: int = 1) -> list[JSON]:
+        """Wait until the bot has sent `count` messages to the channel; returns them all."""
+        await self.wait_until(lambda: len(self.sent_messages(channel_id)) >= count)
+        return self.sent_messages(channel_id)
+
+    async def wait_for_op(self, op: int, count: int = 1) -> list[GatewayOp]:
+        await self.wait_until(lambda: len(self.ops(op)) >= count)
+        return self.ops(op)
+
+    async def wait_for_dispatch(self, event: str, count: int = 1) -> None:
+        """Wait until `count` dispatches named `event` (READY, RESUMED...) went out."""
+        await self.wait_until(lambda: sum(e == event for _, e in self.delivered) >= count)
+
+    async def wait_for_calls(self, method: str, route: str, count: int = 1) -> list[RestCall]:
+        await self.wait_until(lambda: len(self.calls(method, route)) >= count)
+        return self.calls(method, route)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- messages and gateway control -------------------------------------------------------
+
+    def store_message(
+        self,
+        channel_id: int,
+        content: str,
+        *,
+        author_id: int,
+        author_bot: bool = False,
+        author_name: str | None = None,
+        guild_id: int | None = None,
+        mentions: Iterable[int] = (),
+        message_reference: int | None = None,
+        message_id: int | None = None,
+    ) -> JSON:
+        """Put a message in a channel's history without dispatching it (sent while offline).
+
+        An unknown `channel_id` without `guild_id` becomes a DM with the author. Mentions are
+        the `<@id>`s in `content` plus `mentions`; `message_reference` is the id of the
+        message replied to.
+        """
+        channel = self.world.channels.get(channel_id)
+        if channel is None and guild_id is None:
+            channel = self.add_dm_channel(channel_id, author_id)
+        if channel is None or guild_id not in (None, channel.guild_id):
+            raise KeyError(f"channel {channel_id} is not in guild {guild_id}: add it first")
+        author = self.world.add_user(author_id, author_name, bot=author_bot)
+        message = self.world.store(
+            channel,
+            author,
+            content,
+            mentions=mentions,
+            reference_id=message_reference,
+            message_id=message_id,
+        )
+        self._notify()
+        return message
+
+    async def inject_message(self, channel_id: int, content: str, **kwargs: Any) -> JSON:
+        """`store_message` (same arguments) then dispatch its MESSAGE_CREATE."""
+        message = self.store_message(channel_id, content, **kwargs)
+        await self._dispatch_create(message)
+        return message
+
+    async def redispatch(self, message_id: int) -> None:
+        """Send MESSAGE_CREATE for a stored message again, as Discord sometimes does."""
+        await self._dispatch_create(self.world.messages[message_id])
+
+    async def replay_last(self, n: int = 1) -> None:
+        """Dispatch again the last `n` MESSAGE_CREATEs, in their original order."""
+        for message_id in self._dispatched_ids[-n:]:
+            await self.redispatch(message_id)
+
+    async def dispatch(self, event: str, data: JSON) -> int | None:
+        """Send any dispatch to the current session; returns its seq (None: not sent)."""
+        return await self._dispatch(event, data)
+
+    async def drop_websocket(self, *, resumable: bool = True, code: int = 4000) -> None:
+        """Close the live gateway socket; discord.py reconnects and sends RESUME.
+
+        Dispatches from now on are buffered and replayed on RESUME. With `resumable=False`
+        the session is gone: the RESUME is answered INVALID_SESSION(false), discord.py
+        IDENTIFYs afresh, and what happened meanwhile is only in channel history.
+        """
+        session = self._session
+        conn = self._live_conn()
+        assert session is not None
+        session.conn, session.resumable = None, resumable
+        await conn.ws.close(code=code, message=b"dropped by the fake")
+
+    async def request_reconnect(self) -> None:
+        """Send op 7 RECONNECT; discord.py closes the socket itself and RESUMEs."""
+        await self._send_op(self._live_conn(), _RECONNECT, None)
+
+    async def invalidate_session(self, *, resumable: bool = False) -> None:
+        """Send op 9 INVALID_SESSION on the live socket."""
+        conn = self._live_conn()
+        if self._session is not None and not resumable:
+            self._session.resumable = False
+        await self._send_op(conn, _INVALID_SESSION, resumable)
+
+    @contextlib.contextmanager
+    def connections_held(self) -> Iterator[None]:
+        """New gateway connections get no HELLO until the block ends.
+
+        With `drop_websocket` this makes "events while disconnected" deterministic: they
+        are buffered, and the RESUME after the block replays them.
+        """
+        self._accepting.clear()
+        try:
+            yield
+        finally:
+            self._accepting.set()
+
+    def _live_conn(self) -> _Connection:
+        if self._session is None or self._session.conn is None:
+            raise RuntimeError("no live gateway connection")
+        return self._session.conn
+
+    async def _dispatch_create(self, message: JSON) -> None:
+        self._dispatched_ids.append(int(message["id"]))
+        await self._dispatch("MESSAGE_CREATE", message)
+
+    async def _dispatch(self, event: str, data: JSON) -> int | None:
+        session = self._session
+        if session is None or not session.resumable:
+            return None  # nobody to tell: the event exists only in REST state
+        payload = p.visible_to_session(event, data, intents=session.intents, bot_id=self.bot.id)
+        if payload is None:
+            return None
+        seq = len(session.frames) + 1
+        session.frames.append({"op": 0, "t": event, "s": seq, "d": copy.deepcopy(payload)})
+        await self._flush(session)
+        return seq
+
+    async def _flush(self, session: _Session) -> None:
+        """Write the frames the session's socket has not had yet (after RESUME: the replay)."""
+        conn = session.conn
+        if conn is None:
+            return
+        async with conn.lock:
+            while session.conn is conn and conn.sent_upto < len(session.frames):
+                frame = session.frames[conn.sent_upto]
+                if not await conn.send(frame):
+                    break
+                conn.sent_upto += 1
+                self.delivered.append((frame["s"], frame["t"]))
+        self._notify()
+
+    async def _send_op(self, conn: _Connection, op: int, d: Any) -> None:
+        async with conn.lock:
+            await conn.send({"op": op, "d": d, "s": None, "t": None})
+
+    # -- gateway ----------------------------------------------------------------------------
+
+    async def _gateway(self, request: web.Request) -> web.StreamResponse:
+        ws = web.WebSocketResponse(timeout=5.0)
+        await ws.prepare(request)
+        record = GatewayConnection(len(self.connections), request.path, dict(request.query))
+        self.connections.append(record)
+        conn = _Connection(ws, record)
+        self._live.append(conn)
+        self._notify()
+        try:
+            await self._accepting.wait()
+            await self._send_op(conn, _HELLO, {"heartbeat_interval": self.heartbeat_interval_ms})
+            async for msg in ws:
+                if msg.type is aiohttp.WSMsgType.TEXT:
+                    await self._on_frame(conn, json.loads(msg.data))
+        finally:
+            self._live.remove(conn)
+            record.close_code = ws.close_code
+            session = self._session
+            if session is not None and session.conn is conn:
+                session.conn = None
+                if ws.close_code in (1000, 1001):
+                    session.resumable = False  # a clean close ends the session, as on Discord
+            self._notify()
+        return ws
+
+    async def _on_frame(self, conn: _Connection, frame: JSON) -> None:
+        op, d = int(frame.get("op") or 0), frame.get("d")
+        self.gateway_ops.append(GatewayOp(op, d, conn.record.index))
+        self._notify()
+        if op == _HEARTBEAT:
+            await self._send_op(conn, _HEARTBEAT_ACK, None)
+        elif op == _IDENTIFY and isinstance(d, dict):
+            await self._identify(conn, d)
+        elif op == _RESUME and isinstance(d, dict):
+            await self._resume(conn, d)
+        elif op == _REQUEST_MEMBERS and isinstance(d, dict):
+            chunk = self.world.members_chunk(d)
+            if chunk is not None:
+                await self._dispatch("GUILD_MEMBERS_CHUNK", chunk)
+
+    async def _identify(self, conn: _Connection, d: JSON) -> None:
+        if d.get("token") != self.token:
+            await conn.ws.close(code=4004, message=b"Authentication failed.")
+            return
+        self._sessions += 1
+        self._session = session = _Session(uuid.uuid4().hex, int(d.get("intents") or 0), conn=conn)
+        guilds = list(self.world.guilds.values())
+        ready = p.ready_payload(
+            self.bot,
+            (g.id for g in guilds),
+            session_id=session.id,
+            resume_url=self.resume_gateway_url,
+            app_id=self.world.app_id,
+        )
+        await self._dispatch("READY", ready)
+        for guild in guilds:
+            await self._dispatch("GUILD_CREATE", self.world.guild_create(guild))
+
+    async def _resume(self, conn: _Connection, d: JSON) -> None:
+        session = self._session
+        if (
+            session is None
+            or not session.resumable
+            or session.id != d.get("session_id")
+            or d.get("token") != self.token
+        ):
+            await self._send_op(conn, _INVALID_SESSION, False)
+            return
+        previous, session.conn = session.conn, conn
+        conn.sent_upto = min(int(d.get("seq") or 0), len(session.frames))
+        await self._dispatch("RESUMED", {})
+        if previous is not None:
+            await previous.ws.close(code=4000, message=b"session resumed elsewhere")
+
+    # -- REST -------------------------------------------------------------------------------
+
+    def _rest_routes(self) -> list[tuple[str, str, _Handler]]:
+        messages, message = "/channels/{channel_id}/messages", "/messages/{message_id}"
+        commands = "/applications/{application_id}/commands"
+        guild_commands = "/applications/{application_id}/guilds/{guild_id}/commands"
+        return [
+            ("GET", "/gateway", self._get_gateway),
+            ("GET", "/gateway/bot", self._get_gateway),
+            ("GET", "/users/@me", self._get_me),
+            ("POST", "/users/@me/channels", self._create_dm),
+            ("GET", "/users/{user_id}", self._get_user),
+            ("GET", "/oauth2/applications/@me", self._get_application),
+            ("GET", "/applications/@me", self._get_application),
+            ("GET", "/channels/{channel_id}", self._get_channel),
+            ("GET", messages, self._list_messages),
+            ("POST", messages, self._create_message),
+            ("GET", "/channels/{channel_id}" + message, self._get_message),
+            ("PATCH", "/channels/{channel_id}" + message, self._edit_message),
+            ("DELETE", "/channels/{channel_id}" + message, self._delete_message),
+            ("POST", "/channels/{channel_id}/typing", self._typing),
+            ("GET", commands, self._get_commands),
+            ("PUT", commands, self._put_commands),
+            ("GET", guild_commands, self._get_commands),
+            ("PUT", guild_commands, self._put_commands),
+        ]
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
+        if not request.path.startswith(API_PREFIX + "/"):
+            return await handler(request)
+        resource = request.match_info.route.resource
+        route = resource.canonical[len(API_PREFIX) :] if resource is not None else request.path
+        path = request.path[len(API_PREFIX) :]
+        body, files = await p.read_body(request)
+        request[_BODY], request[_FILES] = body, files
+        response: web.StreamResponse
+        try:
+            response = self._refusal(request, route, path) or await handler(request)
+        except p.RestError as exc:
+            response = p.json_response(exc.status, exc.body)
+        if response.status < 300 and route != "/{tail}":
+            response.headers.update(p.rate_limit_headers(route, remaining=4, reset_after=1.0))
+        headers = {k: v for k, v in request.headers.items() if k in _RECORDED_HEADERS}
+        call = RestCall(
+            request.method, path, route, dict(request.query), body, headers, response.status
+        )
+        self.rest_calls.append(call)
+        self._notify()
+        return response
+
+    def _refusal(self, request: web.Request, route: str, path: str) -> web.Response | None:
+        """A 401 for a bad token, else the first scripted failure matching this call."""
+        public = request.method == "GET" and route == "/gateway"
+        if not public and request.headers.get("Authorization") != f"Bot {self.token}":
+            return p.json_response(401, {"message": "401: Unauthorized", "code": 0})
+        for script in self._scripts:
+            if script.method == request.method and script.route in (route, path):
+                self._scripts.remove(script)
+                return p.json_response(script.status, script.body, script.headers)
+        return None
+
+    async def _not_found(self, request: web.Request) -> web.Response:
+        return p.json_response(404, {"message": "404: Not Found", "code": 0})
+
+    async def _get_gateway(self, request: web.Request) -> web.Response:
+        data: JSON = {"url": self.gateway_url}
+        if request.path.endswith("/bot"):
+            limit = {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}
+            data |= {"shards": 1, "session_start_limit": limit}
+        return p.json_response(200, data)
+
+    async def _get_me(self, request: web.Request) -> web.Response:
+        me = p.user_payload(self.bot) | {"verified": True, "mfa_enabled": False, "flags": 0}
+        return p.json_response(200, me)
+
+    async def _get_user(self, request: web.Request) -> web.Response:
+        return p.json_response(200, self.world.user_json(request.match_info["user_id"]))
+
+    async def _get_application(self, request: web.Request) -> web.Response:
+        app = p.application_payload(self.world.app_id, self.bot, self.world.owner)
+        return p.json_response(200, app)
+
+    async def _create_dm(self, request: web.Request) -> web.Response:
+        channel = self.world.dm_with(int((request[_BODY] or {}).get("recipient_id") or 0))
+        return p.json_response(200, self.world.channel_json(channel))
+
+    async def _get_channel(self, request: web.Request) -> web.Response:
+        channel = self.world.channel(request.match_info["channel_id"])
+        return p.json_response(200, self.world.channel_json(channel))
+
+    async def _list_messages(self, request: web.Request) -> web.Response:
+        channel = self.world.channel(request.match_info["channel_id"])
+        ids = p.history_page(self.world.history.get(channel.id, []), request.query)
+        return p.json_response(200, [self.world.messages[i] for i in ids])
+
+    async def _create_message(self, request: web.Request) -> web.Response:
+        channel = self.world.channel(request.match_info["channel_id"])
+        base_url = f"http://127.0.0.1:{self.port}"
+        body = request[_BODY] or {}
+        message, created = self.world.create_message(channel, body, request[_FILES], base_url)
+        if created and self.echo_own_messages:
+            await self._dispatch_create(message)
+        return p.json_response(200, message)
+
+    async def _get_message(self, request: web.Request) -> web.Response:
+        info = request.match_info
+        return p.json_response(200, self.world.message_in(info["channel_id"], info["message_id"]))
+
+    async def _edit_message(self, request: web.Request) -> web.Response:
+        info = request.match_info
+        edited = self.world.edit_message(
+            info["channel_id"], info["message_id"], request[_BODY] or {}
+        )
+        await self._dispatch("MESSAGE_UPDATE", edited)
+        return p.json_response(200, edited)
+
+    async def _delete_message(self, request: web.Request) -> web.Response:
+        info = request.match_info
+        await self._dispatch(
+            "MESSAGE_DELETE", self.world.delete_message(info["channel_id"], info["message_id"])
+        )
+        return web.Response(status=204)
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        self.world.channel(request.match_info["channel_id"])
+        return web.Response(status=204)
+
+    async def _get_commands(self, request: web.Request) -> web.Response:
+        guild_id = request.match_info.get("guild_id")
+        return p.json_response(200, self.commands(None if guild_id is None else int(guild_id)))
+
+    async def _put_commands(self, request: web.Request) -> web.Response:
+        guild_id = request.match_info.get("guild_id")
+        guild = None if guild_id is None else int(guild_id)
+        return p.json_response(200, self.world.put_commands(guild, request[_BODY] or []))
+
+
+@contextlib.asynccontextmanager
+async def open_fake_discord(
+    *, token: str, bot_user_id: int, **options: Any
+) -> AsyncIterator[FakeDiscord]:
+    """Serve a `FakeDiscord` on 127.0.0.1 (a free port) for the block; see its arguments."""
+    fake = FakeDiscord(token=token, bot_user_id=bot_user_id, **options)
+    await fake.start()
+    try:
+        yield fake
+    finally:
+        with anyio.move_on_after(10, shield=True):
+            await fake.aclose()

@@ -1,0 +1,335 @@
+"""Self-test of the local Discord fake, driven by the real discord.py `Client` alone.
+
+Why: the Discord adapter's end-to-end tests trust `tests/fakes/discord_server.py` to behave
+like Discord where it matters (login, READY and GUILD_CREATE, MESSAGE_CREATE in DMs, guild
+channels and threads, nonces, 429s, RESUME with replay, re-IDENTIFY, history). These tests
+pin that down with no botmux code involved, so a failing adapter test points at the adapter.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.fakes.discord_server import FakeDiscord, open_fake_discord, point_discord_py_at
+
+with warnings.catch_warnings():
+    # discord.py imports the stdlib's audioop, deprecated since 3.11: not ours to fix.
+    warnings.filterwarnings("ignore", "'audioop' is deprecated", DeprecationWarning)
+    import discord
+    from discord import app_commands
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "fake.bot.token"
+BOT_ID = 1_000
+USER_ID = 2_000
+GUILD_ID = 3_000
+CHANNEL_ID = 3_001
+THREAD_ID = 3_002
+DM_ID = 4_000
+SEND_ROUTE = "/channels/{channel_id}/messages"
+RESUME, IDENTIFY = 6, 2
+
+
+class RecordingClient(discord.Client):
+    """A discord.py client that hands its messages and lifecycle events to the test."""
+
+    def __init__(self, *, intents: discord.Intents) -> None:
+        # A small guild_ready_timeout: on_ready otherwise waits 2 s after the last GUILD_CREATE.
+        super().__init__(intents=intents, guild_ready_timeout=0.1)
+        self._messages_in, self.messages = anyio.create_memory_object_stream[discord.Message](100)
+        self._lifecycle_in, self.lifecycle = anyio.create_memory_object_stream[str](100)
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        """Skip the 5 s discord.py sleeps before every IDENTIFY but the first."""
+
+    async def on_ready(self) -> None:
+        self._lifecycle_in.send_nowait("ready")
+
+    async def on_resumed(self) -> None:
+        self._lifecycle_in.send_nowait("resumed")
+
+    async def on_message(self, message: discord.Message) -> None:
+        self._messages_in.send_nowait(message)
+
+    async def next_message(self) -> discord.Message:
+        """The next message someone else sent (the fake echoes the bot's own, like Discord)."""
+        async for message in self.messages:
+            if message.author.id != BOT_ID:
+                return message
+        raise AssertionError("message stream closed")
+
+    async def aclose_streams(self) -> None:
+        for stream in (self._messages_in, self.messages, self._lifecycle_in, self.lifecycle):
+            await stream.aclose()
+
+
+def bot_intents(*, message_content: bool = True, members: bool = False) -> discord.Intents:
+    intents = discord.Intents.default()
+    intents.message_content = message_content
+    intents.members = members
+    return intents
+
+
+@pytest.fixture
+async def dc() -> AsyncIterator[FakeDiscord]:
+    async with open_fake_discord(token=TOKEN, bot_user_id=BOT_ID) as fake:
+        fake.add_user(USER_ID, "alice")
+        fake.add_guild(GUILD_ID, "botmux test guild", member_ids=[USER_ID])
+        fake.add_text_channel(GUILD_ID, CHANNEL_ID, "general")
+        fake.add_thread(GUILD_ID, CHANNEL_ID, THREAD_ID, "a thread")
+        fake.add_dm_channel(DM_ID, USER_ID)
+        yield fake
+
+
+@asynccontextmanager
+async def running_client(
+    dc: FakeDiscord, intents: discord.Intents | None = None
+) -> AsyncIterator[RecordingClient]:
+    """A started, ready client pointed at `dc`; closed (and waited for) on exit."""
+    client = RecordingClient(intents=intents or bot_intents())
+    point_discord_py_at(client, api_base=dc.api_base, gateway_url=dc.gateway_url)
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(client.start, TOKEN)
+            try:
+                with anyio.fail_after(10):
+                    assert await client.lifecycle.receive() == "ready"
+                yield client
+            finally:
+                await client.close()
+    finally:
+        await client.aclose_streams()
+
+
+async def test_messages_in_dm_guild_channel_and_thread_and_replies(dc: FakeDiscord) -> None:
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            assert client.user is not None and client.user.id == BOT_ID
+            guild = client.get_guild(GUILD_ID)
+            assert guild is not None and guild.name == "botmux test guild"
+            assert isinstance(client.get_channel(CHANNEL_ID), discord.TextChannel)
+            assert isinstance(guild.get_thread(THREAD_ID), discord.Thread)
+
+            await dc.inject_message(DM_ID, "hello bot", author_id=USER_ID)
+            dm = await client.next_message()
+            assert isinstance(dm.channel, discord.DMChannel)
+            assert (dm.author.id, dm.content, dm.guild) == (USER_ID, "hello bot", None)
+            await dm.reply("pong")
+            [reply] = await dc.wait_for_messages(DM_ID, 1)
+            assert reply["content"] == "pong"
+            assert reply["message_reference"]["message_id"] == str(dm.id)
+
+            await dc.inject_message(CHANNEL_ID, f"<@{BOT_ID}> in guild", author_id=USER_ID)
+            in_guild = await client.next_message()
+            assert isinstance(in_guild.channel, discord.TextChannel)
+            assert in_guild.guild is not None and in_guild.guild.id == GUILD_ID
+            assert client.user in in_guild.mentions
+            await in_guild.channel.typing()
+            await in_guild.channel.send("hello guild")
+            [sent] = await dc.wait_for_messages(CHANNEL_ID, 1)
+            assert (sent["content"], sent["guild_id"]) == ("hello guild", str(GUILD_ID))
+            assert len(dc.calls("POST", "/channels/{channel_id}/typing")) == 1
+
+            await dc.inject_message(THREAD_ID, "in a thread", author_id=USER_ID)
+            in_thread = await client.next_message()
+            assert isinstance(in_thread.channel, discord.Thread)
+            assert in_thread.channel.parent_id == CHANNEL_ID
+
+        await dc.wait_until(lambda: dc.connections[-1].close_code is not None)
+    # Client.close() asks for 1000, but aiohttp first wakes discord.py's reader, which closes
+    # with its default 4000 when it is waiting on the socket (it nearly always is).
+    assert dc.connections[-1].close_code in (1000, 4000)
+    assert dc.connections[0].query == {"v": "10", "encoding": "json", "compress": "zlib-stream"}
+    assert {c.headers["Authorization"] for c in dc.rest_calls} == {f"Bot {TOKEN}"}
+    assert dc.calls("GET", "/users/@me") and dc.calls("GET", "/oauth2/applications/@me")
+
+
+async def test_repeated_nonce_creates_one_message(dc: FakeDiscord) -> None:
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            channel = client.get_channel(CHANNEL_ID)
+            assert isinstance(channel, discord.TextChannel)
+            first = await channel.send("exactly once", nonce="chunk-1")
+            again = await channel.send("exactly once", nonce="chunk-1")
+            other = await channel.send("another", nonce="chunk-2")
+    assert first.id == again.id != other.id
+    assert [m["content"] for m in dc.sent_messages(CHANNEL_ID)] == ["exactly once", "another"]
+    bodies = [c.json for c in dc.calls("POST", SEND_ROUTE)]
+    assert [(b["nonce"], b["enforce_nonce"]) for b in bodies][:2] == [("chunk-1", True)] * 2
+
+
+async def test_rate_limited_send_is_waited_out_and_creates_one_message(dc: FakeDiscord) -> None:
+    dc.fail_next("POST", SEND_ROUTE, status=429, retry_after=0.2)
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            channel = client.get_channel(CHANNEL_ID)
+            assert isinstance(channel, discord.TextChannel)
+            message = await channel.send("after a 429")
+    assert [c.status for c in dc.calls("POST", SEND_ROUTE)] == [429, 200]
+    assert [m["id"] for m in dc.sent_messages(CHANNEL_ID)] == [str(message.id)]
+
+
+async def test_server_error_and_bad_token_surface_as_discord_errors(dc: FakeDiscord) -> None:
+    dc.fail_next("POST", f"/channels/{CHANNEL_ID}/messages", status=503)
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            channel = client.get_channel(CHANNEL_ID)
+            assert isinstance(channel, discord.TextChannel)
+            with pytest.raises(discord.DiscordServerError):
+                await channel.send("lost to a 503")
+            with pytest.raises(discord.HTTPException) as too_long:
+                await channel.send("x" * 2001)
+            assert (too_long.value.status, too_long.value.code) == (400, 50035)
+
+        intruder = RecordingClient(intents=bot_intents())
+        point_discord_py_at(intruder, api_base=dc.api_base, gateway_url=dc.gateway_url)
+        try:
+            with pytest.raises(discord.LoginFailure):
+                await intruder.login("not-the-token")
+        finally:
+            await intruder.close()
+            await intruder.aclose_streams()
+    assert dc.sent_messages() == []
+    assert dc.rest_calls[-1].status == 401
+
+
+async def test_upload_edit_and_delete(dc: FakeDiscord) -> None:
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            channel = client.get_channel(CHANNEL_ID)
+            assert isinstance(channel, discord.TextChannel)
+            upload = await channel.send("see file", file=discord.File(io.BytesIO(b"hi"), "a.txt"))
+            assert [(a.filename, a.size) for a in upload.attachments] == [("a.txt", 2)]
+            draft = await channel.send("draft")
+            edited = await draft.edit(content="final")
+            assert edited.content == "final" and edited.edited_at is not None
+            assert [m["content"] for m in dc.sent_messages(CHANNEL_ID)] == ["see file", "final"]
+            await edited.delete()
+    assert [m["content"] for m in dc.sent_messages(CHANNEL_ID)] == ["see file"]
+
+
+async def test_dropped_websocket_resumes_and_replays_missed_events(dc: FakeDiscord) -> None:
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            with dc.connections_held():
+                await dc.drop_websocket(resumable=True)
+                await dc.inject_message(CHANNEL_ID, f"<@{BOT_ID}> while away", author_id=USER_ID)
+            missed = await client.next_message()
+            assert missed.content == f"<@{BOT_ID}> while away"
+            assert await client.lifecycle.receive() == "resumed"
+
+            await dc.inject_message(CHANNEL_ID, f"<@{BOT_ID}> and after", author_id=USER_ID)
+            assert (await client.next_message()).content == f"<@{BOT_ID}> and after"
+    assert len(dc.ops(IDENTIFY)) == 1
+    [resume] = dc.ops(RESUME)
+    assert dc.connections[resume.connection].path == "/resume-gateway"  # READY's resume URL
+    assert resume.d["seq"] < dc.statistics()["seq"]
+
+
+async def test_non_resumable_drop_reidentifies_and_history_has_the_gap(dc: FakeDiscord) -> None:
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            with dc.connections_held():
+                await dc.drop_websocket(resumable=False)
+                gap = await dc.inject_message(CHANNEL_ID, "sent while offline", author_id=USER_ID)
+            assert await client.lifecycle.receive() == "ready"  # a fresh session, not a RESUME
+
+            channel = client.get_channel(CHANNEL_ID)
+            assert isinstance(channel, discord.TextChannel)
+            recent = [m async for m in channel.history(limit=5)]
+            assert [m.id for m in recent] == [int(gap["id"])]
+
+            await dc.inject_message(DM_ID, "back online", author_id=USER_ID)
+            assert (await client.next_message()).content == "back online"
+    assert (len(dc.ops(RESUME)), len(dc.ops(IDENTIFY))) == (1, 2)
+    assert dc.statistics()["sessions"] == 2
+
+
+async def test_reconnect_and_invalid_session_opcodes_on_a_live_socket(dc: FakeDiscord) -> None:
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            await dc.request_reconnect()
+            assert await client.lifecycle.receive() == "resumed"
+            await dc.invalidate_session(resumable=False)
+            assert await client.lifecycle.receive() == "ready"
+            shards, url, _ = await client.http.get_bot_gateway()  # AutoShardedClient's lookup
+    assert (len(dc.ops(RESUME)), len(dc.ops(IDENTIFY))) == (1, 2)
+    assert (shards, url) == (1, dc.gateway_url)
+
+
+async def test_redelivered_message_create_reaches_the_client_again(dc: FakeDiscord) -> None:
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            sent = await dc.inject_message(DM_ID, "say it twice", author_id=USER_ID)
+            first = await client.next_message()
+            await dc.replay_last(1)
+            second = await client.next_message()
+            await dc.redispatch(int(sent["id"]))
+            third = await client.next_message()
+    assert first.id == second.id == third.id == int(sent["id"])
+
+
+async def test_history_returns_messages_stored_without_dispatch(dc: FakeDiscord) -> None:
+    stored = [
+        dc.store_message(CHANNEL_ID, f"old {n}", author_id=USER_ID, author_name="alice")
+        for n in range(3)
+    ]
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            channel = client.get_channel(CHANNEL_ID)
+            assert isinstance(channel, discord.TextChannel)
+            newest_first = [m.content async for m in channel.history(limit=10)]
+            after_first = channel.history(after=discord.Object(int(stored[0]["id"])))
+            oldest_first = [m.content async for m in after_first]
+            two = [m.content async for m in channel.history(limit=2)]
+    assert newest_first == ["old 2", "old 1", "old 0"]
+    assert oldest_first == ["old 1", "old 2"]
+    assert two == ["old 2", "old 1"]
+    assert not [e for _, e in dc.delivered if e == "MESSAGE_CREATE"]
+
+
+async def test_without_message_content_intent_guild_content_is_blank(dc: FakeDiscord) -> None:
+    with anyio.fail_after(20):
+        async with running_client(dc, bot_intents(message_content=False)) as client:
+            guild = client.get_guild(GUILD_ID)
+            assert guild is not None and guild.get_member(USER_ID) is None  # no members intent
+            await dc.inject_message(CHANNEL_ID, "not for the bot", author_id=USER_ID)
+            assert (await client.next_message()).content == ""
+            await dc.inject_message(CHANNEL_ID, f"<@{BOT_ID}> for the bot", author_id=USER_ID)
+            assert (await client.next_message()).content == f"<@{BOT_ID}> for the bot"
+            await dc.inject_message(DM_ID, "a dm", author_id=USER_ID)
+            assert (await client.next_message()).content == "a dm"
+
+
+async def test_members_intent_chunks_the_guild_and_commands_sync(dc: FakeDiscord) -> None:
+    with anyio.fail_after(20):
+        async with running_client(dc, bot_intents(members=True)) as client:
+            guild = client.get_guild(GUILD_ID)
+            assert guild is not None and guild.chunked
+            member = guild.get_member(USER_ID)
+            assert member is not None and member.name == "alice"
+            [queried] = await guild.query_members(user_ids=[USER_ID])  # op 8, answered in kind
+            assert queried.id == USER_ID
+
+            tree = app_commands.CommandTree(client)
+
+            @tree.command(name="ping", description="Is the bot there?")
+            async def ping(interaction: discord.Interaction[Any]) -> None:
+                """Never invoked: only its registration is under test."""
+
+            synced = await tree.sync()
+            tree.copy_global_to(guild=guild)
+            in_guild = await tree.sync(guild=guild)
+            fetched = await tree.fetch_commands()
+    assert [c.name for c in synced] == [c.name for c in fetched] == ["ping"]
+    assert [c.id for c in synced] == [c.id for c in fetched]
+    assert [c["name"] for c in dc.commands(GUILD_ID)] == [c.name for c in in_guild] == ["ping"]
+    assert [op.d["user_ids"] for op in dc.ops(8)] == [[USER_ID]]
