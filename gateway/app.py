@@ -21,7 +21,7 @@ from gateway.config import Config
 from gateway.intake import GatewayIntake
 from gateway.messages import OutboxChunk, TurnOutcome
 from gateway.metrics import Metrics
-from gateway.ports import Outlet
+from gateway.ports import Intake, Outlet, PlatformAdapter
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
 from gateway.store import Store, open_sqlite_store
@@ -80,6 +80,22 @@ async def resume_interrupted(
     return {"conversations": len(pending), "replies": redelivered, "expired": len(expired)}
 
 
+def build_adapters(
+    config: Config, intake: Intake, observe: Callable[[str, dict[str, Any]], None]
+) -> list[PlatformAdapter]:
+    """The chat platform adapters the config turns on (imported only when on)."""
+    adapters: list[PlatformAdapter] = []
+    if config.telegram is not None:
+        from platforms.telegram import TelegramAdapter  # type: ignore[import-not-found]
+
+        adapters.append(TelegramAdapter(config.telegram, intake, observe=observe))
+    if config.discord is not None:
+        from platforms.discord import DiscordAdapter  # type: ignore[import-not-found]
+
+        adapters.append(DiscordAdapter(config.discord, intake, observe=observe))
+    return adapters
+
+
 class GatewayApp:
     """One running botmux. ``run`` serves until ``stop`` is set, then drains."""
 
@@ -90,13 +106,17 @@ class GatewayApp:
         self.stop = anyio.Event()
         self.peer: PeerAdapter | None = None
         self.router: Router | None = None
+        self.adapters: list[PlatformAdapter] = []
         self._ready = {"store": False, "peer": False, "accepting": False}
 
     def __repr__(self) -> str:
         return f"<GatewayApp {self.config.source} ready={self._ready}>"
 
     def readiness(self) -> dict[str, bool]:
-        return dict(self._ready)
+        checks = dict(self._ready)
+        for adapter in self.adapters:
+            checks[adapter.platform] = adapter.connected
+        return checks
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -128,6 +148,9 @@ class GatewayApp:
                     config.peer, intake, ready=self.readiness, metrics=self._render_metrics
                 )
                 outlets["peer"] = peer
+                self.adapters = build_adapters(config, intake, observe)
+                for adapter in self.adapters:
+                    outlets[adapter.platform] = adapter
                 async with anyio.create_task_group() as tg:
                     router_done = anyio.Event()
 
@@ -140,6 +163,8 @@ class GatewayApp:
                     tg.start_soon(run_router)
                     await tg.start(peer.run)
                     self._ready["peer"] = True
+                    for adapter in self.adapters:
+                        await tg.start(adapter.run)
                     await resume_interrupted(
                         store, router, outlets, max_age_s=config.gateway.outbox_max_age_s
                     )
@@ -155,6 +180,8 @@ class GatewayApp:
                     router.close()
                     with anyio.move_on_after(config.gateway.drain_timeout_s) as drain:
                         await router_done.wait()
+                        for adapter in self.adapters:
+                            await adapter.wait_delivered()
                     if drain.cancelled_caught:
                         log.warning("drain deadline reached; unfinished turns stay pending")
                     tg.cancel_scope.cancel()

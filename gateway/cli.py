@@ -10,6 +10,7 @@ import argparse
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from gateway.errors import ConfigError, GatewayError
 from gateway.logs import configure_logging
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
+PAIRING_PLATFORMS = ("telegram", "discord")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,6 +65,15 @@ def _parser() -> argparse.ArgumentParser:
     ssub.add_parser("list", help="list conversations")
     show = ssub.add_parser("show", help="show one conversation's transcript")
     show.add_argument("key", help="conversation key, e.g. peer:alice")
+    pairing = sub.add_parser("pairing", help="manage DM pairing of unknown users")
+    psub = pairing.add_subparsers(dest="action", required=True, parser_class=_Parser)
+    psub.add_parser("list", help="pending codes and approved users")
+    approve = psub.add_parser("approve", help="let the user behind a code in")
+    approve.add_argument("platform", choices=PAIRING_PLATFORMS)
+    approve.add_argument("code")
+    revoke = psub.add_parser("revoke", help="withdraw a user's approval")
+    revoke.add_argument("platform", choices=PAIRING_PLATFORMS)
+    revoke.add_argument("user_id")
     return parser
 
 
@@ -91,6 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"botmux: no store at {config.store.path}", file=sys.stderr)
                 return EXIT_FAILURE
             return anyio.run(_sessions, config, args.action, getattr(args, "key", None))
+        if args.command == "pairing":
+            return anyio.run(_pairing, config, args)
     except GatewayError as exc:
         print(f"botmux: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
@@ -183,6 +196,39 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
             state = (m.failure and f"failed:{m.failure}") or m.state
             print(f"#{m.id} {when} {m.role:<9} [{state}] {m.content}")
         return EXIT_OK
+
+
+async def _pairing(config: Config, args: argparse.Namespace) -> int:
+    from gateway.store import open_sqlite_store
+
+    async with open_sqlite_store(config.store.path) as store:
+        if args.action == "list":
+            codes = await store.pairing_codes()
+            print("pending codes:" if codes else "pending codes: none")
+            for c in codes:
+                left = max(0, int(c.expires_at - time.time()) // 60)
+                print(f"  {c.platform:<9} {c.code}  user {c.user_id} {c.label}  ({left} min left)")
+            users = await store.approved_users()
+            print("approved users:" if users else "approved users: none")
+            for platform, user_id, when in users:
+                stamp = datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M")
+                print(f"  {platform:<9} {user_id}  (since {stamp})")
+            return EXIT_OK
+        if args.action == "approve":
+            approved = await store.approve_pairing(args.platform, args.code)
+            if approved is None:
+                print(
+                    f"botmux: no pending {args.platform} code {args.code!r} (expired?)",
+                    file=sys.stderr,
+                )
+                return EXIT_FAILURE
+            print(f"approved {args.platform} user {approved}")
+            return EXIT_OK
+        if await store.revoke_user(args.platform, args.user_id):
+            print(f"revoked {args.platform} user {args.user_id}")
+            return EXIT_OK
+        print(f"botmux: {args.platform} user {args.user_id} was not approved", file=sys.stderr)
+        return EXIT_FAILURE
 
 
 if __name__ == "__main__":

@@ -100,11 +100,23 @@ class ModelNotConfigured(GatewayError):
 class PlatformError(GatewayError):
     """A chat platform refused or failed an operation.
 
-    ``status`` is the platform's HTTP status when known, ``retry_after`` its requested wait
-    in seconds (Telegram's ``retry_after``, Discord's 429 body).
+    ``status`` is the platform's HTTP status (0: no response), ``retry_after`` its requested
+    wait in seconds (Telegram's ``retry_after``, Discord's 429 body). ``ambiguous``: the
+    request may have been carried out (a timeout after sending); ``idempotent``: repeating it
+    cannot duplicate it (a Discord nonce).
     """
 
-    def __init__(self, message: str, *, status: int = 0, retry_after: float | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 0,
+        retry_after: float | None = None,
+        ambiguous: bool = False,
+        idempotent: bool = False,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.retry_after = retry_after
+        self.ambiguous = ambiguous
+        self.idempotent = idempotent

@@ -29,6 +29,8 @@ HELP = (
     "/help - this text"
 )
 COMMANDS = frozenset({"help", "start", "status", "new", "stop"})
+PAIRING_TTL_S = 3600.0
+PAIRING_MAX_PENDING = 3
 
 
 class GatewayIntake:
@@ -109,6 +111,30 @@ class GatewayIntake:
     async def delivered(self, chunk_id: int, platform_message_id: str) -> None:
         with anyio.CancelScope(shield=True):
             await self._store.mark_delivered(chunk_id, platform_message_id)
+
+    async def undeliverable(self, chunk_id: int, reason: str) -> None:
+        log.warning("reply chunk undeliverable", extra={"chunk": chunk_id, "reason": reason})
+        with anyio.CancelScope(shield=True):
+            await self._store.chunk_failed(chunk_id)
+
+    async def is_approved(self, platform: str, user_id: str) -> bool:
+        return await self._store.is_approved(platform, user_id)
+
+    async def request_pairing(self, platform: str, user_id: str, label: str) -> str | None:
+        code, status = await self._store.request_pairing(
+            platform, user_id, label, ttl_s=PAIRING_TTL_S, max_pending=PAIRING_MAX_PENDING
+        )
+        if status == "new":
+            log.info(
+                "pairing code issued",
+                extra={"platform": platform, "user": user_id, "label": label},
+            )
+        elif status == "full":
+            log.warning(
+                "pairing refused: too many codes pending",
+                extra={"platform": platform, "user": user_id, "max_pending": PAIRING_MAX_PENDING},
+            )
+        return code
 
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         return await self._store.reply_to(user_row_id)

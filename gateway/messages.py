@@ -23,7 +23,8 @@ class MessageState(StrEnum):
 class ChunkState(StrEnum):
     PENDING = "pending"
     DELIVERED = "delivered"
-    EXPIRED = "expired"
+    EXPIRED = "expired"  # too old to send after a restart
+    FAILED = "failed"  # the platform refused it for good
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,3 +140,15 @@ class ConversationInfo:
     updated_at: float
     messages: int
     pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class PairingCode:
+    """A DM pairing request waiting for an operator (``botmux pairing approve``)."""
+
+    platform: str
+    code: str
+    user_id: str
+    label: str
+    created_at: float
+    expires_at: float

@@ -11,6 +11,9 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
+from anyio import TASK_STATUS_IGNORED
+from anyio.abc import TaskStatus
+
 from gateway.messages import Admission, ChatMessage, Inbound, StoredMessage, TurnOutcome, TurnResult
 
 
@@ -44,6 +47,26 @@ class Outlet(Protocol):
         ...
 
 
+class PlatformAdapter(Outlet, Protocol):
+    """A chat platform's actor: its incoming side (it calls :class:`Intake`) and its outlet.
+
+    Built by the composition root as ``Adapter(config_section, intake, observe=observe)``.
+    """
+
+    async def run(self, *, task_status: TaskStatus[None] = TASK_STATUS_IGNORED) -> None:
+        """Connect and serve until cancelled; ``task_status.started()`` once connected."""
+        ...
+
+    @property
+    def connected(self) -> bool:
+        """For ``/readyz``: the platform connection is up."""
+        ...
+
+    async def wait_delivered(self) -> None:
+        """Until every queued reply chunk was sent (or given up): the drain waits on it."""
+        ...
+
+
 class Intake(Protocol):
     """What a platform adapter may ask of the runtime."""
 
@@ -61,6 +84,19 @@ class Intake(Protocol):
         ...
 
     async def delivered(self, chunk_id: int, platform_message_id: str) -> None: ...
+
+    async def undeliverable(self, chunk_id: int, reason: str) -> None:
+        """The platform refused a chunk for good: record it, never resend it."""
+        ...
+
+    async def is_approved(self, platform: str, user_id: str) -> bool:
+        """Whether an operator approved this user through DM pairing."""
+        ...
+
+    async def request_pairing(self, platform: str, user_id: str, label: str) -> str | None:
+        """A pairing code to send to an unknown user, or None: they have one already (it is
+        sent once), or too many codes are waiting for an operator."""
+        ...
 
     async def reply_to(self, user_row_id: int) -> StoredMessage | None: ...
 

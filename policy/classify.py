@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 
 from gateway.errors import (
     ModelNotConfigured,
+    PlatformError,
     ProviderError,
     ProviderTimeout,
     ProviderUnreachable,
@@ -133,3 +134,28 @@ def _reason_for_status(exc: ProviderError) -> str:
             return CONTENT_FILTER
         return BAD_REQUEST
     return UNKNOWN
+
+
+def classify_send(exc: BaseException) -> Failure:
+    """Classify a failed platform send (Telegram, Discord), for the outbox's retries.
+
+    ``retryable`` here means the send may be tried again without risking a duplicate: a
+    send that may have reached the platform (``PlatformError.ambiguous``) is retryable only
+    when the platform deduplicates it (``PlatformError.idempotent``, e.g. a Discord nonce).
+    """
+    if not isinstance(exc, PlatformError):
+        return Failure(UNKNOWN, False, detail=type(exc).__name__)
+    status = exc.status
+    if status == 429:
+        reason = RATE_LIMIT
+    elif status >= 500:
+        reason = SERVER
+    elif status == 0:
+        reason = CONNECTION
+    elif status in (401, 403):
+        reason = AUTH
+    else:
+        reason = BAD_REQUEST
+    safe = not exc.ambiguous or exc.idempotent
+    retryable = reason in TRANSIENT and safe
+    return Failure(reason, retryable, status=status, retry_after=exc.retry_after, detail=str(exc))

@@ -165,3 +165,31 @@ async def test_check_accepts_a_good_config_and_says_what_would_start(tmp_path: P
     )
     out = result.stdout.decode()
     assert "valid" in out and "gpt-test" in out and "sk-test-key-0001" not in out
+
+
+async def test_pairing_cli_lists_approves_and_revokes(tmp_path: Path) -> None:
+    from gateway.store import open_sqlite_store
+
+    db = tmp_path / "p.db"
+    async with open_sqlite_store(str(db)) as store:
+        code, _ = await store.request_pairing("telegram", "4242", "@ann", ttl_s=3600, max_pending=3)
+    assert code is not None
+    config = tmp_path / "p.toml"
+    config.write_text(f'[store]\npath = "{db}"\n')
+
+    async def botmux(*args: str) -> tuple[int, str]:
+        result = await anyio.run_process(
+            [sys.executable, "-m", "gateway", *args, "--config", str(config)], check=False
+        )
+        return result.returncode, (result.stdout + result.stderr).decode()
+
+    rc, out = await botmux("pairing", "list")
+    assert rc == 0 and code in out and "4242" in out
+    assert (await botmux("pairing", "approve", "telegram", "WRONG123"))[0] == 1
+    rc, out = await botmux("pairing", "approve", "telegram", code)
+    assert rc == 0 and "4242" in out
+    rc, out = await botmux("pairing", "list")
+    assert "approved users:" in out and "4242" in out
+    assert (await botmux("pairing", "revoke", "telegram", "4242"))[0] == 0
+    assert (await botmux("pairing", "revoke", "telegram", "4242"))[0] == 1
+    assert (await botmux("pairing", "approve", "myspace", code))[0] == 2

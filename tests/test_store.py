@@ -134,3 +134,41 @@ async def test_the_file_is_private_and_versioned(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="newer"):
         async with open_sqlite_store(str(path)):
             pass
+
+
+async def test_pairing_codes_are_issued_once_bounded_and_approved(tmp_path: Path) -> None:
+    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+        code, status = await store.request_pairing(
+            "telegram", "u1", "@ann", ttl_s=3600, max_pending=3
+        )
+        assert status == "new" and code is not None and len(code) == 8
+        assert await store.request_pairing("telegram", "u1", "@ann", ttl_s=3600, max_pending=3) == (
+            None,
+            "pending",
+        )
+        for user in ("u2", "u3"):
+            assert (await store.request_pairing("telegram", user, "", ttl_s=3600, max_pending=3))[
+                1
+            ] == "new"
+        assert await store.request_pairing("telegram", "u4", "", ttl_s=3600, max_pending=3) == (
+            None,
+            "full",
+        )
+        assert not await store.is_approved("telegram", "u1")
+        assert await store.approve_pairing("discord", code) is None  # codes are per platform
+        assert await store.approve_pairing("telegram", code.lower()) == "u1"
+        assert await store.is_approved("telegram", "u1")
+        assert await store.approve_pairing("telegram", code) is None  # used up
+        assert [c.user_id for c in await store.pairing_codes()] == ["u2", "u3"]
+        assert await store.revoke_user("telegram", "u1")
+        assert not await store.is_approved("telegram", "u1")
+        assert not await store.revoke_user("telegram", "u1")
+
+
+async def test_expired_pairing_codes_free_their_slot(tmp_path: Path) -> None:
+    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+        code, _ = await store.request_pairing("discord", "u1", "", ttl_s=-1, max_pending=1)
+        assert code is not None
+        assert await store.approve_pairing("discord", code) is None  # expired
+        again, status = await store.request_pairing("discord", "u1", "", ttl_s=60, max_pending=1)
+        assert status == "new" and again != code

@@ -51,4 +51,23 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX outbox_pending ON outbox (platform, id) WHERE state = 'pending';
     """,
+    # 2: DM pairing: codes waiting for an operator, and the users approved.
+    """
+    CREATE TABLE pairing_codes (
+        platform    TEXT NOT NULL,
+        code        TEXT NOT NULL,
+        user_id     TEXT NOT NULL,
+        label       TEXT NOT NULL DEFAULT '',
+        created_at  REAL NOT NULL,
+        expires_at  REAL NOT NULL,
+        PRIMARY KEY (platform, code)
+    );
+    CREATE INDEX pairing_codes_by_user ON pairing_codes (platform, user_id);
+    CREATE TABLE approved_users (
+        platform    TEXT NOT NULL,
+        user_id     TEXT NOT NULL,
+        approved_at REAL NOT NULL,
+        PRIMARY KEY (platform, user_id)
+    );
+    """,
 )

@@ -15,6 +15,7 @@ from gateway.messages import (
     ConversationInfo,
     Inbound,
     OutboxChunk,
+    PairingCode,
     StoredMessage,
     TurnOutcome,
     TurnResult,
@@ -43,6 +44,29 @@ class Store(Protocol):
     async def mark_delivered(self, chunk_id: int, platform_message_id: str) -> None: ...
 
     async def expire_chunks(self, chunk_ids: Sequence[int]) -> None: ...
+
+    async def chunk_failed(self, chunk_id: int) -> None:
+        """The platform refused the chunk for good: never send it again."""
+        ...
+
+    async def request_pairing(
+        self, platform: str, user_id: str, label: str, *, ttl_s: float, max_pending: int
+    ) -> tuple[str | None, str]:
+        """A new pairing code for an unknown user: (code, "new"), or (None, "pending") when
+        the user already has one, or (None, "full") when too many codes are pending."""
+        ...
+
+    async def approve_pairing(self, platform: str, code: str) -> str | None:
+        """Approve the user behind ``code``; their user id, or None for an unknown code."""
+        ...
+
+    async def revoke_user(self, platform: str, user_id: str) -> bool: ...
+
+    async def is_approved(self, platform: str, user_id: str) -> bool: ...
+
+    async def pairing_codes(self) -> list[PairingCode]: ...
+
+    async def approved_users(self) -> list[tuple[str, str, float]]: ...
 
     async def pending(self, conversation: str) -> list[StoredMessage]:
         """The conversation's pending user rows, oldest first."""

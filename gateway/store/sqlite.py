@@ -17,6 +17,7 @@ admission order (SPEC section 5: arrival order means admission order).
 from __future__ import annotations
 
 import os
+import secrets
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -37,6 +38,7 @@ from gateway.messages import (
     Inbound,
     MessageState,
     OutboxChunk,
+    PairingCode,
     StoredMessage,
     TurnOutcome,
     TurnResult,
@@ -155,6 +157,25 @@ class SqliteStore:
         if chunk_ids:
             await self._submit("expire", tuple(chunk_ids))
 
+    async def chunk_failed(self, chunk_id: int) -> None:
+        await self._submit("chunk_failed", chunk_id)
+
+    async def request_pairing(
+        self, platform: str, user_id: str, label: str, *, ttl_s: float, max_pending: int
+    ) -> tuple[str | None, str]:
+        result: tuple[str | None, str] = await self._submit(
+            "pair_request", platform, user_id, label, ttl_s, max_pending
+        )
+        return result
+
+    async def approve_pairing(self, platform: str, code: str) -> str | None:
+        user: str | None = await self._submit("pair_approve", platform, code.strip().upper())
+        return user
+
+    async def revoke_user(self, platform: str, user_id: str) -> bool:
+        revoked: bool = await self._submit("pair_revoke", platform, user_id)
+        return revoked
+
     # -- reads ---------------------------------------------------------------------------
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
@@ -215,6 +236,26 @@ class SqliteStore:
             params = (platform,)
         rows = await self._fetch(sql + " ORDER BY id", params)
         return [_row_to_chunk(r) for r in rows]
+
+    async def is_approved(self, platform: str, user_id: str) -> bool:
+        rows = await self._fetch(
+            "SELECT 1 FROM approved_users WHERE platform = ? AND user_id = ?", (platform, user_id)
+        )
+        return bool(rows)
+
+    async def pairing_codes(self) -> list[PairingCode]:
+        rows = await self._fetch(
+            "SELECT platform, code, user_id, label, created_at, expires_at FROM pairing_codes"
+            " WHERE expires_at > ? ORDER BY created_at",
+            (self._clock(),),
+        )
+        return [PairingCode(*r) for r in rows]
+
+    async def approved_users(self) -> list[tuple[str, str, float]]:
+        rows = await self._fetch(
+            "SELECT platform, user_id, approved_at FROM approved_users ORDER BY approved_at"
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
 
     async def conversations(self) -> list[ConversationInfo]:
         rows = await self._fetch(
@@ -432,6 +473,75 @@ class SqliteStore:
             [(str(ChunkState.EXPIRED), cid) for op in ops for cid in op.args[0]],
         )
 
+    async def _apply_chunk_failed(self, ops: list[_Op]) -> None:
+        await self._writer.executemany(
+            "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
+            [(str(ChunkState.FAILED), op.args[0]) for op in ops],
+        )
+
+    async def _apply_pair_request(self, ops: list[_Op]) -> None:
+        db, now = self._writer, self._clock()
+        for op in ops:
+            platform, user_id, label, ttl_s, max_pending = op.args
+            await db.execute("DELETE FROM pairing_codes WHERE expires_at <= ?", (now,))
+            mine = await db.execute_fetchall(
+                "SELECT code FROM pairing_codes WHERE platform = ? AND user_id = ?",
+                (platform, user_id),
+            )
+            if mine:
+                op.result = (None, "pending")
+                continue
+            counted = list(
+                await db.execute_fetchall(
+                    "SELECT COUNT(*) FROM pairing_codes WHERE platform = ?", (platform,)
+                )
+            )
+            count = counted[0][0]
+            if count >= max_pending:
+                op.result = (None, "full")
+                continue
+            code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
+            await db.execute(
+                "INSERT INTO pairing_codes (platform, code, user_id, label, created_at, expires_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (platform, code, user_id, label, now, now + ttl_s),
+            )
+            op.result = (code, "new")
+
+    async def _apply_pair_approve(self, ops: list[_Op]) -> None:
+        db, now = self._writer, self._clock()
+        for op in ops:
+            platform, code = op.args
+            rows = list(
+                await db.execute_fetchall(
+                    "SELECT user_id FROM pairing_codes WHERE platform = ? AND code = ?"
+                    " AND expires_at > ?",
+                    (platform, code, now),
+                )
+            )
+            if not rows:
+                op.result = None
+                continue
+            user_id = rows[0][0]
+            await db.execute(
+                "DELETE FROM pairing_codes WHERE platform = ? AND user_id = ?", (platform, user_id)
+            )
+            await db.execute(
+                "INSERT INTO approved_users (platform, user_id, approved_at) VALUES (?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (platform, user_id, now),
+            )
+            op.result = user_id
+
+    async def _apply_pair_revoke(self, ops: list[_Op]) -> None:
+        for op in ops:
+            cursor = await self._writer.execute(
+                "DELETE FROM approved_users WHERE platform = ? AND user_id = ?", op.args
+            )
+            op.result = cursor.rowcount > 0
+
+
+_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed by hand
 
 _APPLY: dict[str, Callable[[SqliteStore, list[_Op]], Any]] = {
     "admit": SqliteStore._apply_admit,
@@ -440,6 +550,10 @@ _APPLY: dict[str, Callable[[SqliteStore, list[_Op]], Any]] = {
     "reset": SqliteStore._apply_reset,
     "delivered": SqliteStore._apply_delivered,
     "expire": SqliteStore._apply_expire,
+    "chunk_failed": SqliteStore._apply_chunk_failed,
+    "pair_request": SqliteStore._apply_pair_request,
+    "pair_approve": SqliteStore._apply_pair_approve,
+    "pair_revoke": SqliteStore._apply_pair_revoke,
 }
 
 

@@ -1,0 +1,131 @@
+"""The outbox's delivery side, shared by the chat platforms.
+
+A platform adapter hands each finished turn's chunks to its courier. The courier sends them
+in order within a conversation and concurrently across conversations, records each delivered
+chunk (so a restart does not send it again), and retries a failed send only when
+``policy.classify_send`` says repeating it cannot duplicate it: a platform 429 is waited out
+(its retry_after, up to a cap), errors that prove nothing was delivered are retried with
+backoff, and a send that may have gone through is not repeated unless the platform
+deduplicates it. A chunk that cannot be delivered is marked failed and logged; the chunks
+after it are still sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+
+from gateway.errors import PlatformError
+from gateway.messages import OutboxChunk, TurnOutcome
+from gateway.ports import Intake
+from policy import classify_send
+from policy.backoff import Backoff
+
+log = logging.getLogger(__name__)
+
+SendChunk = Callable[[OutboxChunk], Awaitable[str]]
+
+
+class Courier:
+    def __init__(
+        self,
+        platform: str,
+        send: SendChunk,
+        intake: Intake,
+        *,
+        backoff: Backoff | None = None,
+        max_attempts: int = 6,
+        retry_after_cap: float = 300.0,
+        mailbox: int = 1024,
+        observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+    ) -> None:
+        self.platform = platform
+        self._send_chunk = send
+        self._intake = intake
+        self._backoff = backoff or Backoff(0.5, 30.0)
+        self._max_attempts = max_attempts
+        self._cap = retry_after_cap
+        self._observe = observe
+        self._send, self._receive = anyio.create_memory_object_stream[TurnOutcome](mailbox)
+        self._lanes: dict[str, deque[TurnOutcome]] = {}
+        self._idle = anyio.Event()
+        self._idle.set()
+        self._stats = {"sent": 0, "retries": 0, "failed": 0}
+
+    def __repr__(self) -> str:
+        return f"<Courier {self.platform} lanes={len(self._lanes)}>"
+
+    def statistics(self) -> dict[str, int]:
+        return {
+            **self._stats,
+            "lanes": len(self._lanes),
+            "queued": self._send.statistics().current_buffer_used,
+        }
+
+    async def deliver(self, outcome: TurnOutcome) -> None:
+        """Queue a turn's chunks (waits while the mailbox is full)."""
+        self._idle = anyio.Event() if self._idle.is_set() else self._idle
+        await self._send.send(outcome)
+
+    async def wait_idle(self) -> None:
+        """Until nothing is queued or being sent."""
+        await self._idle.wait()
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with anyio.create_task_group() as tg:
+            task_status.started()
+            async with self._receive:
+                async for outcome in self._receive:
+                    lane = self._lanes.get(outcome.conversation)
+                    if lane is None:
+                        lane = self._lanes[outcome.conversation] = deque()
+                        tg.start_soon(self._drain, outcome.conversation, lane)
+                    lane.append(outcome)
+
+    async def _drain(self, conversation: str, lane: deque[TurnOutcome]) -> None:
+        try:
+            while lane:
+                for chunk in lane[0].chunks:
+                    await self._deliver_chunk(chunk)
+                lane.popleft()
+        finally:
+            del self._lanes[conversation]
+            if not self._lanes and self._send.statistics().current_buffer_used == 0:
+                self._idle.set()
+
+    async def _deliver_chunk(self, chunk: OutboxChunk) -> None:
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                platform_id = await self._send_chunk(chunk)
+            except PlatformError as exc:
+                failure = classify_send(exc)
+                wait = failure.retry_after
+                if wait is None:
+                    wait = self._backoff.delay(attempt - 1)
+                fields = {
+                    "conversation": chunk.conversation,
+                    "platform": self.platform,
+                    "chunk": chunk.id,
+                    "reason": failure.reason,
+                    "attempt": attempt,
+                }
+                if failure.retryable and attempt < self._max_attempts and wait <= self._cap:
+                    self._stats["retries"] += 1
+                    self._observe("send_retry", {**fields, "delay_s": round(wait, 3)})
+                    await anyio.sleep(wait)
+                    continue
+                self._stats["failed"] += 1
+                self._observe("send_failed", {**fields, "error": str(exc)[:200]})
+                await self._intake.undeliverable(chunk.id, failure.reason)
+                return
+            self._stats["sent"] += 1
+            await self._intake.delivered(chunk.id, platform_id)
+            return
