@@ -137,11 +137,12 @@ class GatewayApp:
                     history_messages=config.agent.history_messages,
                     mailbox_size=config.gateway.mailbox_size,
                     observe=observe,
+                    clock=self.clock,
                 )
                 router = self.router = Router(
                     lambda key: SessionActor(key, deps),
                     idle_s=config.gateway.idle_evict_s,
-                    clock=time.monotonic,
+                    clock=self.clock,
                 )
                 intake = GatewayIntake(store, router, agent)
                 peer = self.peer = PeerAdapter(

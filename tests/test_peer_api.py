@@ -334,3 +334,27 @@ async def test_bearer_tokens_guard_every_route_but_the_probes(tmp_path: Path) ->
                 method, url + path, headers={"Authorization": "Bearer s3cret-token"}
             )
             assert r.status == 200, path
+
+
+async def test_idle_actors_are_evicted_and_come_back_with_their_history(tmp_path: Path) -> None:
+    from tests.test_failure_policy import Clock
+
+    clock = Clock()
+    async with open_fake_model() as fake:
+        config = make_config(tmp_path / "b.db", fake.base_url, extra="[gateway]\nidle_evict_s = 60\n")
+        async with running_gateway(config, clock=clock) as (app, url), aiohttp.ClientSession() as http:
+            assert app.router is not None
+            for session in ("e1", "e2"):
+                r = await http.post(f"{url}/api/sessions/{session}/chat", json={"message": "first"})
+                assert r.status == 200
+            assert app.router.statistics()["live"] == 2
+            assert app.router.evict_idle() == 0  # not idle long enough
+            clock.offset += 61
+            assert app.router.evict_idle() == 2
+            await anyio.wait_all_tasks_blocked()
+            assert app.router.statistics() == {"spawned": 2, "evicted": 2, "live": 0}
+            r = await http.post(f"{url}/api/sessions/e1/chat", json={"message": "second"})
+            assert (await r.json())["message"]["content"] == "echo: second"
+            assert app.router.statistics()["spawned"] == 3
+    # The fresh actor rebuilt the history from the store.
+    assert [m["content"] for m in fake.requests[-1].messages[1:]] == ["first", "echo: first", "second"]

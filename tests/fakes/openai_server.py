@@ -321,3 +321,15 @@ async def open_fake_model(port: int = 0) -> AsyncIterator[FakeModel]:
     finally:
         fake.release()
         await runner.cleanup()
+
+
+async def _serve_forever(port: int) -> None:
+    async with open_fake_model(port) as fake:
+        print(f"fake model listening on {fake.base_url}", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":  # a standalone instant model for benchmarks: python -m tests.fakes.openai_server PORT
+    import sys
+
+    asyncio.run(_serve_forever(int(sys.argv[1]) if len(sys.argv) > 1 else 0))
