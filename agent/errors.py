@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import aiohttp
 import openai
 
 from gateway.errors import ProviderError, ProviderTimeout, ProviderUnreachable
@@ -26,12 +27,31 @@ def _message(exc: openai.APIError) -> str:
     return (exc.message or type(exc).__name__)[:500]
 
 
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a transport error was really a timeout.
+
+    openai's aiohttp transport reports every aiohttp connection error (refused, reset, the
+    server hanging up) as a connect *timeout*; the original aiohttp exception is on the cause
+    chain, and tells the two apart.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (aiohttp.ServerTimeoutError, TimeoutError)):
+            return True
+        if isinstance(seen, (aiohttp.ClientConnectionError, ConnectionError)):
+            return False
+        seen = seen.__cause__ or seen.__context__
+    return True
+
+
 @contextmanager
 def translate_openai_errors(model: str) -> Iterator[None]:
     """Re-raise openai's exceptions as ours (``raise ... from exc``)."""
     try:
         yield
     except openai.APITimeoutError as exc:  # before APIConnectionError: it is a subclass
+        if not _timed_out(exc):
+            raise ProviderUnreachable("the connection failed", model=model) from exc
         raise ProviderTimeout("the request timed out", model=model) from exc
     except openai.APIConnectionError as exc:
         raise ProviderUnreachable(f"connection failed: {exc.message}", model=model) from exc

@@ -23,11 +23,13 @@ from typing import Any, assert_never
 import anyio
 
 from gateway.errors import MailboxFull
-from gateway.messages import ChatMessage, StoredMessage, TurnResult
+from gateway.messages import ChatMessage, StoredMessage, TurnOutcome, TurnResult
 from gateway.ports import Outlet, TurnRunner
 from gateway.store.base import Store
 
 log = logging.getLogger(__name__)
+
+STOPPED = "The turn was stopped before it answered."
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +196,13 @@ class SessionActor:
         if scope.cancelled_caught or result is None:
             self._stats["cancelled"] += 1
             await deps.store.cancel(row.id)
-            deps.observe("turn_cancelled", {"conversation": self.key, "row": row.id})
+            deps.observe(
+                "turn_cancelled",
+                {"conversation": self.key, "row": row.id, "platform": self.platform},
+            )
+            # Nothing to send (the /stop command answered already), but whoever waits for this
+            # turn (a peer API request) learns how it ended.
+            await self._outlet.deliver(TurnOutcome(self.key, row.id, STOPPED, None, ()))
             return
         outcome = await deps.store.answer(row, result, self._outlet.render(result.reply))
         self._last_result = result

@@ -11,11 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
 import pytest
 
 from tests.fakes.openai_server import (
     Sleep,
     context_overflow,
+    drop,
     model_not_found,
     ok,
     open_fake_model,
@@ -234,3 +236,52 @@ def _with_timeout(config: Any, seconds: float) -> Any:
     import dataclasses
 
     return dataclasses.replace(config, model=dataclasses.replace(config.model, timeout_s=seconds))
+
+
+async def test_stop_ends_a_retry_after_wait_at_once(tmp_path: Path) -> None:
+    db = tmp_path / "b.db"
+    async with open_fake_model() as fake:
+        async with running_gateway(make_config(db, fake.base_url, model_extra=FAST)) as (_, url):
+            fake.script(rate_limited(retry_after=50))
+            async with aiohttp.ClientSession() as http, anyio.create_task_group() as tg:
+                replies: list[dict[str, Any]] = []
+
+                async def waiting() -> None:
+                    r = await http.post(f"{url}/api/sessions/st/chat", json={"message": "slow"})
+                    replies.append(await r.json())
+
+                tg.start_soon(waiting)
+                await fake.wait_for_requests(1)
+                await anyio.wait_all_tasks_blocked()  # the turn now sleeps out the Retry-After
+                with anyio.fail_after(5):
+                    stop = await chat(url, "st", "/stop")
+            assert stop["message"]["content"] == "Stopping the current reply."
+            assert replies[0]["message"]["content"] == "The turn was stopped before it answered."
+    assert len(fake.requests) == 1
+    assert user_rows(db) == [("slow", "cancelled")]
+
+
+async def test_a_dropped_connection_is_retried(tmp_path: Path) -> None:
+    async with open_fake_model() as fake:
+        async with running_gateway(
+            make_config(tmp_path / "b.db", fake.base_url, model_extra=FAST)
+        ) as (app, url):
+            fake.script(drop(), ok("second time lucky"))
+            body = await chat(url, "d", "hi")
+            assert app.metrics.decisions.labels("retry", "connection")._value.get() == 1
+    assert body["message"]["content"] == "second time lucky"
+    assert len(fake.requests) == 2
+
+
+async def test_a_refused_connection_is_reported_as_connection(tmp_path: Path) -> None:
+    from tests.harness import free_port
+
+    nowhere = f"http://127.0.0.1:{free_port()}/v1"
+    config = make_config(tmp_path / "b.db", nowhere, model_extra=FAST + "max_retries = 2\n")
+    async with running_gateway(config) as (app, url):
+        body = await chat(url, "r", "hello?")
+        assert (
+            app.metrics.decisions.labels("recover", "connection")._value.get() == 2
+        )  # once per run
+    assert body["failure"] == {"reason": "connection", "retryable": True}
+    assert "model.base_url" in body["message"]["content"]
