@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from openai.types.chat import ChatCompletion
+
 from agent.clients import ClientPool
 from agent.errors import translate_openai_errors
 from gateway.config import AgentConfig, ModelConfig, ModelEndpoint
@@ -57,12 +59,20 @@ class Agent:
     async def complete(
         self, endpoint: ModelEndpoint, api_key: str, messages: list[dict[str, str]]
     ) -> tuple[str, Usage]:
-        """One model call, its errors translated; no retries here."""
+        """One model call, its errors translated; no retries here.
+
+        The body goes through ``client.post`` as plain JSON: ``chat.completions.create`` first
+        walks every message through openai's TypedDict transformer, which was over half of
+        botmux's CPU per turn (profiled with a 40-message history), and our messages are
+        plain strings that need no transforming.
+        """
         client = self._clients.get(endpoint, api_key)
         with translate_openai_errors(endpoint.model):
-            response = await client.chat.completions.create(
-                model=endpoint.model,
-                messages=messages,  # type: ignore[arg-type]
+            response = await client.post(
+                "/chat/completions",
+                body={"model": endpoint.model, "messages": messages},
+                cast_to=ChatCompletion,
+                options={"security": {"bearer_auth": True}},
             )
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content if choice else None) or ""
