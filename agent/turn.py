@@ -109,6 +109,9 @@ class Agent:
             fell_back=answer.fell_back,
         )
 
+    def benched_keys(self) -> list[tuple[str, str, str, float]]:
+        return self._policy.benched_keys() if self._policy else []
+
     def status(self) -> dict[str, Any]:
         if self._policy is None:
             return {"model": None}

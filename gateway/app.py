@@ -20,7 +20,7 @@ from agent import Agent, ClientPool
 from gateway.config import Config
 from gateway.intake import GatewayIntake
 from gateway.messages import OutboxChunk, TurnOutcome
-from gateway.metrics import Metrics
+from gateway.metrics import Metrics, Snapshot
 from gateway.ports import Intake, Outlet, PlatformAdapter
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
@@ -38,8 +38,19 @@ class Observer:
 
     def __call__(self, event: str, fields: dict[str, Any]) -> None:
         self._metrics.observe(event, fields)
-        level = logging.WARNING if fields.get("failure") or event == "turn_rerun" else logging.INFO
-        log.log(level, event, extra=fields)
+        if event in _QUIET:
+            level = logging.DEBUG
+        elif fields.get("failure") or event in _LOUD:
+            level = logging.WARNING
+        else:
+            level = logging.INFO
+        if log.isEnabledFor(level):
+            log.log(level, event, extra=fields)
+
+
+# Per-operation events are counted but logged only at debug level; decisions always show.
+_QUIET = frozenset({"store_commit", "model_call", "chunk_sent", "turn_started", "admitted"})
+_LOUD = frozenset({"turn_rerun", "send_failed", "decision"})
 
 
 async def resume_interrupted(
@@ -86,11 +97,11 @@ def build_adapters(
     """The chat platform adapters the config turns on (imported only when on)."""
     adapters: list[PlatformAdapter] = []
     if config.telegram is not None:
-        from platforms.telegram import TelegramAdapter  # type: ignore[import-not-found]
+        from platforms.telegram import TelegramAdapter
 
         adapters.append(TelegramAdapter(config.telegram, intake, observe=observe))
     if config.discord is not None:
-        from platforms.discord import DiscordAdapter  # type: ignore[import-not-found]
+        from platforms.discord import DiscordAdapter
 
         adapters.append(DiscordAdapter(config.discord, intake, observe=observe))
     return adapters
@@ -126,7 +137,7 @@ class GatewayApp:
         clients = ClientPool()
         agent = Agent(config.model, config.agent, clients, observe=observe, clock=self.clock)
         try:
-            async with open_sqlite_store(config.store.path) as store:
+            async with open_sqlite_store(config.store.path, observe=observe) as store:
                 self._ready["store"] = True
                 outlets: dict[str, Outlet] = {}
                 deps = SessionDeps(
@@ -144,9 +155,25 @@ class GatewayApp:
                     idle_s=config.gateway.idle_evict_s,
                     clock=self.clock,
                 )
-                intake = GatewayIntake(store, router, agent)
+                intake = GatewayIntake(store, router, agent, observe=observe)
+
+                async def render_metrics() -> bytes:
+                    queued: dict[str, int] = {}
+                    for key, stats in router.actors().items():
+                        platform = key.split(":", 1)[0]
+                        queued[platform] = queued.get(platform, 0) + stats["queued"]
+                    self.metrics.update(
+                        Snapshot(
+                            live_sessions=router.statistics()["live"],
+                            queued=queued,
+                            outbox_pending=await store.outbox_pending(),
+                            benched=agent.benched_keys(),
+                        )
+                    )
+                    return self.metrics.render()
+
                 peer = self.peer = PeerAdapter(
-                    config.peer, intake, ready=self.readiness, metrics=self._render_metrics
+                    config.peer, intake, ready=self.readiness, metrics=render_metrics
                 )
                 outlets["peer"] = peer
                 self.adapters = build_adapters(config, intake, observe)
@@ -190,8 +217,3 @@ class GatewayApp:
             with anyio.CancelScope(shield=True):
                 await clients.aclose()
             log.info("botmux stopped")
-
-    def _render_metrics(self) -> bytes:
-        if self.router is not None:
-            self.metrics.live_sessions.set(self.router.statistics()["live"])
-        return self.metrics.render()

@@ -60,6 +60,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("run", help="run the gateway until SIGINT/SIGTERM, then drain")
     sub.add_parser("check", help="validate the config and say what would start")
+    sub.add_parser("status", help="what the store and the running gateway say, as a table")
     sessions = sub.add_parser("sessions", help="read conversations from the store")
     ssub = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)
     ssub.add_parser("list", help="list conversations")
@@ -97,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(config)
         if args.command == "check":
             return _check(config)
+        if args.command == "status":
+            return anyio.run(_status, config)
         if args.command == "sessions":
             if not os.path.exists(config.store.path):
                 print(f"botmux: no store at {config.store.path}", file=sys.stderr)
@@ -196,6 +199,77 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
             state = (m.failure and f"failed:{m.failure}") or m.state
             print(f"#{m.id} {when} {m.role:<9} [{state}] {m.content}")
         return EXIT_OK
+
+
+async def _scrape(config: Config) -> tuple[dict[str, object] | None, str | None]:
+    """The running gateway's /readyz body and /metrics text, when it answers."""
+    import aiohttp
+
+    host = config.peer.host if config.peer.host not in ("0.0.0.0", "::") else "127.0.0.1"
+    base = f"http://{host}:{config.peer.port}"
+    headers = {"Authorization": f"Bearer {config.peer.tokens[0]}"} if config.peer.tokens else {}
+    timeout = aiohttp.ClientTimeout(total=2)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:
+            async with http.get(f"{base}/readyz") as r:
+                ready = await r.json()
+            async with http.get(f"{base}/metrics") as r:
+                metrics = await r.text() if r.status == 200 else None
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        return None, None
+    return ready, metrics
+
+
+def _samples(metrics: str, name: str) -> list[tuple[dict[str, str], float]]:
+    import re
+
+    found = []
+    for line in metrics.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            metric, _, value = line.rpartition(" ")
+            found.append((dict(re.findall(r'(\w+)="([^"]*)"', metric)), float(value)))
+    return found
+
+
+async def _status(config: Config) -> int:
+    from gateway.store import open_sqlite_store
+
+    ready, metrics = await _scrape(config)
+    print(f"gateway: {'not reachable at ' + config.peer.listen if ready is None else 'running'}")
+    if ready is not None:
+        checks = ready.get("checks", {})
+        assert isinstance(checks, dict)
+        for part, ok in checks.items():
+            print(f"  {part:<12} {'ready' if ok else 'NOT READY'}")
+    if metrics is not None:
+        for _, value in _samples(metrics, "botmux_live_sessions"):
+            print(f"live conversations: {int(value)}")
+        benched = _samples(metrics, "botmux_credential_benched_seconds")
+        print("benched credentials:" if benched else "benched credentials: none")
+        for labels, value in benched:
+            left = "until restart" if value == float("inf") else f"{value:.0f} s left"
+            print(
+                f"  {labels.get('model')} key {labels.get('key')} ({labels.get('reason')}), {left}"
+            )
+    if not await anyio.Path(config.store.path).exists():
+        print(f"store: none yet at {config.store.path}")
+        return EXIT_OK
+    async with open_sqlite_store(config.store.path) as store:
+        conversations = await store.conversations()
+        pending = [c for c in conversations if c.pending]
+        print(f"conversations: {len(conversations)}, with pending turns: {len(pending)}")
+        for c in pending[:20]:
+            print(f"  {c.key:<40} {c.pending} pending")
+        outbox = await store.outbox_pending()
+        total = sum(outbox.values())
+        detail = ", ".join(f"{p} {n}" for p, n in sorted(outbox.items()))
+        print(f"undelivered reply chunks: {total}" + (f" ({detail})" if detail else ""))
+        failures = await store.recent_failures(10)
+        print("recent failures:" if failures else "recent failures: none")
+        for m in failures:
+            when = datetime.fromtimestamp(m.created_at).strftime("%Y-%m-%d %H:%M:%S")
+            print(f"  {when} {m.conversation:<32} {m.failure}")
+    return EXIT_OK
 
 
 async def _pairing(config: Config, args: argparse.Namespace) -> int:

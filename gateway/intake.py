@@ -8,6 +8,7 @@ found by its platform id and queues nothing. Control commands skip the conversat
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -34,10 +35,18 @@ PAIRING_MAX_PENDING = 3
 
 
 class GatewayIntake:
-    def __init__(self, store: Store, router: Router, runner: TurnRunner) -> None:
+    def __init__(
+        self,
+        store: Store,
+        router: Router,
+        runner: TurnRunner,
+        *,
+        observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+    ) -> None:
         self._store = store
         self._router = router
         self._runner = runner
+        self._observe = observe
         self._accepting = True
         self._stats = {"admitted": 0, "duplicates": 0}
 
@@ -58,14 +67,17 @@ class GatewayIntake:
         if not self._accepting:
             raise ConversationClosed("botmux is shutting down")
         admission = await self._store.admit(inbound)
+        fields = {
+            "conversation": inbound.conversation,
+            "platform": inbound.platform,
+            "row": admission.row.id,
+        }
         if admission.duplicate:
             self._stats["duplicates"] += 1
-            log.info(
-                "duplicate message ignored",
-                extra={"conversation": inbound.conversation, "row": admission.row.id},
-            )
+            self._observe("duplicate", fields)
         else:
             self._stats["admitted"] += 1
+            self._observe("admitted", fields)
             await self._router.deliver(admission.row)
         return admission
 

@@ -178,6 +178,15 @@ class SessionActor:
         deps = self._deps
         history = await self._load_history()
         started = time.monotonic()
+        deps.observe(
+            "turn_started",
+            {
+                "conversation": self.key,
+                "platform": self.platform,
+                "row": row.id,
+                "waited_s": max(0.0, time.time() - row.created_at),
+            },
+        )
         result: TurnResult | None = None
         async with deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:

@@ -104,6 +104,15 @@ class ModelPolicy:
         now = self._clock()
         return {pool.model: pool.benched(now) for pool in self._pools}
 
+    def benched_keys(self) -> list[tuple[str, str, str, float]]:
+        """(model, masked key, reason, seconds left) of every benched key."""
+        now = self._clock()
+        return [
+            (pool.model, masked, reason, until - now)
+            for pool in self._pools
+            for masked, until, reason in pool.benched(now)
+        ]
+
     def status(self) -> dict[str, Any]:
         """For ``/status``: the model a turn would start on, and every benched key."""
         now = self._clock()

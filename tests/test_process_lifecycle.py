@@ -193,3 +193,43 @@ async def test_pairing_cli_lists_approves_and_revokes(tmp_path: Path) -> None:
     assert (await botmux("pairing", "revoke", "telegram", "4242"))[0] == 0
     assert (await botmux("pairing", "revoke", "telegram", "4242"))[0] == 1
     assert (await botmux("pairing", "approve", "myspace", code))[0] == 2
+
+
+async def test_status_shows_a_pending_turn_and_a_benched_key(
+    tmp_path: Path, fake: FakeModel
+) -> None:
+    from tests.fakes.openai_server import rate_limited
+
+    port = free_port()
+    config = tmp_path / "s.toml"
+    config.write_text(
+        config_text(
+            tmp_path / "s.db",
+            fake.base_url,
+            listen=f"127.0.0.1:{port}",
+            keys=("sk-first-key-aaaa1111", "sk-second-key-bbbb2222"),
+        )
+    )
+    gateway = GatewayProcess(config, port, tmp_path / "s.log")
+    fake.script(rate_limited(retry_after=300), Hold())
+    await gateway.start()
+    try:
+        async with aiohttp.ClientSession() as http, anyio.create_task_group() as tg:
+
+            async def waiting() -> None:
+                with pytest.raises(aiohttp.ClientError):
+                    await chat(http, gateway.url, "stuck", "are you there?")
+
+            tg.start_soon(waiting)
+            await fake.wait_for_requests(2)  # key 1 benched, key 2 holding: the turn is pending
+            result = await anyio.run_process(
+                [sys.executable, "-m", "gateway", "status", "--config", str(config)]
+            )
+            out = result.stdout.decode()
+            await gateway.kill()
+    finally:
+        await gateway.kill()
+    assert "gateway: running" in out
+    assert "peer:stuck" in out and "1 pending" in out
+    assert "…1111 (rate_limit)" in out and "…2222" not in out
+    assert "sk-first-key" not in out

@@ -105,8 +105,10 @@ class SqliteStore:
         send: MemoryObjectSendStream[_Op],
         *,
         clock: Callable[[], float] = time.time,
+        observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
     ) -> None:
         self.path = path
+        self._observe = observe
         self._writer = writer
         self._reader = reader
         self._send = send
@@ -257,6 +259,20 @@ class SqliteStore:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
+    async def recent_failures(self, limit: int) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE role = 'assistant' AND failure IS NOT NULL"
+            " ORDER BY id DESC LIMIT ?",
+            (limit,),
+        )
+        return [_row_to_message(r) for r in rows]
+
+    async def outbox_pending(self) -> dict[str, int]:
+        rows = await self._fetch(
+            "SELECT platform, COUNT(*) FROM outbox WHERE state = 'pending' GROUP BY platform"
+        )
+        return {r[0]: r[1] for r in rows}
+
     async def conversations(self) -> list[ConversationInfo]:
         rows = await self._fetch(
             "SELECT c.key, c.platform, c.created_at, c.updated_at,"
@@ -291,6 +307,7 @@ class SqliteStore:
 
     async def _commit(self, batch: list[_Op]) -> None:
         db = self._writer
+        started = time.perf_counter()
         try:
             await db.execute("BEGIN IMMEDIATE")
             for kind, run in groupby(batch, key=lambda op: op.kind):
@@ -312,6 +329,10 @@ class SqliteStore:
         self._stats["commits"] += 1
         self._stats["operations"] += len(batch)
         self._stats["batch_max"] = max(self._stats["batch_max"], len(batch))
+        self._observe(
+            "store_commit",
+            {"seconds": time.perf_counter() - started, "operations": len(batch)},
+        )
         for op in batch:
             op.done.set()
 
@@ -598,7 +619,12 @@ async def _migrate(db: aiosqlite.Connection) -> None:
 
 
 @asynccontextmanager
-async def open_sqlite_store(path: str, *, mailbox: int = 4096) -> AsyncIterator[SqliteStore]:
+async def open_sqlite_store(
+    path: str,
+    *,
+    mailbox: int = 4096,
+    observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+) -> AsyncIterator[SqliteStore]:
     """Open (creating and migrating as needed) the store at ``path``; close it on exit."""
     _create_private(path)
     try:
@@ -610,7 +636,7 @@ async def open_sqlite_store(path: str, *, mailbox: int = 4096) -> AsyncIterator[
         await _migrate(writer)
         reader = await _connect(path)
         send, receive = anyio.create_memory_object_stream[_Op](mailbox)
-        store = SqliteStore(path, writer, reader, send)
+        store = SqliteStore(path, writer, reader, send, observe=observe)
         await store._init_ids()
         async with anyio.create_task_group() as tg:
             tg.start_soon(store._run_writer, receive)

@@ -72,7 +72,7 @@ class PeerAdapter:
         intake: Intake,
         *,
         ready: Callable[[], dict[str, bool]],
-        metrics: Callable[[], bytes],
+        metrics: Callable[[], Awaitable[bytes]],
     ) -> None:
         self._config = config
         self._intake = intake
@@ -262,7 +262,7 @@ class PeerAdapter:
 
     async def _metrics_route(self, request: web.Request) -> web.Response:
         return web.Response(
-            body=self._metrics(),
+            body=await self._metrics(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 
