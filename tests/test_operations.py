@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import aiohttp
+import anyio
 import pytest
 
 from gateway.logs import configure_logging
@@ -110,5 +111,4 @@ async def test_no_log_line_carries_a_secret(tmp_path: Path) -> None:
     assert any(line["event"] == "decision" for line in lines)
     assert key not in logs and token not in logs
     assert key[-4:] in logs or "[REDACTED]" in logs  # the key is referred to, masked
-    with open(tmp_path / "b.db", "rb") as db:
-        assert key.encode() not in db.read()
+    assert key.encode() not in await anyio.Path(tmp_path / "b.db").read_bytes()
