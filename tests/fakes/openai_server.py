@@ -323,13 +323,16 @@ async def open_fake_model(port: int = 0) -> AsyncIterator[FakeModel]:
         await runner.cleanup()
 
 
-async def _serve_forever(port: int) -> None:
+async def _serve_forever(port: int, latency: float) -> None:
     async with open_fake_model(port) as fake:
+        if latency > 0:
+            fake.default = lambda r: Sleep(latency, Ok(f"echo: {r.last_user}"))
         print(f"fake model listening on {fake.base_url}", flush=True)
         await asyncio.Event().wait()
 
 
-if __name__ == "__main__":  # a standalone instant model for benchmarks: python -m tests.fakes.openai_server PORT
+if __name__ == "__main__":  # for benchmarks: python -m tests.fakes.openai_server PORT [LATENCY_S]
     import sys
 
-    asyncio.run(_serve_forever(int(sys.argv[1]) if len(sys.argv) > 1 else 0))
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    asyncio.run(_serve_forever(port, float(sys.argv[2]) if len(sys.argv) > 2 else 0.0))

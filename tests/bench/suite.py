@@ -1,0 +1,340 @@
+"""botmux's benchmark suite: prints a table and writes JSON; never a pass/fail on time.
+
+Every scenario runs the real gateway process, the loopback fake model in its own process, and
+the load from this process. Figures are medians over ``--repeat`` runs with their spread.
+
+    .venv/bin/python -m tests.bench.suite                  # every scenario
+    .venv/bin/python -m tests.bench.suite throughput ceiling startup --repeat 5
+    .venv/bin/python -m tests.bench.suite --json docs/benchmarks.json
+
+Scenarios: throughput (1, 50, 500 conversations through the peer API), latency500 (the same
+with a 500 ms model), ceiling (the same load straight from the openai client to the fake),
+hermes (hermes-agent 0.19.0 side by side, see tests/bench/hermes.py), idle (10,000 idle
+conversations: memory per live actor, and after eviction), store (the store's share of the
+work, against raw aiosqlite), startup (process start to /readyz).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+
+from tests.bench import _load, _procs
+
+Result = dict[str, float]
+
+
+def _summary(runs: list[Result]) -> dict[str, dict[str, float]]:
+    return {
+        key: {
+            "median": statistics.median(r[key] for r in runs),
+            "min": min(r[key] for r in runs),
+            "max": max(r[key] for r in runs),
+        }
+        for key in runs[0]
+    }
+
+
+async def _through_gateway(
+    conversations: int, messages: int, latency_s: float = 0.0, route: str = "peer"
+) -> Result:
+    async with _procs.fake_model(latency_s) as model:
+        with tempfile.TemporaryDirectory() as tmp:
+            async with _procs.gateway(Path(tmp), model.url) as gw:
+                connector = aiohttp.TCPConnector(limit=max(conversations, 10))
+                async with aiohttp.ClientSession(connector=connector) as http:
+                    make = _load.peer_chat if route == "peer" else _load.completions
+                    await _load.closed_loop(make(http, gw.url, "warm"), min(conversations, 50), 2)
+                    cpu0 = _procs.cpu_seconds(gw.pid)
+                    result = await _load.closed_loop(make(http, gw.url), conversations, messages)
+                    cpu = _procs.cpu_seconds(gw.pid) - cpu0
+                memory = _procs.memory_kib(gw.pid)
+    return {
+        "turns_per_s": result.turns_per_s,
+        "p50_ms": result.p50_ms,
+        "p90_ms": 1000 * result.pct(0.90),
+        "p99_ms": 1000 * result.pct(0.99),
+        "cpu_ms_per_turn": 1000 * cpu / result.turns,
+        "peak_rss_mb": memory["VmHWM"] / 1024,
+    }
+
+
+async def _direct(conversations: int, messages: int, latency_s: float = 0.0) -> Result:
+    async with _procs.fake_model(latency_s) as model:
+        client = openai.AsyncOpenAI(base_url=model.url, api_key="sk-bench", max_retries=0)
+        async with client:
+            await _load.closed_loop(_load.direct(client), min(conversations, 50), 2)
+            cpu0 = time.process_time()
+            result = await _load.closed_loop(_load.direct(client), conversations, messages)
+            cpu = time.process_time() - cpu0
+    return {
+        "turns_per_s": result.turns_per_s,
+        "p50_ms": result.p50_ms,
+        "p90_ms": 1000 * result.pct(0.90),
+        "p99_ms": 1000 * result.pct(0.99),
+        "client_cpu_ms_per_call": 1000 * cpu / result.turns,
+    }
+
+
+def _sizes(quick: bool) -> list[tuple[int, int]]:
+    # (conversations, messages each): enough turns per run for stable figures.
+    if quick:
+        return [(1, 50), (50, 10), (500, 2)]
+    return [(1, 200), (50, 20), (500, 4)]
+
+
+async def scenario_throughput(repeat: int, quick: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for conversations, messages in _sizes(quick):
+        runs = [await _through_gateway(conversations, messages) for _ in range(repeat)]
+        out[f"{conversations}"] = _summary(runs)
+    return out
+
+
+async def scenario_latency500(repeat: int, quick: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for conversations, messages in (
+        [(1, 5), (50, 4), (500, 2)] if quick else [(1, 10), (50, 6), (500, 3)]
+    ):
+        runs = [await _through_gateway(conversations, messages, 0.5) for _ in range(repeat)]
+        direct = [await _direct(conversations, messages, 0.5) for _ in range(repeat)]
+        out[f"{conversations}"] = {"botmux": _summary(runs), "direct": _summary(direct)}
+    return out
+
+
+async def scenario_ceiling(repeat: int, quick: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for conversations, messages in _sizes(quick):
+        runs = [await _direct(conversations, messages) for _ in range(repeat)]
+        out[f"{conversations}"] = _summary(runs)
+    return out
+
+
+async def scenario_hermes(repeat: int, quick: bool) -> dict[str, Any]:
+    from tests.bench import hermes
+
+    python = hermes.ensure_hermes_venv(Path("/tmp/botmux-bench-hermes-venv"))
+    out: dict[str, Any] = {}
+    for conversations, messages in [(1, 10), (50, 2)] if quick else [(1, 20), (50, 4)]:
+        hermes_runs, botmux_runs = [], []
+        for _ in range(repeat):
+            async with _procs.fake_model() as model:
+                with tempfile.TemporaryDirectory() as tmp:
+                    port = _procs.free_port()
+                    async with hermes.run_hermes_api_server(
+                        python, model.url, "bench", "sk-bench", port, Path(tmp)
+                    ) as server:
+                        async with aiohttp.ClientSession() as http:
+                            send = _load.completions(http, server.base_url)
+                            cpu0 = _procs.cpu_seconds(server.pid)
+                            result = await _load.closed_loop(send, conversations, messages)
+                            cpu = _procs.cpu_seconds(server.pid) - cpu0
+                        rss = _procs.memory_kib(server.pid)["VmHWM"] / 1024
+            hermes_runs.append(
+                {
+                    "turns_per_s": result.turns_per_s,
+                    "p50_ms": result.p50_ms,
+                    "cpu_ms_per_turn": 1000 * cpu / result.turns,
+                    "peak_rss_mb": rss,
+                }
+            )
+            botmux_runs.append(
+                await _through_gateway(conversations, max(messages, 10), route="completions")
+            )
+        h, b = _summary(hermes_runs), _summary(botmux_runs)
+        out[f"{conversations}"] = {
+            "hermes": h,
+            "botmux": b,
+            "ratio_turns_per_s": b["turns_per_s"]["median"] / h["turns_per_s"]["median"],
+        }
+    return out
+
+
+async def scenario_idle(repeat: int, quick: bool) -> dict[str, Any]:
+    count = 2000 if quick else 10_000
+    runs = []
+    for _ in range(repeat):
+        async with _procs.fake_model() as model:
+            with tempfile.TemporaryDirectory() as tmp:
+                async with _procs.gateway(Path(tmp), model.url, "idle_evict_s = 5\n") as gw:
+                    connector = aiohttp.TCPConnector(limit=100)
+                    async with aiohttp.ClientSession(connector=connector) as http:
+                        send = _load.peer_chat(http, gw.url, "warm")
+                        await _load.closed_loop(send, 100, 1)  # import and warm everything
+                        await asyncio.sleep(6)  # let the warm-up actors be evicted
+                        before = _procs.memory_kib(gw.pid)["VmRSS"]
+                        await _load.closed_loop(_load.peer_chat(http, gw.url, "idle"), count, 1)
+                        live = _live_sessions(await _metrics(http, gw.url))
+                        loaded = _procs.memory_kib(gw.pid)["VmRSS"]
+                        await asyncio.sleep(8)  # idle_evict_s = 5: every actor goes
+                        evicted_live = _live_sessions(await _metrics(http, gw.url))
+                        after = _procs.memory_kib(gw.pid)["VmRSS"]
+        runs.append(
+            {
+                "conversations": float(count),
+                "live_actors": live,
+                "rss_before_mb": before / 1024,
+                "rss_loaded_mb": loaded / 1024,
+                "kib_per_live_conversation": (loaded - before) / max(1.0, live),
+                "live_after_eviction": evicted_live,
+                "rss_after_eviction_mb": after / 1024,
+            }
+        )
+    return _summary(runs)
+
+
+async def _metrics(http: aiohttp.ClientSession, url: str) -> str:
+    async with http.get(f"{url}/metrics") as r:
+        return await r.text()
+
+
+def _live_sessions(metrics: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith("botmux_live_sessions "):
+            return float(line.split()[1])
+    return 0.0
+
+
+async def scenario_store(repeat: int, quick: bool) -> dict[str, Any]:
+    """The store's threads' CPU under the 50-conversation load, and raw aiosqlite's limit."""
+    runs = []
+    for _ in range(repeat):
+        async with _procs.fake_model() as model:
+            with tempfile.TemporaryDirectory() as tmp:
+                async with _procs.gateway(Path(tmp), model.url) as gw:
+                    async with aiohttp.ClientSession() as http:
+                        send = _load.peer_chat(http, gw.url)
+                        await _load.closed_loop(send, 50, 2)
+                        store0 = _procs.cpu_seconds(gw.pid, threads="others")
+                        started = time.perf_counter()
+                        result = await _load.closed_loop(send, 50, 10 if quick else 20)
+                        wall = time.perf_counter() - started
+                        store_cpu = _procs.cpu_seconds(gw.pid, threads="others") - store0
+        # Each turn writes 2 message rows, 1 outbox row, and 3 row updates.
+        rows = result.turns * 3
+        raw = await _raw_aiosqlite_rows_per_s(Path(tempfile.mkdtemp()))
+        runs.append(
+            {
+                "turns_per_s": result.turns_per_s,
+                "store_rows_per_s": rows / wall,
+                "raw_aiosqlite_rows_per_s": raw,
+                "ratio_of_raw": (rows / wall) / raw,
+                "store_threads_core_share": store_cpu / wall,
+            }
+        )
+    return _summary(runs)
+
+
+async def _raw_aiosqlite_rows_per_s(tmp: Path, rows: int = 50_000, per_commit: int = 1000) -> float:
+    import aiosqlite
+
+    async with aiosqlite.connect(tmp / "raw.db", isolation_level=None) as db:
+        await db.execute("PRAGMA journal_mode = WAL")
+        await db.execute("PRAGMA synchronous = NORMAL")
+        await db.execute(
+            "CREATE TABLE t (id INTEGER PRIMARY KEY, conversation TEXT, content TEXT, state TEXT,"
+            " created_at REAL)"
+        )
+        started = time.perf_counter()
+        for start in range(0, rows, per_commit):
+            await db.execute("BEGIN")
+            await db.executemany(
+                "INSERT INTO t (id, conversation, content, state, created_at) VALUES (?,?,?,?,?)",
+                [
+                    (i, f"peer:c{i % 50}", "hello there", "pending", 0.0)
+                    for i in range(start + 1, start + per_commit + 1)
+                ],
+            )
+            await db.execute("COMMIT")
+        return rows / (time.perf_counter() - started)
+
+
+async def scenario_startup(repeat: int, quick: bool) -> dict[str, Any]:
+    runs = []
+    for _ in range(max(repeat, 3)):
+        async with _procs.fake_model() as model:
+            with tempfile.TemporaryDirectory() as tmp:
+                async with _procs.gateway(Path(tmp), model.url) as gw:
+                    runs.append(
+                        {
+                            "seconds_to_ready": time.perf_counter() - gw.started_at,
+                            "idle_rss_mb": _procs.memory_kib(gw.pid)["VmRSS"] / 1024,
+                        }
+                    )
+    return _summary(runs)
+
+
+SCENARIOS: dict[str, Callable[[int, bool], Awaitable[dict[str, Any]]]] = {
+    "throughput": scenario_throughput,
+    "ceiling": scenario_ceiling,
+    "latency500": scenario_latency500,
+    "store": scenario_store,
+    "startup": scenario_startup,
+    "idle": scenario_idle,
+    "hermes": scenario_hermes,
+}
+
+
+def _print(name: str, data: Any, indent: str = "") -> None:
+    if isinstance(data, dict) and "median" in data:
+        print(
+            f"{indent}{name:<28} {data['median']:10.2f}   [{data['min']:.2f} .. {data['max']:.2f}]"
+        )
+        return
+    if isinstance(data, dict):
+        print(f"{indent}{name}")
+        for key, value in data.items():
+            _print(key, value, indent + "  ")
+        return
+    print(f"{indent}{name:<28} {data:10.2f}")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("scenarios", nargs="*", default=list(SCENARIOS))
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="fewer turns per run")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    results: dict[str, Any] = {
+        "machine": {"cores": os.cpu_count(), "python": sys.version.split()[0]},
+        "repeat": args.repeat,
+    }
+    for name in args.scenarios:
+        started = time.perf_counter()
+        print(f"== {name}", flush=True)
+        results[name] = await SCENARIOS[name](args.repeat, args.quick)
+        _print(name, results[name])
+        print(f"   ({time.perf_counter() - started:.0f} s)", flush=True)
+    if "throughput" in results and "ceiling" in results:
+        ratio = {
+            n: results["throughput"][n]["turns_per_s"]["median"]
+            / results["ceiling"][n]["turns_per_s"]["median"]
+            for n in results["throughput"]
+        }
+        added = (
+            results["throughput"]["1"]["p50_ms"]["median"]
+            - results["ceiling"]["1"]["p50_ms"]["median"]
+        )
+        results["ratios"] = {"throughput_over_ceiling": ratio, "added_p50_ms_one_client": added}
+        _print("ratios", results["ratios"])
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
