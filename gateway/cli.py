@@ -166,11 +166,19 @@ def _check(config: Config) -> int:
         else "no auth (loopback only)"
     )
     print(f"peer API: http://{config.peer.listen} ({auth})")
-    for name in ("telegram", "discord"):
-        section = getattr(config, name)
-        print(
-            f"{name}: {'configured, adapter not available in this version' if section else 'off'}"
-        )
+    if config.telegram is None:
+        print("telegram: off")
+    else:
+        tg = config.telegram
+        users = f"{len(tg.allow_users)} allowed user(s), others by DM pairing"
+        print(f"telegram: {tg.mode} via {tg.api_base}, groups: {tg.group_mode}, {users}")
+    if config.discord is None:
+        print("discord: off")
+    else:
+        dc = config.discord
+        guilds = f"{len(dc.allow_guilds)} allowed guild(s)" if dc.allow_guilds else "every guild"
+        mention = "mention or reply needed" if dc.require_mention else "answers everything"
+        print(f"discord: via {dc.api_base}, {guilds}, {mention}")
     if config.source != "(embedded defaults)" and config.secrets():
         mode = os.stat(config.source).st_mode
         if mode & 0o077:

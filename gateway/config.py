@@ -129,19 +129,71 @@ class PeerConfig:
 
 @dataclass(frozen=True, slots=True)
 class TelegramConfig:
+    """The Telegram bot (docs/TELEGRAM.md explains every key)."""
+
     token: str = _opt(check=_non_empty)
-    api_base: str = _opt("https://api.telegram.org", _url)
+    api_base: str = _opt("https://api.telegram.org", _url)  # an origin: /bot<token>/ is added
     mode: str = _opt("polling", _one_of("polling", "webhook"))
-    allow_users: tuple[int, ...] = ()
+    allow_users: tuple[int, ...] = ()  # always allowed; others need DM pairing
+    allow_chats: tuple[int, ...] = ()  # groups where every member may talk to the bot
+    # In groups: answer when mentioned, replied to or commanded; every message; or never.
+    group_mode: str = _opt("mention", _one_of("mention", "all", "off"))
+    webhook_listen: str = _opt("127.0.0.1:8443", _listen)  # where our webhook server listens
+    # The public https URL Telegram posts updates to, and the secret it sends with them.
+    webhook_url: str = _opt("", lambda v: _url(v) if v else None)
+    webhook_secret: str = _opt(
+        "",
+        lambda v: (
+            None
+            if re.fullmatch(r"[A-Za-z0-9_-]{0,256}", v)
+            else "must be 1-256 characters of A-Z, a-z, 0-9, _ and -"
+        ),
+    )
+    poll_timeout_s: int = _opt(30, _positive)  # long-poll duration of one getUpdates
+    request_timeout_s: float = _opt(15.0, _positive)  # one Bot API call (sends, typing)
+    typing_interval_s: float = _opt(4.0, _positive)
+    typing_deadline_s: float = _opt(300.0, _positive)
+
+    def __post_init__(self) -> None:
+        if self.mode == "webhook":
+            for key in ("webhook_url", "webhook_secret"):
+                if not getattr(self, key):
+                    raise ConfigError(f"telegram.{key}", 'is required when mode = "webhook"')
 
 
 @dataclass(frozen=True, slots=True)
 class DiscordConfig:
+    """The Discord bot (docs/DISCORD.md explains every key)."""
+
     token: str = _opt(check=_non_empty)
     api_base: str = _opt("https://discord.com/api/v10", _url)
     gateway_url: str = _opt("wss://gateway.discord.gg", _ws_url)
-    allow_users: tuple[int, ...] = ()
-    allow_guilds: tuple[int, ...] = ()
+    allow_users: tuple[int, ...] = ()  # always allowed; others need DM pairing
+    allow_guilds: tuple[int, ...] = ()  # empty: every guild the bot is in
+    # Who may talk to the bot in an allowed guild: every member, or only allowed/paired users.
+    guild_access: str = _opt("everyone", _one_of("everyone", "allowed"))
+    require_mention: bool = True  # in guilds: answer only when mentioned or replied to
+    answer_all_guilds: tuple[int, ...] = ()  # ... except in these guilds
+    answer_all_channels: tuple[int, ...] = ()  # ... and these channels (and their threads)
+    reply_to: str = _opt("first", _one_of("first", "all", "none"))  # which chunks reply
+    chunk_chars: int = _opt(
+        2000, lambda v: None if 100 <= v <= 2000 else "must be between 100 and 2000"
+    )
+    max_lines: int = _opt(
+        0, lambda v: None if v == 0 or v >= 8 else "must be 0 (no cap) or at least 8"
+    )
+    slash_commands: bool = True  # register /new /status /stop /help as application commands
+    backfill_messages: int = _opt(
+        50, lambda v: None if 0 <= v <= 100 else "must be between 0 and 100"
+    )
+    backfill_channels: int = _opt(50, _non_negative)
+    guild_ready_timeout_s: float = _opt(2.0, _non_negative)
+    identify_delay_s: float = _opt(5.0, _non_negative)  # before every IDENTIFY but the first
+    rate_limit_wait_s: float = _opt(
+        30.0, lambda v: None if v >= 30 else "must be at least 30 (discord.py's minimum)"
+    )
+    typing_deadline_s: float = _opt(300.0, _positive)
+    connect_timeout_s: float = _opt(60.0, _positive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +234,8 @@ class Config:
         for platform in (self.telegram, self.discord):
             if platform is not None:
                 found.append(platform.token)
+        if self.telegram is not None:
+            found.append(self.telegram.webhook_secret)
         return tuple(s for s in found if s and s != "unused")
 
 

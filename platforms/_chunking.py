@@ -39,8 +39,12 @@ def _open_fence_at(text: str) -> tuple[str, str] | None:
     return opened
 
 
-def _best_cut(text: str, limit: int, length: Callable[[str], int]) -> int:
-    """Where to cut ``text`` so that ``text[:cut]`` fits ``limit``: a natural break if any."""
+def best_cut(text: str, limit: int, length: Callable[[str], int] = len) -> int:
+    """Where to cut ``text`` so that ``text[:cut]`` fits ``limit``: a natural break if any.
+
+    Public for platforms that cut their own markup (Telegram cuts rendered HTML) with the same
+    preferences as ``split``.
+    """
     # The longest prefix that fits, by binary search over code points.
     low, high = 0, len(text)
     while low < high:
@@ -111,7 +115,7 @@ def split_marked(text: str, limit: int, *, length: Callable[[str], int] = len) -
         budget = limit - length(head) - close_room
         if budget < 1:
             raise ValueError(f"limit {limit} is too small for this text's code fences")
-        cut = _best_cut(rest, budget, length)
+        cut = best_cut(rest, budget, length)
         body = rest[:cut]
         tail = ""
         fence = _open_fence_at(head + body)

@@ -78,15 +78,17 @@ class Courier:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        # Both ends close when the courier stops, so nothing is left open behind it.
         async with anyio.create_task_group() as tg:
             task_status.started()
-            async with self._receive:
-                async for outcome in self._receive:
-                    lane = self._lanes.get(outcome.conversation)
-                    if lane is None:
-                        lane = self._lanes[outcome.conversation] = deque()
-                        tg.start_soon(self._drain, outcome.conversation, lane)
-                    lane.append(outcome)
+            with self._send:
+                async with self._receive:
+                    async for outcome in self._receive:
+                        lane = self._lanes.get(outcome.conversation)
+                        if lane is None:
+                            lane = self._lanes[outcome.conversation] = deque()
+                            tg.start_soon(self._drain, outcome.conversation, lane)
+                        lane.append(outcome)
 
     async def _drain(self, conversation: str, lane: deque[TurnOutcome]) -> None:
         try:
@@ -127,5 +129,9 @@ class Courier:
                 await self._intake.undeliverable(chunk.id, failure.reason)
                 return
             self._stats["sent"] += 1
+            self._observe(
+                "chunk_sent",
+                {"conversation": chunk.conversation, "platform": self.platform, "chunk": chunk.id},
+            )
             await self._intake.delivered(chunk.id, platform_id)
             return

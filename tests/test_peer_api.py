@@ -341,8 +341,13 @@ async def test_idle_actors_are_evicted_and_come_back_with_their_history(tmp_path
 
     clock = Clock()
     async with open_fake_model() as fake:
-        config = make_config(tmp_path / "b.db", fake.base_url, extra="[gateway]\nidle_evict_s = 60\n")
-        async with running_gateway(config, clock=clock) as (app, url), aiohttp.ClientSession() as http:
+        config = make_config(
+            tmp_path / "b.db", fake.base_url, extra="[gateway]\nidle_evict_s = 60\n"
+        )
+        async with (
+            running_gateway(config, clock=clock) as (app, url),
+            aiohttp.ClientSession() as http,
+        ):
             assert app.router is not None
             for session in ("e1", "e2"):
                 r = await http.post(f"{url}/api/sessions/{session}/chat", json={"message": "first"})
@@ -357,4 +362,8 @@ async def test_idle_actors_are_evicted_and_come_back_with_their_history(tmp_path
             assert (await r.json())["message"]["content"] == "echo: second"
             assert app.router.statistics()["spawned"] == 3
     # The fresh actor rebuilt the history from the store.
-    assert [m["content"] for m in fake.requests[-1].messages[1:]] == ["first", "echo: first", "second"]
+    assert [m["content"] for m in fake.requests[-1].messages[1:]] == [
+        "first",
+        "echo: first",
+        "second",
+    ]

@@ -24,9 +24,16 @@ Pointing discord.py 2.7 at it (read from discord/http.py, gateway.py, client.py)
   client too; resume URLs are left alone (the fake points them at itself).
 * Still process-wide, not covered by the helper: interaction responses and webhooks
   (`discord.webhook.async_`) use `Route.BASE` outside `HTTPClient.request`, and
-  `import discord.http` sets `aiohttp.hdrs.WEBSOCKET` for everyone.
+  `import discord.http` sets `aiohttp.hdrs.WEBSOCKET` for everyone. The adapter's
+  `platforms/discord/_client.py:point_at` also sets discord.py's webhook-adapter context
+  variable (`async_context`) in its own task, which reroutes interaction responses for
+  that client's tasks only.
+* Slash commands: `inject_interaction` dispatches INTERACTION_CREATE; the bot's answer
+  (POST /interactions/{id}/{token}/callback, no Authorization header, as on Discord) is
+  recorded in `interaction_responses` and, unless ephemeral, stored and echoed as a
+  channel message.
 
-`point_discord_py_at` below is the helper to copy into the adapter (call it after
+`point_discord_py_at` below calls the adapter's own `point_at` (call it after
 `discord.Client(...)`, before `await client.start(token)`).
 
 What else discord.py needs, found the hard way:
@@ -86,7 +93,6 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import anyio
-import yarl
 from aiohttp import web
 
 from tests.fakes import _discord_payloads as p
@@ -94,7 +100,6 @@ from tests.fakes._discord_payloads import JSON, FakeChannel, FakeGuild, FakeUser
 
 if TYPE_CHECKING:
     import discord
-    from discord.http import Route
 
 __all__ = [
     "FakeChannel",
@@ -119,27 +124,10 @@ _FILES: web.RequestKey[list[JSON]] = web.RequestKey("files")
 
 
 def point_discord_py_at(client: discord.Client, *, api_base: str, gateway_url: str) -> None:
-    """Send one discord.py client's REST calls to `api_base` and its gateway to `gateway_url`."""
-    from discord.gateway import DiscordWebSocket
-    from discord.http import Route
+    """Send one discord.py client's REST calls and gateway here: the adapter's own helper."""
+    from platforms.discord._client import point_at
 
-    http = client.http
-    send, dial = http.request, http.ws_connect
-    gateway = yarl.URL(gateway_url)
-
-    async def request(route: Route, **kwargs: Any) -> Any:
-        if route.url.startswith(Route.BASE):
-            route.url = api_base.rstrip("/") + route.url[len(Route.BASE) :]
-        return await send(route, **kwargs)
-
-    async def ws_connect(url: str, *, compress: int = 0) -> aiohttp.ClientWebSocketResponse:
-        target = yarl.URL(url)
-        if target.with_query(None) == DiscordWebSocket.DEFAULT_GATEWAY:
-            target = gateway.with_query(target.query)
-        return await dial(str(target), compress=compress)
-
-    http.request = request  # type: ignore[method-assign]
-    http.ws_connect = ws_connect  # type: ignore[method-assign]
+    point_at(client, api_base=api_base, gateway_url=gateway_url)
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,6 +236,8 @@ class FakeDiscord:
         self.connections: list[GatewayConnection] = []
         self.delivered: list[tuple[int, str]] = []  # (seq, event) of dispatches written out
         self._dispatched_ids: list[int] = []  # messages a MESSAGE_CREATE went out for
+        self.interaction_responses: list[JSON] = []  # callbacks the bot POSTed, in order
+        self._interactions: dict[int, JSON] = {}
         self._scripts: list[_Scripted] = []
         self._session: _Session | None = None
         self._sessions = 0
@@ -452,6 +442,50 @@ class FakeDiscord:
         await self._dispatch_create(message)
         return message
 
+    async def inject_interaction(
+        self, channel_id: int, name: str, *, user_id: int, command_id: int | None = None
+    ) -> JSON:
+        """Dispatch INTERACTION_CREATE: `user_id` ran slash command `name` in the channel.
+
+        The bot answers through POST /interactions/{id}/{token}/callback, which
+        `interaction_responses` records (and, unless ephemeral, stores as a channel message).
+        """
+        channel = self.world.channel(channel_id)
+        user = self.world.add_user(user_id)
+        interaction_id = self.world.ids.next()
+        data: JSON = {
+            "id": str(interaction_id),
+            "application_id": str(self.world.app_id),
+            "type": 2,
+            "data": {"id": str(command_id or self.world.ids.next()), "name": name, "type": 1},
+            "channel_id": str(channel.id),
+            "channel": self.world.channel_json(channel),
+            "token": f"interaction-token-{interaction_id}",
+            "version": 1,
+            "app_permissions": p.EVERYONE_PERMISSIONS,
+            "locale": "en-US",
+            "attachment_size_limit": 8 * 1024 * 1024,
+            "entitlements": [],
+            "authorizing_integration_owners": {},
+        }
+        if channel.guild_id is not None:
+            self.world.add_member(channel.guild_id, user_id)
+            member = p.member_payload(user, joined_at=p.timestamp_of(channel.guild_id))
+            data |= {
+                "guild_id": str(channel.guild_id),
+                "member": member | {"permissions": p.EVERYONE_PERMISSIONS},
+                "context": 0,
+            }
+        else:
+            data |= {"user": p.user_payload(user), "context": 1}
+        self._interactions[interaction_id] = {
+            "token": data["token"],
+            "channel_id": channel.id,
+            "type": 2,
+        }
+        await self._dispatch("INTERACTION_CREATE", data)
+        return data
+
     async def redispatch(self, message_id: int) -> None:
         """Send MESSAGE_CREATE for a stored message again, as Discord sometimes does."""
         await self._dispatch_create(self.world.messages[message_id])
@@ -642,6 +676,7 @@ class FakeDiscord:
             ("PUT", commands, self._put_commands),
             ("GET", guild_commands, self._get_commands),
             ("PUT", guild_commands, self._put_commands),
+            ("POST", "/interactions/{interaction_id}/{interaction_token}/callback", self._callback),
         ]
 
     @web.middleware
@@ -670,7 +705,10 @@ class FakeDiscord:
 
     def _refusal(self, request: web.Request, route: str, path: str) -> web.Response | None:
         """A 401 for a bad token, else the first scripted failure matching this call."""
-        public = request.method == "GET" and route == "/gateway"
+        # Interaction callbacks carry their token in the path, not in Authorization.
+        public = (request.method == "GET" and route == "/gateway") or route.startswith(
+            "/interactions/"
+        )
         if not public and request.headers.get("Authorization") != f"Bot {self.token}":
             return p.json_response(401, {"message": "401: Unauthorized", "code": 0})
         for script in self._scripts:
@@ -744,6 +782,40 @@ class FakeDiscord:
     async def _typing(self, request: web.Request) -> web.Response:
         self.world.channel(request.match_info["channel_id"])
         return web.Response(status=204)
+
+    async def _callback(self, request: web.Request) -> web.Response:
+        """POST /interactions/{id}/{token}/callback: the bot answers a slash command."""
+        info = request.match_info
+        pending = self._interactions.get(int(info["interaction_id"]))
+        if pending is None or pending["token"] != info["interaction_token"]:
+            raise p.RestError(404, 10062, "Unknown interaction")
+        if pending.get("answered"):
+            raise p.RestError(400, 40060, "Interaction has already been acknowledged.")
+        pending["answered"] = True
+        body = request[_BODY] or {}
+        data = body.get("data") or {}
+        channel = self.world.channel(pending["channel_id"])
+        ephemeral = bool(int(data.get("flags") or 0) & 64)
+        message = self.world.store(
+            channel,
+            self.bot,
+            str(data.get("content") or ""),
+            extra={"flags": 64 if ephemeral else 0},
+        )
+        self.interaction_responses.append(
+            {"interaction_id": info["interaction_id"], "type": body.get("type"), "data": data}
+        )
+        if not ephemeral and self.echo_own_messages:
+            await self._dispatch_create(message)
+        interaction = {
+            "id": info["interaction_id"],
+            "type": pending["type"],
+            "response_message_id": message["id"],
+            "response_message_loading": False,
+            "response_message_ephemeral": ephemeral,
+        }
+        resource = {"type": body.get("type", 4), "message": message}
+        return p.json_response(200, {"interaction": interaction, "resource": resource})
 
     async def _get_commands(self, request: web.Request) -> web.Response:
         guild_id = request.match_info.get("guild_id")

@@ -1,0 +1,174 @@
+"""discord.py's client as the adapter uses it: pointed at the configured Discord, reduced
+to posting what happens to the adapter's mailbox.
+
+Kept apart from the actor so that everything that reaches into discord.py's machinery
+(its HTTP client, its gateway dial, its webhook context, its identify pacing and ready
+task) sits in one short module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import anyio
+import discord
+import yarl
+from anyio.streams.memory import MemoryObjectSendStream
+from discord.gateway import DiscordWebSocket
+from discord.http import Route
+from discord.webhook.async_ import AsyncWebhookAdapter, async_context
+
+log = logging.getLogger(__name__)
+
+# -- pointing discord.py at api_base / gateway_url ----------------------------------------
+
+
+class _RebasedWebhookAdapter(AsyncWebhookAdapter):
+    """Interaction responses (and webhooks) build their URLs from ``Route.BASE`` outside
+    ``HTTPClient.request``; this adapter rewrites them the same way."""
+
+    def __init__(self, api_base: str) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self._api_base = api_base
+
+    async def request(self, route: Route, *args: Any, **kwargs: Any) -> Any:
+        _rebase_route(route, self._api_base)
+        return await super().request(route, *args, **kwargs)
+
+
+def _rebase_route(route: Route, api_base: str) -> None:
+    if route.url.startswith(Route.BASE):
+        route.url = api_base.rstrip("/") + route.url[len(Route.BASE) :]
+
+
+def point_at(client: discord.Client, *, api_base: str, gateway_url: str) -> None:
+    """Send this client's REST calls to ``api_base`` and its gateway to ``gateway_url``.
+
+    The one place that redirects discord.py. Per client: every REST call goes through
+    ``client.http.request`` and every gateway dial through ``client.http.ws_connect``, so
+    both are wrapped on this client's HTTPClient (resume URLs, which Discord hands out in
+    READY, are left alone). Interaction responses go through discord.py's webhook adapter,
+    chosen by the ``async_context`` context variable: it is set here, in the adapter's own
+    task, before that task spawns any (the one running ``client.start`` included, and
+    through it discord.py's event tasks); they all inherit it, so it too stays with this
+    client. Still process-wide, and never assigned here: ``Route.BASE`` and
+    ``DiscordWebSocket.DEFAULT_GATEWAY`` themselves, so webhooks used from any other task
+    go to discord.com; and the ``aiohttp.hdrs`` tweak ``import discord`` makes for everyone.
+    """
+    http = client.http
+    send, dial = http.request, http.ws_connect
+    gateway = yarl.URL(gateway_url)
+
+    async def request(route: Route, **kwargs: Any) -> Any:
+        _rebase_route(route, api_base)
+        return await send(route, **kwargs)
+
+    async def ws_connect(url: str, *, compress: int = 0) -> aiohttp.ClientWebSocketResponse:
+        target = yarl.URL(url)
+        if target.with_query(None) == DiscordWebSocket.DEFAULT_GATEWAY:
+            target = gateway.with_query(target.query)
+        return await dial(str(target), compress=compress)
+
+    http.request = request  # type: ignore[method-assign]
+    http.ws_connect = ws_connect  # type: ignore[method-assign]
+    async_context.set(_RebasedWebhookAdapter(api_base))
+
+
+# -- what discord.py tells the actor --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStarted:
+    """READY: a new gateway session (the first, or one after a refused RESUME)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GuildsLoaded:
+    """on_ready: the session's guilds arrived (after ``guild_ready_timeout``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionResumed:
+    """RESUMED: the session continued; Discord replays what we missed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Disconnected:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class MessageReceived:
+    message: discord.Message
+
+
+@dataclass(frozen=True, slots=True)
+class InteractionReceived:
+    interaction: discord.Interaction[discord.Client]
+
+
+ClientEvent = (
+    SessionStarted
+    | GuildsLoaded
+    | SessionResumed
+    | Disconnected
+    | MessageReceived
+    | InteractionReceived
+)
+
+
+class BotClient(discord.Client):
+    """discord.py's client, reduced to posting its events to the adapter's mailbox."""
+
+    def __init__(
+        self, mailbox: MemoryObjectSendStream[ClientEvent], *, identify_delay_s: float, **kw: Any
+    ) -> None:
+        super().__init__(**kw)
+        self._mailbox = mailbox
+        self._identify_delay_s = identify_delay_s
+
+    async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
+        # discord.py sleeps 5 s before every IDENTIFY but the first; configurable, per client.
+        if not initial:
+            await asyncio.sleep(self._identify_delay_s)
+
+    async def close(self) -> None:
+        # discord.py leaves the task that announces on_ready (guild_ready_timeout after a
+        # READY) running through close(); it would then dispatch into a client without a
+        # loop. Closing right after a new session is ordinary for us (a drain), so stop it.
+        ready_task = self._connection._ready_task
+        if ready_task is not None:
+            ready_task.cancel()
+        await super().close()
+
+    async def _post(self, event: ClientEvent) -> None:
+        try:
+            try:
+                self._mailbox.send_nowait(event)
+            except anyio.WouldBlock:
+                log.warning("discord mailbox full: gateway events wait", extra={"event": event})
+                await self._mailbox.send(event)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the adapter is stopping: nothing is admitted any more
+
+    async def on_connect(self) -> None:
+        await self._post(SessionStarted())
+
+    async def on_ready(self) -> None:
+        await self._post(GuildsLoaded())
+
+    async def on_resumed(self) -> None:
+        await self._post(SessionResumed())
+
+    async def on_disconnect(self) -> None:
+        await self._post(Disconnected())
+
+    async def on_message(self, message: discord.Message) -> None:
+        await self._post(MessageReceived(message))
+
+    async def on_interaction(self, interaction: discord.Interaction[discord.Client]) -> None:
+        await self._post(InteractionReceived(interaction))

@@ -1,0 +1,234 @@
+"""Pure mapping between discord.py's objects and botmux's values, and the gating decisions.
+
+Everything here is a plain function of its arguments (no I/O, no client), so the rules
+that decide what becomes a turn (the loop guard, mention gating, commands) and how a reply
+is cut and sent (chunks, nonces, which chunk replies) are tested without a gateway.
+``seen_from`` is the only function that touches a ``discord.Message``: it reduces one to
+the facts the rules need.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import discord
+
+from gateway.config import DiscordConfig
+from gateway.messages import Inbound, OutboxChunk
+from platforms._chunking import split
+
+PLATFORM = "discord"
+COMMANDS = ("new", "status", "stop", "help")
+COMMAND_DESCRIPTIONS = {
+    "new": "Start a fresh conversation context",
+    "status": "Show the model in use and the queue",
+    "stop": "Stop the reply being written",
+    "help": "What this bot does and its commands",
+}
+# Plain-text aliases: /start is Telegram's habit, harmless to accept here too.
+_TEXT_COMMANDS = frozenset({*COMMANDS, "start"})
+MAX_NONCE = 25  # Discord refuses longer nonces
+_USER_MENTION = re.compile(r"<@!?(\d+)>([,:]?)")  # "@bot, do this" / "@bot: do this"
+_REPLYABLE = (discord.MessageType.default, discord.MessageType.reply)
+
+
+def conversation_key(channel_id: int) -> str:
+    """``discord:<channel_id>``: a DM, a guild text channel and a thread alike (SPEC 2)."""
+    return f"{PLATFORM}:{channel_id}"
+
+
+def channel_of(conversation: str) -> int:
+    platform, _, rest = conversation.partition(":")
+    if platform != PLATFORM or not rest.isdigit():
+        raise ValueError(f"not a Discord conversation key: {conversation!r}")
+    return int(rest)
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What the rules need to know about one Discord message."""
+
+    message_id: int
+    channel_id: int
+    guild_id: int | None  # None: a DM
+    parent_id: int | None  # the parent channel when this is a thread
+    author_id: int
+    author_name: str
+    author_is_bot: bool  # bots, webhooks and system messages alike: never a turn
+    content: str
+    mentions_bot: bool
+    replies_to_bot: bool
+    mention_names: dict[int, str] = field(default_factory=dict)
+
+
+def seen_from(
+    message: discord.Message,
+    bot_id: int,
+    *,
+    guild_id: int | None = None,
+    parent_id: int | None = None,
+) -> Seen:
+    """Reduce a message to facts; ``guild_id`` and ``parent_id`` fill in what a message
+    read from history (its channel not cached) does not carry."""
+    channel = message.channel
+    parent_id = getattr(channel, "parent_id", None) or parent_id
+    reference = message.reference
+    resolved = reference.resolved if reference is not None else None
+    replies_to_bot = isinstance(resolved, discord.Message) and resolved.author.id == bot_id
+    return Seen(
+        message_id=message.id,
+        channel_id=channel.id,
+        guild_id=message.guild.id if message.guild is not None else guild_id,
+        parent_id=parent_id if isinstance(parent_id, int) else None,
+        author_id=message.author.id,
+        author_name=str(message.author),
+        author_is_bot=(
+            message.author.bot or message.webhook_id is not None or message.type not in _REPLYABLE
+        ),
+        content=message.content,
+        mentions_bot=bot_id in message.raw_mentions,
+        replies_to_bot=replies_to_bot,
+        mention_names={u.id: u.display_name for u in message.mentions},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Ignore:
+    reason: str  # "bot", "guild_not_allowed", "not_addressed", "empty"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    text: str
+
+
+Decision = Ignore | Command | Turn
+
+
+def addressed(seen: Seen, config: DiscordConfig) -> bool:
+    """Whether a message speaks to the bot: any DM; in guilds per the mention policy."""
+    if seen.guild_id is None or seen.mentions_bot or seen.replies_to_bot:
+        return True
+    if not config.require_mention or seen.guild_id in config.answer_all_guilds:
+        return True
+    channels = config.answer_all_channels
+    return seen.channel_id in channels or (
+        seen.parent_id is not None and seen.parent_id in channels
+    )
+
+
+def decide(seen: Seen, config: DiscordConfig, bot_id: int) -> Decision:
+    """What to do with a message, before asking who its author is (access is separate)."""
+    if seen.author_is_bot or seen.author_id == bot_id:
+        return Ignore("bot")  # the loop guard: our own echoes and every other bot
+    allow_guilds = config.allow_guilds
+    if seen.guild_id is not None and allow_guilds and seen.guild_id not in allow_guilds:
+        return Ignore("guild_not_allowed")
+    if not addressed(seen, config):
+        return Ignore("not_addressed")
+    text = turn_text(seen.content, bot_id, seen.mention_names)
+    if not text:
+        return Ignore("empty")
+    name = command_name(text)
+    return Command(name) if name is not None else Turn(text)
+
+
+def turn_text(content: str, bot_id: int, mention_names: dict[int, str]) -> str:
+    """The message as the model should read it: the bot's mention removed, others named."""
+
+    def replace(match: re.Match[str]) -> str:
+        user_id = int(match.group(1))
+        if user_id == bot_id:
+            return ""
+        name = mention_names.get(user_id)
+        return f"@{name}{match.group(2)}" if name else match.group(0)
+
+    text = _USER_MENTION.sub(replace, content)
+    return re.sub(r"[ \t]{2,}", " ", text).strip()
+
+
+def command_name(text: str) -> str | None:
+    """``/new``, ``/status``... as the first word (``/status@botmux`` too), else None."""
+    if not text.startswith("/"):
+        return None
+    word = text[1:].split(None, 1)[0] if len(text) > 1 else ""
+    name = word.split("@", 1)[0].lower()
+    if name not in _TEXT_COMMANDS:
+        return None
+    return "help" if name == "start" else name
+
+
+def inbound(seen: Seen, text: str) -> Inbound:
+    """The admission of a turn; exactly once per Discord message id."""
+    return Inbound(
+        platform=PLATFORM,
+        conversation=conversation_key(seen.channel_id),
+        platform_message_id=str(seen.message_id),
+        text=text,
+        sender=str(seen.author_id),
+        reply_target=str(seen.message_id),
+    )
+
+
+def render(text: str, *, limit: int = 2000, max_lines: int = 0) -> list[str]:
+    """Cut a reply into Discord messages: at most ``limit`` characters (code points, as
+    Discord counts) and, with a line cap, at most ``max_lines`` lines each.
+
+    The line cap rides on the shared chunker's ``length``: every line costs
+    ``limit / max_lines``, so a piece "fits" only when both its characters and its lines do.
+    The measure is subadditive, so the room the chunker reserves for closing and reopening
+    code fences stays sufficient.
+    """
+    if max_lines <= 0:
+        return split(text, limit)
+    per_line = limit / max_lines
+
+    def length(piece: str) -> int:
+        lines = piece.count("\n") + 1
+        return max(len(piece), int(lines * per_line + 0.999999))
+
+    return split(text, limit, length=length)
+
+
+def nonce(chunk: OutboxChunk) -> str:
+    """A nonce unique to this chunk and stable across retries and restarts (<= 25 chars).
+
+    The outbox id alone could repeat if the store were recreated; its creation time makes a
+    clash with an earlier message (Discord remembers nonces for a few minutes) impossible.
+    """
+    value = f"bm{_base36(chunk.id)}.{_base36(int(chunk.created_at * 1000))}"
+    assert len(value) <= MAX_NONCE, value
+    return value
+
+
+def _base36(number: int) -> str:
+    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
+    out = ""
+    while True:
+        number, rest = divmod(number, 36)
+        out = digits[rest] + out
+        if number == 0:
+            return out
+
+
+def replies(chunk: OutboxChunk, mode: str) -> bool:
+    """Whether this chunk is sent as a reply to the triggering message."""
+    if not chunk.reply_target.isdigit():
+        return False
+    return mode == "all" or (mode == "first" and chunk.seq == 0)
+
+
+def pairing_text(code: str) -> str:
+    return (
+        "Hi! I don't know you yet. To be let in, ask the operator of this bot to run:\n"
+        f"`botmux pairing approve discord {code}`"
+    )
+
+
+NOT_ALLOWED = "You're not on this bot's allow list."

@@ -1,0 +1,549 @@
+"""The Telegram adapter: python-telegram-bot (PTB) driven inside botmux's task group.
+
+Exactly-once admission, and why it holds with PTB's own poller. PTB's ``Updater`` fetches a
+batch with ``getUpdates(offset)``, awaits ``update_queue.put(update)`` for each update in turn,
+and only then advances its offset (``last update_id + 1``), which Telegram takes as the
+acknowledgement on the next ``getUpdates``. We give PTB an update queue whose ``put`` *is* the
+admission: it hands the update to this adapter's intake actor and returns only once the user
+row is committed (or the update was found not to be a turn). So the offset can only move past
+an update after its row is in the store; a crash anywhere before that leaves the update
+unacknowledged, Telegram sends it again, and the store's unique (platform, message id) turns
+the second admission into a no-op. There is no window in which an update is acknowledged but
+not admitted. What we rely on, in PTB 22.x (``telegram/ext/_updater.py``): the offset is
+assigned after the puts of its batch; ``updater.stop()`` confirms only that offset. A test
+holds an admission and checks the update stays unconfirmed, so a PTB change would show up.
+
+When the update cannot be admitted now, ``put`` does not return normally: while botmux drains
+(``Intake.accepting`` is false) it waits until the poller is stopped, so nothing is
+acknowledged; when the store failed, it raises :class:`AdmissionDeferred`, a ``TelegramError``
+PTB's poll loop answers by polling again, later, from the same offset (admitted updates of
+the batch come back as duplicates and are skipped).
+
+Webhook mode uses our own aiohttp listener (PTB's needs tornado): the same actor decides, and
+the answer to Telegram's POST is 200 only after the commit (503 otherwise, so Telegram retries;
+403 without the right secret token).
+
+Replies go through the shared outbox courier (ordered, retried only when that cannot
+duplicate), rendered to HTML by :mod:`platforms.telegram.render`. Command answers, pairing
+codes and "text only" notices are not turns: a small notice actor sends them directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hmac
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, assert_never
+from urllib.parse import urlsplit
+
+import anyio
+from aiohttp import web
+from telegram import Bot, BotCommand, Message, ReplyParameters, Update
+from telegram.constants import ChatAction, ParseMode
+from telegram.error import BadRequest, Conflict, TelegramError
+from telegram.ext import Application, ExtBot
+
+from gateway.config import TelegramConfig
+from gateway.errors import ConversationClosed, GatewayError, PlatformError
+from gateway.messages import OutboxChunk, TurnOutcome
+from gateway.ports import Intake
+from platforms._courier import Courier
+from platforms._typing import keep_typing
+from platforms.telegram import convert, errors, render
+from platforms.telegram.convert import PLATFORM, Target
+from policy import classify_send
+from policy.backoff import Backoff
+
+log = logging.getLogger(__name__)
+
+Observe = Callable[[str, dict[str, Any]], None]
+SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+ALLOWED_UPDATES = ("message",)
+STOP_DEADLINE_S = 15.0  # shutting PTB down (final offset confirmation, closing clients)
+NOTICE_ATTEMPTS = 3
+NOTICE_MAX_WAIT_S = 30.0
+
+
+class Verdict(Enum):
+    """What becomes of an update: acknowledged, asked again later, or held unacknowledged."""
+
+    ACK = "ack"  # admitted, or not a turn: Telegram may forget it
+    RETRY = "retry"  # admission failed: get it again later
+    HOLD = "hold"  # draining: never acknowledge it in this process
+
+
+class AdmissionDeferred(TelegramError):
+    """Raised from the update queue's ``put`` so PTB polls the same updates again later."""
+
+
+class _Pending:
+    """A verdict not given yet: the poller or the webhook handler waits on it."""
+
+    def __init__(self) -> None:
+        self._given = anyio.Event()
+        self.verdict = Verdict.HOLD
+
+    def give(self, verdict: Verdict) -> None:
+        self.verdict = verdict
+        self._given.set()
+
+    async def wait(self) -> Verdict:
+        await self._given.wait()
+        return self.verdict
+
+
+@dataclass(frozen=True, slots=True)
+class UpdateReceived:
+    """An update from the poller or the webhook; its verdict is given through ``pending``."""
+
+    update: Update
+    pending: _Pending
+
+
+@dataclass(frozen=True, slots=True)
+class SendNotice:
+    """Send a short text that is not a turn's reply (a command's answer, a pairing code)."""
+
+    target: Target
+    text: str
+    reply_to: int | None = None
+
+
+class _UpdateQueue(asyncio.Queue[object]):
+    """PTB's update queue, where putting an Update is admitting it (see the module docs).
+
+    Anything else PTB puts (its stop signal) is queued as usual for the Application.
+    """
+
+    def __init__(self, decide: Callable[[Update], Awaitable[Verdict]]) -> None:
+        super().__init__()
+        self._decide = decide
+
+    async def put(self, item: object) -> None:
+        if not isinstance(item, Update):
+            await super().put(item)
+            return
+        verdict = await self._decide(item)
+        if verdict is Verdict.RETRY:
+            raise AdmissionDeferred(f"update {item.update_id} was not admitted; polling again")
+        if verdict is Verdict.HOLD:
+            await anyio.sleep_forever()  # until updater.stop() cancels the poll: no ack
+
+
+class TelegramAdapter:
+    platform = PLATFORM
+
+    def __init__(self, config: TelegramConfig, intake: Intake, *, observe: Observe) -> None:
+        self._config = config
+        self._intake = intake
+        self._observe = observe
+        self._courier = Courier(PLATFORM, self._send_chunk, intake, observe=observe)
+        self._updates_tx, self._updates_rx = anyio.create_memory_object_stream[UpdateReceived](64)
+        self._notices_tx, self._notices_rx = anyio.create_memory_object_stream[SendNotice](256)
+        self._notices_idle = anyio.Event()
+        self._notices_idle.set()
+        self._queue = _UpdateQueue(self._submit)
+        self._bot: ExtBot[None] | None = None
+        self._me = convert.BotIdentity(0, "")
+        self._connected = False
+        self.webhook_port: int | None = None
+        self._stats = {
+            "updates": 0,
+            "admitted": 0,
+            "duplicates": 0,
+            "commands": 0,
+            "ignored": 0,
+            "strangers": 0,
+            "deferred": 0,
+            "held": 0,
+            "notices": 0,
+            "plain_fallbacks": 0,
+        }
+
+    def __repr__(self) -> str:
+        return f"<TelegramAdapter {self._config.mode} @{self._me.username or '?'} {self._stats}>"
+
+    def statistics(self) -> dict[str, Any]:
+        return {**self._stats, "courier": self._courier.statistics()}
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    # -- outlet --------------------------------------------------------------------------
+
+    def render(self, text: str) -> list[str]:
+        return render.render(text)
+
+    async def deliver(self, outcome: TurnOutcome) -> None:
+        await self._courier.deliver(outcome)
+
+    async def wait_delivered(self) -> None:
+        await self._courier.wait_idle()
+        await self._notices_idle.wait()
+
+    @asynccontextmanager
+    async def activity(self, conversation: str) -> AsyncIterator[None]:
+        bot = self._bot
+        if bot is None:
+            yield
+            return
+        target = convert.parse_key(conversation)
+
+        async def typing() -> object:
+            return await bot.send_chat_action(
+                target.chat_id, ChatAction.TYPING, message_thread_id=target.thread_id
+            )
+
+        async with keep_typing(
+            typing,
+            every=self._config.typing_interval_s,
+            deadline=self._config.typing_deadline_s,
+            conversation=conversation,
+        ):
+            yield
+
+    async def _send_chunk(self, chunk: OutboxChunk) -> str:
+        """Send one outbox chunk (for the courier); PTB's errors leave as PlatformError."""
+        bot = self._running_bot()
+        target = convert.parse_key(chunk.conversation)
+        reply = None
+        if not target.private and chunk.seq == 0 and chunk.reply_target.isdigit():
+            reply = ReplyParameters(int(chunk.reply_target), allow_sending_without_reply=True)
+        try:
+            try:
+                sent = await bot.send_message(
+                    target.chat_id,
+                    chunk.text,
+                    parse_mode=ParseMode.HTML,
+                    message_thread_id=target.thread_id,
+                    reply_parameters=reply,
+                )
+            except BadRequest as exc:
+                if not errors.entities_refused(exc):
+                    raise
+                # Telegram refused the formatting, so nothing was sent: the same chunk as plain
+                # text is a different request, not a retry of this one.
+                self._stats["plain_fallbacks"] += 1
+                self._observe(
+                    "telegram_plain_fallback",
+                    {"conversation": chunk.conversation, "chunk": chunk.id, "error": str(exc)},
+                )
+                sent = await bot.send_message(
+                    target.chat_id,
+                    render.to_plain(chunk.text),
+                    message_thread_id=target.thread_id,
+                    reply_parameters=reply,
+                )
+        except TelegramError as exc:
+            raise errors.translate(exc) from exc
+        return f"{sent.chat_id}:{sent.message_id}"
+
+    def _running_bot(self) -> ExtBot[None]:
+        if self._bot is None:
+            raise PlatformError("the Telegram bot is not started", status=0)
+        return self._bot
+
+    # -- the actor -----------------------------------------------------------------------
+
+    def _build_application(self) -> Application[Any, Any, Any, Any, Any, Any]:
+        config = self._config
+        origin = config.api_base.rstrip("/")
+        timeout = config.request_timeout_s
+
+        def request(pool: int) -> errors.BotApiRequest:
+            return errors.BotApiRequest(
+                connection_pool_size=pool,
+                read_timeout=timeout,
+                write_timeout=timeout,
+                connect_timeout=timeout,
+                pool_timeout=timeout,
+            )
+
+        builder = (
+            Application.builder()
+            .token(config.token)
+            .base_url(f"{origin}/bot")
+            .base_file_url(f"{origin}/file/bot")
+            .request(request(32))
+            .get_updates_request(request(2))
+            .update_queue(self._queue)
+            .concurrent_updates(False)
+            .job_queue(None)
+        )
+        if config.mode == "webhook":
+            builder = builder.updater(None)
+        return builder.build()
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        application = self._build_application()
+        # Entering the application calls getMe: a wrong token fails the start here.
+        async with anyio.create_task_group() as tg, application:
+            try:
+                await application.start()
+                bot = self._bot = application.bot
+                self._me = convert.BotIdentity(bot.id, bot.username)
+                tg.start_soon(self._intake_loop)
+                tg.start_soon(self._notice_loop)
+                await tg.start(self._courier.run)
+                await self._register_commands(bot)
+                if application.updater is not None:
+                    await application.updater.start_polling(
+                        poll_interval=0,
+                        timeout=dt.timedelta(seconds=self._config.poll_timeout_s),
+                        allowed_updates=ALLOWED_UPDATES,
+                        bootstrap_retries=3,
+                        error_callback=self._poll_error,
+                    )
+                else:
+                    await tg.start(self._serve_webhook, bot)
+                self._connected = True
+                log.info(
+                    "telegram connected",
+                    extra={"bot": bot.username, "mode": self._config.mode},
+                )
+                task_status.started()
+                await anyio.sleep_forever()
+            finally:
+                self._connected = False
+                with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_DEADLINE_S):
+                    await self._stop(application)
+                self._updates_tx.close()  # the intake and notice actors end by themselves
+                self._notices_tx.close()
+
+    async def _stop(self, application: Application[Any, Any, Any, Any, Any, Any]) -> None:
+        """Stop PTB in order; the poller's last getUpdates confirms only admitted updates."""
+        updater = application.updater
+        steps: list[Callable[[], Awaitable[None]]] = []
+        if updater is not None and updater.running:
+            steps.append(updater.stop)
+        if application.running:
+            steps.append(application.stop)
+        steps.append(application.shutdown)
+        for step in steps:
+            try:
+                await step()
+            except Exception as exc:  # keep stopping the rest: nothing here may hide the cause
+                log.warning(
+                    "telegram shutdown step failed",
+                    extra={"step": getattr(step, "__qualname__", "?"), "error": repr(exc)},
+                )
+
+    async def _register_commands(self, bot: Bot) -> None:
+        commands = [BotCommand(name, text) for name, text in convert.COMMAND_DESCRIPTIONS]
+        try:
+            await bot.set_my_commands(commands)
+        except TelegramError as exc:  # the menu is a convenience: commands work without it
+            log.warning("setMyCommands failed", extra={"error": repr(errors.translate(exc))})
+
+    def _poll_error(self, exc: TelegramError) -> None:
+        """PTB's poll loop hit an error; it polls again by itself (with backoff)."""
+        if isinstance(exc, AdmissionDeferred):
+            return  # already logged when the admission failed
+        if isinstance(exc, Conflict):
+            log.warning(
+                "another process is polling with this bot token (Telegram 409);"
+                " only one botmux may run per bot",
+                extra={"error": str(exc)},
+            )
+            return
+        self._observe("telegram_poll_error", {"error": repr(errors.translate(exc))})
+
+    async def _submit(self, update: Update) -> Verdict:
+        """Hand an update to the intake actor; return its verdict once given."""
+        pending = _Pending()
+        await self._updates_tx.send(UpdateReceived(update, pending))
+        return await pending.wait()
+
+    async def _intake_loop(self) -> None:
+        """One update at a time, in arrival order: admission order is arrival order."""
+        async with self._updates_rx:
+            async for received in self._updates_rx:
+                verdict = Verdict.HOLD  # if cancelled (shutting down): never acknowledge it
+                try:
+                    verdict = await self._take(received.update)
+                finally:
+                    received.pending.give(verdict)
+
+    async def _take(self, update: Update) -> Verdict:
+        self._stats["updates"] += 1
+        if not self._intake.accepting:
+            self._stats["held"] += 1
+            return Verdict.HOLD
+        try:
+            return await self._admit(update)
+        except ConversationClosed:
+            self._stats["held"] += 1
+            return Verdict.HOLD
+        except GatewayError as exc:  # the store failed: Telegram keeps the update for later
+            self._stats["deferred"] += 1
+            self._observe(
+                "telegram_admission_deferred",
+                {"update": update.update_id, "error": repr(exc), "failure": "store"},
+            )
+            return Verdict.RETRY
+        except Exception:
+            # A bug on one update must not wedge every later one behind it (it would come back
+            # forever): log it loudly and let Telegram forget it.
+            log.exception(
+                "telegram update skipped: could not handle it", extra={"update": update.update_id}
+            )
+            return Verdict.ACK
+
+    async def _admit(self, update: Update) -> Verdict:
+        incoming = convert.read(update, self._me, self._group_mode())
+        if incoming is None:
+            self._stats["ignored"] += 1
+            return Verdict.ACK
+        if not await self._allowed(incoming):
+            self._stats["strangers"] += 1
+            code = None
+            if incoming.private:
+                code = await self._intake.request_pairing(
+                    PLATFORM, str(incoming.user_id), incoming.label
+                )
+                if code is not None:
+                    self._notify(SendNotice(incoming.target, convert.pairing_text(code)))
+            self._observe(
+                "telegram_stranger_ignored",
+                {
+                    "user": incoming.user_id,
+                    "chat": incoming.target.chat_id,
+                    "code_sent": bool(code),
+                },
+            )
+            return Verdict.ACK
+        reply_to = None if incoming.private else incoming.message_id
+        match incoming.kind:
+            case "command":
+                self._stats["commands"] += 1
+                text = await self._intake.command(PLATFORM, incoming.conversation, incoming.text)
+                self._notify(SendNotice(incoming.target, text, reply_to))
+            case "unreadable":
+                self._notify(SendNotice(incoming.target, convert.TEXT_ONLY, reply_to))
+            case "turn":
+                admission = await self._intake.admit(incoming.inbound())
+                self._stats["duplicates" if admission.duplicate else "admitted"] += 1
+            case _:
+                assert_never(incoming.kind)
+        return Verdict.ACK
+
+    def _group_mode(self) -> convert.GroupMode:
+        mode = self._config.group_mode
+        return "all" if mode == "all" else "off" if mode == "off" else "mention"
+
+    async def _allowed(self, incoming: convert.Incoming) -> bool:
+        if incoming.user_id in self._config.allow_users:
+            return True
+        if not incoming.private and incoming.target.chat_id in self._config.allow_chats:
+            return True
+        return await self._intake.is_approved(PLATFORM, str(incoming.user_id))
+
+    # -- notices: short answers that are not turns ----------------------------------------
+
+    def _notify(self, notice: SendNotice) -> None:
+        if self._notices_idle.is_set():
+            self._notices_idle = anyio.Event()
+        try:
+            self._notices_tx.send_nowait(notice)
+        except anyio.WouldBlock:  # visible, never silent: logged and counted
+            self._observe(
+                "telegram_notice_dropped",
+                {"chat": notice.target.chat_id, "reason": "mailbox full", "failure": "full"},
+            )
+
+    async def _notice_loop(self) -> None:
+        async with self._notices_rx:
+            async for notice in self._notices_rx:
+                await self._send_notice(notice)
+                if self._notices_tx.statistics().current_buffer_used == 0:
+                    self._notices_idle.set()
+
+    async def _send_notice(self, notice: SendNotice) -> Message | None:
+        bot = self._running_bot()
+        target = notice.target
+        reply = None
+        if notice.reply_to is not None:
+            reply = ReplyParameters(notice.reply_to, allow_sending_without_reply=True)
+        backoff = Backoff(0.5, 5.0)
+        for attempt in range(NOTICE_ATTEMPTS):
+            try:
+                sent = await bot.send_message(
+                    target.chat_id,
+                    notice.text,
+                    message_thread_id=target.thread_id,
+                    reply_parameters=reply,
+                )
+            except TelegramError as exc:
+                failure = classify_send(errors.translate(exc))
+                wait = failure.retry_after or backoff.delay(attempt)
+                if (
+                    failure.retryable
+                    and attempt + 1 < NOTICE_ATTEMPTS
+                    and wait <= NOTICE_MAX_WAIT_S
+                ):
+                    await anyio.sleep(wait)
+                    continue
+                self._observe(
+                    "telegram_notice_failed",
+                    {"chat": target.chat_id, "reason": failure.reason, "failure": failure.reason},
+                )
+                return None
+            self._stats["notices"] += 1
+            return sent
+        return None
+
+    # -- webhook mode --------------------------------------------------------------------
+
+    async def _serve_webhook(
+        self, bot: Bot, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        config = self._config
+        host, _, port = config.webhook_listen.rpartition(":")
+        path = urlsplit(config.webhook_url).path or "/"
+        app = web.Application(client_max_size=1024 * 1024)
+        app.router.add_post(path, self._on_webhook)
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, host.strip("[]"), int(port), reuse_address=True)
+            await site.start()
+            self.webhook_port = runner.addresses[0][1] if runner.addresses else int(port)
+            await bot.set_webhook(
+                config.webhook_url,
+                secret_token=config.webhook_secret,
+                allowed_updates=ALLOWED_UPDATES,
+                max_connections=1,  # one update at a time: arrival order is admission order
+            )
+            log.info("telegram webhook listening", extra={"listen": config.webhook_listen})
+            task_status.started()
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await runner.cleanup()
+
+    async def _on_webhook(self, request: web.Request) -> web.Response:
+        given = request.headers.get(SECRET_HEADER, "").encode()
+        if not hmac.compare_digest(given, self._config.webhook_secret.encode()):
+            self._observe("telegram_webhook_refused", {"reason": "wrong secret token"})
+            return web.json_response({"ok": False, "error": "forbidden"}, status=403)
+        try:
+            data = json.loads(await request.read())
+            update = Update.de_json(data, self._running_bot())
+        except (ValueError, TypeError, KeyError, AttributeError):
+            return web.json_response({"ok": False, "error": "not an update"}, status=400)
+        if update is None:
+            return web.json_response({"ok": False, "error": "not an update"}, status=400)
+        verdict = await self._submit(update)
+        if verdict is Verdict.ACK:
+            return web.json_response({"ok": True})
+        # Not admitted: Telegram delivers it again later.
+        return web.json_response({"ok": False, "error": "try again"}, status=503)

@@ -1,0 +1,204 @@
+"""Pure mapping between python-telegram-bot's objects and botmux's values.
+
+No I/O here. :func:`read` says what an incoming update is to botmux (a turn to admit, a
+control command, a message botmux cannot read yet, or nothing), following the group policy;
+the adapter then checks access and acts. Conversation keys go both ways (SPEC section 2):
+``telegram:<chat_id>``, and ``telegram:<chat_id>:topic:<thread_id>`` for forum topics.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+from telegram import Message, MessageEntity, Update
+from telegram.constants import ChatType
+
+from gateway.messages import Inbound
+
+PLATFORM = "telegram"
+COMMANDS = ("start", "help", "new", "status", "stop")  # answered by Intake.command
+TURN_COMMAND = "ask"  # "/ask <text>": a turn, for groups where the bot only sees commands
+COMMAND_DESCRIPTIONS = (
+    ("start", "Say hello and show what I can do"),
+    ("help", "Show the commands"),
+    ("new", "Start a fresh conversation context"),
+    ("status", "Show the model in use and the queue"),
+    ("stop", "Stop the reply being written"),
+)
+TEXT_ONLY = (
+    "I can only read text for now. Please send your message as text "
+    "(a caption on a photo works too)."
+)
+_COMMAND = re.compile(r"^/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]+))?(?:\s+|$)", re.S)
+_KEY = re.compile(r"^telegram:(-?\d+)(?::topic:(\d+))?$")
+
+GroupMode = Literal["mention", "all", "off"]
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a conversation's messages go: a chat, and a forum topic in it."""
+
+    chat_id: int
+    thread_id: int | None = None
+
+    @property
+    def private(self) -> bool:
+        return self.chat_id > 0  # Telegram: users and private chats have positive ids
+
+
+def conversation_key(chat_id: int, thread_id: int | None = None) -> str:
+    if thread_id is None:
+        return f"{PLATFORM}:{chat_id}"
+    return f"{PLATFORM}:{chat_id}:topic:{thread_id}"
+
+
+def parse_key(key: str) -> Target:
+    match = _KEY.match(key)
+    if match is None:
+        raise ValueError(f"not a Telegram conversation key: {key!r}")
+    thread = match.group(2)
+    return Target(int(match.group(1)), int(thread) if thread else None)
+
+
+def platform_message_id(chat_id: int, message_id: int) -> str:
+    """The message's identity on Telegram, stable across redeliveries of its update.
+
+    Message ids are unique within a chat, so (chat, message) names one message for good; the
+    update id would do for one bot but changes if a message is ever re-sent to us by another
+    route (webhook vs polling after a switch keeps the message, not necessarily the update).
+    """
+    return f"{chat_id}:{message_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class BotIdentity:
+    id: int
+    username: str
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """An update that concerns botmux, before the access check.
+
+    ``kind``: ``turn`` (``text`` is the user's message), ``command`` (``text`` is the command
+    name, lower case), ``unreadable`` (no text: answer that only text is read).
+    """
+
+    kind: Literal["turn", "command", "unreadable"]
+    conversation: str
+    target: Target
+    user_id: int
+    label: str
+    message_id: int
+    text: str
+
+    @property
+    def private(self) -> bool:
+        return self.target.private
+
+    def inbound(self) -> Inbound:
+        return Inbound(
+            platform=PLATFORM,
+            conversation=self.conversation,
+            platform_message_id=platform_message_id(self.target.chat_id, self.message_id),
+            text=self.text,
+            sender=str(self.user_id),
+            reply_target=str(self.message_id),
+        )
+
+
+def user_label(message: Message) -> str:
+    user = message.from_user
+    if user is None:
+        return ""
+    name = user.full_name
+    return f"{name} (@{user.username})" if user.username else name
+
+
+def _mentions_bot(message: Message, me: BotIdentity) -> bool:
+    found = {**message.parse_entities(), **message.parse_caption_entities()}
+    for entity, text in found.items():
+        if entity.type == MessageEntity.MENTION and text[1:].lower() == me.username.lower():
+            return True
+        if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == me.id:
+            return True
+    return False
+
+
+def _replies_to_bot(message: Message, me: BotIdentity) -> bool:
+    replied = message.reply_to_message
+    if replied is None or replied.forum_topic_created is not None:
+        return False  # in a topic, every message "replies" to the topic's first message
+    return replied.from_user is not None and replied.from_user.id == me.id
+
+
+def _without_mention(text: str, me: BotIdentity) -> str:
+    stripped = re.sub(rf"@{re.escape(me.username)}\b", "", text, flags=re.I).strip()
+    return stripped or text
+
+
+def read(update: Update, me: BotIdentity, group_mode: GroupMode) -> Incoming | None:
+    """What ``update`` is to botmux, or None when it is not for botmux at all.
+
+    Only new messages count (edits, channel posts and the rest are not turns). Other bots are
+    never answered (two bots answering each other forever). In groups the bot answers only
+    when ``group_mode`` says so: ``mention`` (mentioned, replied to, or a command), ``all``,
+    or ``off``.
+    """
+    message = update.message
+    if message is None or message.from_user is None or message.from_user.is_bot:
+        return None
+    chat = message.chat
+    if chat.type == ChatType.CHANNEL:
+        return None
+    private = chat.type == ChatType.PRIVATE
+    if not private and group_mode == "off":
+        return None
+    thread = message.message_thread_id if message.is_topic_message else None
+    target = Target(chat.id, thread)
+    text = message.text if message.text is not None else message.caption
+
+    def incoming(kind: Literal["turn", "command", "unreadable"], body: str) -> Incoming:
+        return Incoming(
+            kind=kind,
+            conversation=conversation_key(chat.id, thread),
+            target=target,
+            user_id=message.from_user.id if message.from_user else 0,
+            label=user_label(message),
+            message_id=message.message_id,
+            text=body,
+        )
+
+    if text is not None and (command := _COMMAND.match(text)):
+        name, addressee = command.group(1).lower(), command.group(2)
+        if addressee is not None and addressee.lower() != me.username.lower():
+            return None  # meant for another bot
+        if name == TURN_COMMAND:
+            rest = text[command.end() :].strip()
+            return incoming("turn", rest) if rest else incoming("command", "help")
+        if name in COMMANDS or private or addressee is not None:
+            return incoming("command", name)
+        return None  # an unknown command in a group: probably another bot's
+    addressed = (
+        private or group_mode == "all" or _mentions_bot(message, me) or _replies_to_bot(message, me)
+    )
+    if not addressed:
+        return None
+    if text is not None and text.strip():
+        return incoming("turn", text if private else _without_mention(text, me))
+    if message.effective_attachment is None:
+        return None  # a service message (member joined, pinned, ...): nothing to answer
+    if not private and group_mode == "all" and not _replies_to_bot(message, me):
+        return None  # every sticker in a busy group does not need an answer
+    return incoming("unreadable", "")
+
+
+def pairing_text(code: str) -> str:
+    return (
+        "Hi! I don't know you yet. To talk to me, ask the operator of this bot to run:\n\n"
+        f"botmux pairing approve telegram {code}\n\n"
+        "The code expires in one hour."
+    )

@@ -1,0 +1,185 @@
+"""Exactly-once admission on Telegram: the polling offset moves only after the commit.
+
+The adapter runs against the loopback Bot API with a stand-in for the runtime's Intake port
+whose admission the test holds open, so the moment between "fetched" and "committed" can be
+inspected: Telegram must still hold the update then, and again after a stop in that moment.
+The last test does the same through a real gateway that is draining.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.config import TelegramConfig, parse_config
+from gateway.errors import StoreError
+from gateway.messages import Admission, Inbound, StoredMessage
+from platforms.telegram import TelegramAdapter
+from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
+from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
+from tests.harness import config_text, running_gateway
+
+pytestmark = pytest.mark.anyio
+
+ALICE = 42
+
+
+class HeldIntake:
+    """The Intake port, admitting into a list; ``hold`` keeps admissions open until released."""
+
+    def __init__(self) -> None:
+        self.accepting = True
+        self.admitted: list[Inbound] = []
+        self.attempts = 0
+        self.fail_first = 0  # this many admissions fail as a broken store would
+        self.hold = False
+        self.released = anyio.Event()
+        self.entered = anyio.Event()
+
+    async def admit(self, inbound: Inbound) -> Admission:
+        self.attempts += 1
+        self.entered.set()
+        if self.hold:
+            await self.released.wait()
+        if self.fail_first > 0:
+            self.fail_first -= 1
+            raise StoreError("disk I/O error")
+        duplicate = any(a.platform_message_id == inbound.platform_message_id for a in self.admitted)
+        if not duplicate:
+            self.admitted.append(inbound)
+        row = StoredMessage(
+            len(self.admitted), inbound.conversation, "user", inbound.text, "pending", 0.0
+        )
+        return Admission(row, duplicate)
+
+    async def command(self, platform: str, conversation: str, name: str) -> str:
+        return f"ran /{name}"
+
+    async def delivered(self, chunk_id: int, platform_message_id: str) -> None: ...
+
+    async def undeliverable(self, chunk_id: int, reason: str) -> None: ...
+
+    async def is_approved(self, platform: str, user_id: str) -> bool:
+        return True
+
+    async def request_pairing(self, platform: str, user_id: str, label: str) -> str | None:
+        return None
+
+    async def reply_to(self, user_row_id: int) -> StoredMessage | None:
+        return None
+
+    async def transcript(self, conversation: str) -> list[StoredMessage]:
+        return []
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    async with open_fake_telegram() as fake:
+        yield fake
+
+
+def adapter(tg: FakeTelegram, intake: HeldIntake) -> TelegramAdapter:
+    config = TelegramConfig(token=tg.token, api_base=tg.origin, poll_timeout_s=5)
+    events: list[tuple[str, dict[str, Any]]] = []
+    return TelegramAdapter(config, intake, observe=lambda e, f: events.append((e, f)))
+
+
+async def test_the_offset_advances_only_after_the_admission_commits(tg: FakeTelegram) -> None:
+    intake = HeldIntake()
+    intake.hold = True
+    async with anyio.create_task_group() as group:
+        await group.start(adapter(tg, intake).run)
+        first = tg.inject_message(ALICE, "first")["update_id"]
+        second = tg.inject_message(ALICE, "second")["update_id"]
+        with anyio.fail_after(10):
+            await intake.entered.wait()
+        # Fetched by the poller, admission in progress: Telegram still holds both updates and
+        # no further getUpdates (which would carry the advanced offset) was made.
+        polls = len(tg.calls_to("getUpdates"))
+        await anyio.wait_all_tasks_blocked()
+        assert not tg.is_confirmed(first) and not tg.is_confirmed(second)
+        assert len(tg.calls_to("getUpdates")) == polls
+        intake.released.set()
+        with anyio.fail_after(10):
+            await tg.wait_for_confirmed(second)
+        group.cancel_scope.cancel()
+    assert [a.text for a in intake.admitted] == ["first", "second"]
+    assert [a.platform_message_id for a in intake.admitted] == ["42:1", "42:2"]
+
+
+async def test_stopping_during_an_admission_leaves_the_update_with_telegram(
+    tg: FakeTelegram,
+) -> None:
+    crashed = HeldIntake()
+    crashed.hold = True  # never completes: the process "dies" in the middle of admitting
+    async with anyio.create_task_group() as group:
+        await group.start(adapter(tg, crashed).run)
+        update_id = tg.inject_message(ALICE, "in flight")["update_id"]
+        with anyio.fail_after(10):
+            await crashed.entered.wait()
+        group.cancel_scope.cancel()
+    # The stop's final getUpdates confirmed only what was admitted: nothing.
+    assert not tg.is_confirmed(update_id)
+    assert [u["update_id"] for u in tg.pending_updates()] == [update_id]
+
+    restarted = HeldIntake()
+    async with anyio.create_task_group() as group:
+        await group.start(adapter(tg, restarted).run)
+        with anyio.fail_after(10):
+            await tg.wait_for_confirmed(update_id)
+        group.cancel_scope.cancel()
+    assert [a.text for a in restarted.admitted] == ["in flight"]
+
+
+async def test_a_failed_admission_is_fetched_again_and_admitted_once(tg: FakeTelegram) -> None:
+    intake = HeldIntake()
+    intake.fail_first = 1
+    async with anyio.create_task_group() as group:
+        await group.start(adapter(tg, intake).run)
+        one = tg.inject_message(ALICE, "one")["update_id"]
+        with anyio.fail_after(10):
+            await tg.wait_for_confirmed(one)
+        two = tg.inject_message(ALICE, "two")["update_id"]
+        with anyio.fail_after(10):
+            await tg.wait_for_confirmed(two)
+        group.cancel_scope.cancel()
+    assert intake.attempts == 3  # "one" failed, came back, was admitted; then "two"
+    assert [a.text for a in intake.admitted] == ["one", "two"]
+
+
+async def test_updates_arriving_while_draining_are_not_acknowledged(tmp_path: Path) -> None:
+    async with open_fake_model() as model, open_fake_telegram() as tg:
+        await _drain_then_restart(tmp_path, model, tg)
+
+
+async def _drain_then_restart(tmp_path: Path, model: FakeModel, tg: FakeTelegram) -> None:
+    section = (
+        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
+        f"allow_users = [{ALICE}]\ntyping_interval_s = 0.05\n"
+    )
+    text = config_text(tmp_path / "botmux.db", model.base_url, extra=section)
+    model.default = lambda r: Hold(ok(f"answer to {r.last_user}"))
+    async with running_gateway(parse_config(text, source="test", env={})) as (app, _):
+        tg.inject_message(ALICE, "before the drain")
+        with anyio.fail_after(10):
+            await model.wait_for_requests(1)
+        app.stop.set()  # draining: the running turn may finish, nothing new is taken
+        late = tg.inject_message(ALICE, "during the drain")["update_id"]
+        (telegram,) = app.adapters
+        with anyio.fail_after(10):  # typing keeps calling the fake, so this is re-checked
+            await tg.wait_until(lambda: telegram.statistics()["held"] >= 1)  # type: ignore[attr-defined]
+        model.release()
+    assert tg.sent_messages(ALICE) == ["answer to before the drain"]
+    assert not tg.is_confirmed(late)
+    assert len(model.requests) == 1
+
+    model.default = lambda r: ok(f"answer to {r.last_user}")
+    async with running_gateway(parse_config(text, source="test", env={})):
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(2, ALICE)
+            await tg.wait_for_confirmed(late)
+    assert tg.sent_messages(ALICE) == ["answer to before the drain", "answer to during the drain"]

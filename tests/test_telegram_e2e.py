@@ -1,0 +1,470 @@
+"""The Telegram adapter end to end: a real gateway (in process), real python-telegram-bot, the
+loopback Bot API server and the fake model. Assertions are on what Telegram received (what a
+user saw), the rows in the store and the calls the model got.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.app import GatewayApp
+from gateway.config import parse_config
+from platforms._chunking import utf16_len
+from platforms.telegram import render
+from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
+from tests.fakes.telegram_server import (
+    DEFAULT_USER_ID,
+    FakeTelegram,
+    open_fake_telegram,
+    photo_extra,
+    sticker_extra,
+)
+from tests.harness import ROOT, config_text, free_port, running_gateway
+
+pytestmark = pytest.mark.anyio
+
+ALICE = 42  # allowed; her private chat has the same id
+GROUP = -1001234
+BOT = "botmux_test_bot"
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    async with open_fake_telegram() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[FakeModel]:
+    async with open_fake_model() as fake:
+        yield fake
+
+
+class Setup:
+    """One test's botmux: its config (also written to a file, for the CLI) and its mode."""
+
+    def __init__(self, tmp: Path, tg: FakeTelegram, model: FakeModel, mode: str, keys: str):
+        self.tg = tg
+        self.db = tmp / "botmux.db"
+        self.mode = mode
+        section = f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nmode = "{mode}"\n'
+        if mode == "webhook":
+            port = free_port()
+            self.webhook_url = f"http://127.0.0.1:{port}/telegram/hook"
+            section += (
+                f'webhook_listen = "127.0.0.1:{port}"\nwebhook_url = "{self.webhook_url}"\n'
+                'webhook_secret = "s3cret-Token_1"\n'
+            )
+        section += keys
+        self.text = config_text(self.db, model.base_url, extra=section)
+        self.path = tmp / "botmux.toml"
+        self.path.write_text(self.text)
+
+    @asynccontextmanager
+    async def gateway(self) -> AsyncIterator[GatewayApp]:
+        config = parse_config(self.text, source=str(self.path), env={})
+        async with running_gateway(config) as (app, _):
+            yield app
+
+    async def push(self) -> None:
+        """Get pending updates to the bot: the poller fetches them; a webhook gets them posted."""
+        if self.mode == "webhook":
+            statuses = await self.tg.deliver_webhook()
+            assert all(s == 200 for s in statuses), statuses
+
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        with sqlite3.connect(self.db) as conn:
+            query = "SELECT conversation, role, content, state FROM messages ORDER BY id"
+            return list(conn.execute(query))
+
+    def chunks(self) -> list[tuple[str, str]]:
+        with sqlite3.connect(self.db) as conn:
+            return list(conn.execute("SELECT state, text FROM outbox ORDER BY id"))
+
+
+def setup(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel, mode: str = "polling", keys: str = ""
+) -> Setup:
+    return Setup(tmp_path, tg, model, mode, keys or f"allow_users = [{ALICE}, {DEFAULT_USER_ID}]\n")
+
+
+def sent_params(tg: FakeTelegram) -> list[dict[str, Any]]:
+    return [c.params for c in tg.calls_to("sendMessage")]
+
+
+@pytest.mark.parametrize("mode", ["polling", "webhook"])
+async def test_private_chat_round_trip(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel, mode: str
+) -> None:
+    s = setup(tmp_path, tg, model, mode)
+    model.default = lambda r: ok(f"Hello, **{r.last_user}** & <friends>!")
+    async with s.gateway():
+        update = tg.inject_message(ALICE, "Alice here")
+        await s.push()
+        with anyio.fail_after(10):
+            assert await tg.wait_for_sent(1, ALICE) == ["Hello, Alice here & <friends>!"]
+            if mode == "polling":
+                await tg.wait_for_confirmed(update["update_id"])
+    (params,) = sent_params(tg)
+    assert params["parse_mode"] == "HTML"
+    assert params["text"] == "Hello, <b>Alice here</b> &amp; &lt;friends&gt;!"
+    assert tg.bot_messages(ALICE)[0]["entities"] == [{"type": "bold", "offset": 7, "length": 10}]
+    assert s.rows() == [
+        ("telegram:42", "user", "Alice here", "answered"),
+        ("telegram:42", "assistant", "Hello, **Alice here** & <friends>!", "final"),
+    ]
+    assert s.chunks()[0][0] == "delivered"
+    assert [c["command"] for c in tg.commands()] == ["start", "help", "new", "status", "stop"]
+    if mode == "webhook":
+        assert tg.webhook_url == s.webhook_url and tg.webhook_secret == "s3cret-Token_1"
+        assert not tg.calls_to("getUpdates")
+
+
+async def test_webhook_refuses_a_wrong_secret(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model, "webhook")
+    async with s.gateway():
+        update = tg.inject_message(ALICE, "forged")
+        assert await tg.post_webhook(s.webhook_url, update, secret_token="wrong") == 403
+        assert await tg.post_webhook(s.webhook_url, update) == 403  # no secret at all
+        tg.inject_message(ALICE, "genuine")
+        assert await tg.deliver_webhook() == [200, 200]  # the real delivery of both
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(2, ALICE)
+    assert tg.sent_messages(ALICE) == ["echo: forged", "echo: genuine"]
+    assert len(model.requests) == 2
+
+
+async def test_long_reply_arrives_as_ordered_chunks_with_code_intact(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    code = "\n".join(f"    total += values[{i}]  # step {i} < limit & ok" for i in range(150))
+    prose = " ".join(f"Sentence {i} explains *one* more thing about **it**." for i in range(60))
+    reply = f"{prose}\n\n```python\ndef add(values):\n    total = 0\n{code}\n    return total\n```\n\n{prose}"
+    assert len(reply) > 10_000
+    model.default = lambda r: ok(reply)
+    expected = render.render(reply)
+    assert len(expected) >= 3
+    s = setup(tmp_path, tg, model)
+    async with s.gateway():
+        tg.inject_message(ALICE, "long please")
+        with anyio.fail_after(15):
+            await tg.wait_for_sent(len(expected), ALICE)
+    texts = [p["text"] for p in sent_params(tg)]
+    assert texts == expected  # in order, each sent once
+    assert all(utf16_len(t) <= 4096 for t in texts)
+    messages = tg.bot_messages(ALICE)
+    with_code = [m for m in messages if any(e["type"] == "pre" for e in m.get("entities", []))]
+    assert len(with_code) >= 2, "the code block spans chunks, each rendered as code"
+    code_lines = [line for m in with_code for line in m["text"].split("\n") if "total +=" in line]
+    assert len(code_lines) == 150  # no line lost or doubled at the cuts
+    assert [c[0] for c in s.chunks()] == ["delivered"] * len(expected)
+
+
+async def test_entity_rejection_falls_back_to_plain_text(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    model.default = lambda r: ok("A **bold** claim: 1 < 2")
+    tg.fail_next(
+        "sendMessage",
+        status=400,
+        description="Bad Request: can't parse entities: Unsupported start tag at byte offset 2",
+    )
+    s = setup(tmp_path, tg, model)
+    async with s.gateway():
+        tg.inject_message(ALICE, "format this")
+        with anyio.fail_after(10):
+            assert await tg.wait_for_sent(1, ALICE) == ["A bold claim: 1 < 2"]
+    first, second = sent_params(tg)
+    assert first["parse_mode"] == "HTML" and first["text"] == "A <b>bold</b> claim: 1 &lt; 2"
+    assert "parse_mode" not in second and second["text"] == "A bold claim: 1 < 2"
+    assert s.chunks()[0][0] == "delivered"
+
+
+async def test_a_redelivered_update_gives_one_reply_after_a_restart(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model)
+    async with s.gateway():
+        update_id = tg.inject_message(ALICE, "only once")["update_id"]
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(1, ALICE)
+            await tg.wait_for_confirmed(update_id)
+    # As if the first process had crashed before its offset advanced: Telegram sends it again.
+    tg.redeliver(update_id)
+    async with s.gateway():
+        tg.inject_message(ALICE, "and then this")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(2, ALICE)
+            await tg.wait_for_confirmed(update_id)
+    assert tg.sent_messages(ALICE) == ["echo: only once", "echo: and then this"]
+    assert [r.last_user for r in model.requests] == ["only once", "and then this"]
+    assert [row[2] for row in s.rows() if row[1] == "user"] == ["only once", "and then this"]
+
+
+async def test_a_redelivered_webhook_update_gives_one_reply(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model, "webhook")
+    async with s.gateway():
+        update_id = tg.inject_message(ALICE, "webhook once")["update_id"]
+        assert await tg.deliver_webhook() == [200]
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(1, ALICE)
+        tg.redeliver(update_id)
+        assert await tg.deliver_webhook() == [200]  # acknowledged: it is stored already
+        tg.inject_message(ALICE, "next")
+        assert await tg.deliver_webhook() == [200]
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(2, ALICE)
+    assert tg.sent_messages(ALICE) == ["echo: webhook once", "echo: next"]
+    assert len(model.requests) == 2
+
+
+async def test_a_429_on_send_is_waited_out_and_the_reply_arrives_once(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    tg.fail_next("sendMessage", status=429, retry_after=1)
+    s = setup(tmp_path, tg, model)
+    async with s.gateway():
+        tg.inject_message(ALICE, "busy?")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(1, ALICE)
+    assert tg.sent_messages(ALICE) == ["echo: busy?"]
+    refused, accepted = tg.calls_to("sendMessage")
+    assert accepted.at - refused.at >= 1.0  # Telegram's retry_after was honoured
+    assert refused.params["text"] == accepted.params["text"]
+
+
+async def test_server_errors_are_retried_but_an_ambiguous_send_is_not(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model)
+    async with s.gateway():
+        tg.fail_next("sendMessage", status=502)  # a Bot API error answer: nothing was sent
+        tg.inject_message(ALICE, "one")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(1, ALICE)
+        # The connection drops after the request went out: it may have been delivered, so
+        # repeating it could duplicate it. It is not repeated (and is recorded as failed).
+        tg.drop_next("sendMessage")
+        tg.inject_message(ALICE, "two")
+        tg.inject_message(ALICE, "three")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(2, ALICE)
+    assert tg.sent_messages(ALICE) == ["echo: one", "echo: three"]
+    assert [p["text"] for p in sent_params(tg)] == [
+        "echo: one",
+        "echo: one",
+        "echo: two",
+        "echo: three",
+    ]
+    assert [c[0] for c in s.chunks()] == ["delivered", "failed", "delivered"]
+
+
+async def test_typing_starts_and_stops_with_the_turn(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    model.default = lambda r: Hold(ok("done thinking"))
+    s = setup(tmp_path, tg, model, keys=f"allow_users = [{ALICE}]\ntyping_interval_s = 0.05\n")
+    async with s.gateway():
+        tg.inject_message(ALICE, "think hard")
+        with anyio.fail_after(10):
+            await tg.wait_until(lambda: len(tg.chat_actions(ALICE)) >= 3)  # refreshed
+            model.release()
+            await tg.wait_for_sent(1, ALICE)
+        typing_calls = tg.calls_to("sendChatAction")
+        reply_call = tg.calls_to("sendMessage")[0]
+        assert typing_calls[-1].at < reply_call.at  # stopped before the reply went out
+        assert {c.params["action"] for c in typing_calls} == {"typing"}
+        # Nothing refreshes typing after the turn: a further message shows the count moved
+        # only for its own turn.
+        before = len(tg.chat_actions(ALICE))
+        model.default = lambda r: ok("quick")
+        tg.inject_message(ALICE, "quick one")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(2, ALICE)
+        after_second = tg.calls_to("sendChatAction")[before:]
+        assert after_second and all(c.at < tg.calls_to("sendMessage")[1].at for c in after_second)
+
+
+async def test_typing_has_a_hard_deadline(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    model.default = lambda r: Hold(ok("late"))
+    keys = f"allow_users = [{ALICE}]\ntyping_interval_s = 0.05\ntyping_deadline_s = 0.3\n"
+    s = setup(tmp_path, tg, model, keys=keys)
+    async with s.gateway():
+        tg.inject_message(ALICE, "never ending")
+        with anyio.fail_after(10):
+            await model.wait_for_requests(1)
+        # Proving an absence needs time to pass: well past the deadline, typing has stopped.
+        await anyio.sleep(0.9)
+        count = len(tg.chat_actions(ALICE))
+        assert 1 <= count <= 8
+        await anyio.sleep(0.3)
+        assert len(tg.chat_actions(ALICE)) == count
+        model.release()
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(1, ALICE)
+
+
+async def test_group_messages_need_a_mention_a_reply_or_a_command(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model, keys=f"allow_chats = [{GROUP}]\n")
+    mention = [{"type": "mention", "offset": 0, "length": len(BOT) + 1}]
+    async with s.gateway():
+        tg.inject_message(GROUP, "just chatting among humans")
+        first = tg.inject_message(GROUP, f"@{BOT} what is 2+2?", entities=mention)
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(1, GROUP)
+        bot_message_id = tg.bot_messages(GROUP)[0]["message_id"]
+        tg.inject_message(GROUP, "still humans talking")
+        tg.inject_message(GROUP, "/status@some_other_bot")
+        tg.inject_message(GROUP, "/help@" + BOT)
+        tg.inject_message(GROUP, "and times 3?", reply_to_message=bot_message_id)
+        tg.inject_message(GROUP, "/ask what about 5?")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(4, GROUP)
+    assert [r.last_user for r in model.requests] == [
+        "what is 2+2?",
+        "and times 3?",
+        "what about 5?",
+    ]
+    sent = tg.sent_messages(GROUP)
+    assert sent[0] == "echo: what is 2+2?"
+    assert sent[1].startswith("I'm botmux")  # /help: answered directly, not a turn
+    assert sent[2:] == ["echo: and times 3?", "echo: what about 5?"]
+    # In a group the reply quotes the message it answers.
+    assert sent_params(tg)[0]["reply_parameters"]["message_id"] == first["message"]["message_id"]
+
+
+async def test_forum_topics_are_conversations_of_their_own(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model, keys=f'allow_chats = [{GROUP}]\ngroup_mode = "all"\n')
+    async with s.gateway():
+        tg.inject_message(GROUP, "in topic 7", message_thread_id=7, is_topic_message=True)
+        tg.inject_message(GROUP, "in the main chat")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(2, GROUP)
+    by_text = {p["text"]: p for p in sent_params(tg)}
+    assert by_text["echo: in topic 7"]["message_thread_id"] == 7
+    assert "message_thread_id" not in by_text["echo: in the main chat"]
+    assert {row[0] for row in s.rows()} == {f"telegram:{GROUP}:topic:7", f"telegram:{GROUP}"}
+
+
+async def test_allow_users_and_pairing(tmp_path: Path, tg: FakeTelegram, model: FakeModel) -> None:
+    stranger, other = 777, 888
+    s = setup(tmp_path, tg, model, keys=f"allow_users = [{ALICE}]\n")
+    async with s.gateway():
+        tg.inject_message(stranger, "hi, who are you?")
+        with anyio.fail_after(10):
+            (pairing,) = await tg.wait_for_sent(1, stranger)
+        code = pairing.split("approve telegram ")[1].split()[0]
+        assert len(code) == 8
+        tg.inject_message(stranger, "hello?? anyone?")  # the code is sent once, not again
+        tg.inject_message(GROUP, "@" + BOT + " let me in", user_id=other)  # not allowed anywhere
+        tg.inject_message(ALICE, "I am allowed")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(1, ALICE)
+        assert tg.sent_messages(stranger) == [pairing]
+        assert [r.last_user for r in model.requests] == ["I am allowed"]
+
+        result = await anyio.run_process(
+            [
+                sys.executable,
+                "-m",
+                "gateway",
+                "pairing",
+                "approve",
+                "telegram",
+                code.lower(),
+                "--config",
+                str(s.path),
+            ],
+            cwd=ROOT,
+            check=False,
+        )
+        assert result.returncode == 0, result.stderr.decode()
+        assert f"approved telegram user {stranger}" in result.stdout.decode()
+
+        tg.inject_message(stranger, "thanks, I'm in")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(2, stranger)
+    assert tg.sent_messages(stranger)[1] == "echo: thanks, I'm in"
+    assert tg.sent_messages(GROUP) == []
+    # Strangers' messages before approval were never turns.
+    assert [r[2] for r in s.rows() if r[1] == "user"] == ["I am allowed", "thanks, I'm in"]
+
+
+async def test_new_resets_the_history_the_model_sees(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model)
+    async with s.gateway():
+        tg.inject_message(ALICE, "my name is Alice")
+        tg.inject_message(ALICE, "what is my name?")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(2, ALICE)
+        tg.inject_message(ALICE, "/new")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(3, ALICE)
+        tg.inject_message(ALICE, "do you know me?")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(4, ALICE)
+    assert tg.sent_messages(ALICE)[2].startswith("Started a fresh context")
+    seen = [[m["content"] for m in r.messages if m["role"] != "system"] for r in model.requests]
+    assert seen[1] == ["my name is Alice", "echo: my name is Alice", "what is my name?"]
+    assert seen[2] == ["do you know me?"]
+    assert len(s.rows()) == 6  # earlier rows stay stored
+
+
+async def test_stop_cancels_the_running_turn(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    model.default = lambda r: Hold(ok("too late"))
+    s = setup(tmp_path, tg, model)
+    async with s.gateway():
+        tg.inject_message(ALICE, "write a novel")
+        with anyio.fail_after(10):
+            await model.wait_for_requests(1)
+        tg.inject_message(ALICE, "/stop")  # skips the queue while the turn runs
+        with anyio.fail_after(10):
+            assert await tg.wait_for_sent(1, ALICE) == ["Stopping the current reply."]
+        model.default = lambda r: ok("short answer")
+        tg.inject_message(ALICE, "something short")  # runs after the cancelled turn
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(2, ALICE)
+    assert tg.sent_messages(ALICE) == ["Stopping the current reply.", "short answer"]
+    assert [(r[1], r[2], r[3]) for r in s.rows()] == [
+        ("user", "write a novel", "cancelled"),
+        ("user", "something short", "answered"),
+        ("assistant", "short answer", "final"),
+    ]
+
+
+async def test_non_text_messages_get_a_polite_answer_and_no_turn(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model)
+    async with s.gateway():
+        tg.inject_message(ALICE, extra=photo_extra())
+        tg.inject_message(ALICE, extra=sticker_extra())
+        tg.inject_message(ALICE, extra=photo_extra(caption="what is in this photo?"))
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(3, ALICE)
+    sent = tg.sent_messages(ALICE)
+    assert sent[0] == sent[1] and sent[0].startswith("I can only read text for now")
+    assert sent[2] == "echo: what is in this photo?"  # a caption is text
+    assert [r.last_user for r in model.requests] == ["what is in this photo?"]
