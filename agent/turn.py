@@ -82,7 +82,7 @@ class Agent:
         return text, usage
 
     async def run_turn(
-        self, conversation: str, history: Sequence[ChatMessage], text: str
+        self, conversation: str, history: Sequence[ChatMessage], text: str, *, turn: int = 0
     ) -> TurnResult:
         if self._policy is None:
             failure = classify(ModelNotConfigured("no model is configured"))
@@ -96,7 +96,7 @@ class Agent:
             return await self.complete(endpoint, api_key, messages)
 
         try:
-            answer = await self._policy.run(conversation, call)
+            answer = await self._policy.run(conversation, call, turn=turn)
         except TurnFailed as exc:
             return TurnResult(
                 reply=failure_reply(exc.failure), failure=exc.failure, fell_back=exc.fell_back

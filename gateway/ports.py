@@ -21,8 +21,10 @@ class TurnRunner(Protocol):
     """Runs one model turn (the agent, under the failure policy)."""
 
     async def run_turn(
-        self, conversation: str, history: Sequence[ChatMessage], text: str
-    ) -> TurnResult: ...
+        self, conversation: str, history: Sequence[ChatMessage], text: str, *, turn: int = 0
+    ) -> TurnResult:
+        """``turn`` is the user row's id, for the log lines of the turn's decisions."""
+        ...
 
     def status(self) -> dict[str, object]:
         """What ``/status`` shows about models and credentials."""

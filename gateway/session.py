@@ -191,7 +191,7 @@ class SessionActor:
         async with deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:
                 self._turn_scope = scope
-                result = await deps.runner.run_turn(self.key, history, row.content)
+                result = await deps.runner.run_turn(self.key, history, row.content, turn=row.id)
                 if result.failure is not None and result.failure.retryable:
                     # Nothing of the failed attempt is visible yet (replies go out only after
                     # the answer commit), so the re-run adopts the same stored row.
@@ -200,7 +200,7 @@ class SessionActor:
                         "turn_rerun",
                         {"conversation": self.key, "row": row.id, "reason": result.failure.reason},
                     )
-                    result = await deps.runner.run_turn(self.key, history, row.content)
+                    result = await deps.runner.run_turn(self.key, history, row.content, turn=row.id)
             self._turn_scope = None
         if scope.cancelled_caught or result is None:
             self._stats["cancelled"] += 1

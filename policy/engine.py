@@ -76,6 +76,7 @@ class TurnFailed(GatewayError):
 
 
 Observe = Callable[[str, dict[str, Any]], None]
+Where = dict[str, Any]  # conversation, platform, turn: on every decision's log line
 
 
 class ModelPolicy:
@@ -131,16 +132,12 @@ class ModelPolicy:
                 return index
         return None
 
-    def _emit(self, decision: str, conversation: str, index: int, **fields: Any) -> None:
-        data = {
-            "conversation": conversation,
-            "decision": decision,
-            "model": self._chain[index].model,
-        }
+    def _emit(self, decision: str, where: Where, index: int, **fields: Any) -> None:
+        data = {**where, "decision": decision, "model": self._chain[index].model}
         data.update(fields)
         self._observe("decision", data)
 
-    async def _wait_for_any(self, conversation: str) -> int:
+    async def _wait_for_any(self, where: Where) -> int:
         """No model has a healthy key: wait for the first bench to end, if within the cap."""
         now = self._clock()
         returns = [p.earliest_return(now) for p in self._pools]
@@ -150,17 +147,25 @@ class ModelPolicy:
         if wait > self._cap:
             reason = soonest[1] or "rate_limit"
             failure = Failure(reason, reason in TRANSIENT)
-            self._emit("give_up", conversation, index, reason=failure.reason, benched_for_s=wait)
+            self._emit("give_up", where, index, reason=failure.reason, benched_for_s=wait)
             raise TurnFailed(failure, fell_back=False)
-        self._emit("wait_bench", conversation, index, reason=soonest[1], seconds=round(wait, 3))
+        self._emit("wait_bench", where, index, reason=soonest[1], seconds=round(wait, 3))
         await anyio.sleep(wait)
         return index
 
-    async def run(self, conversation: str, call: CallFn[T]) -> Answer[T]:
-        """Run one model call to success under the policy, or raise :class:`TurnFailed`."""
+    async def run(self, conversation: str, call: CallFn[T], *, turn: int = 0) -> Answer[T]:
+        """Run one model call to success under the policy, or raise :class:`TurnFailed`.
+
+        ``turn`` (the user row's id) goes into every decision's log line with the conversation.
+        """
+        where: Where = {
+            "conversation": conversation,
+            "platform": conversation.split(":", 1)[0],
+            "turn": turn,
+        }
         state = TurnState()
         first = self._first_healthy(self._clock(), 0)
-        state.index = first if first is not None else await self._wait_for_any(conversation)
+        state.index = first if first is not None else await self._wait_for_any(where)
         key: str | None = None
         rebuild = False
         while True:
@@ -169,11 +174,7 @@ class ModelPolicy:
                 key = pool.pick(self._clock())
                 if key is None:  # benched since we chose this model (another turn's failure)
                     following = self._first_healthy(self._clock(), state.index + 1)
-                    target = (
-                        following
-                        if following is not None
-                        else await self._wait_for_any(conversation)
-                    )
+                    target = following if following is not None else await self._wait_for_any(where)
                     apply(state, FallBack(target), endpoint.max_retries)
                     continue
             pool.used(key, self._clock())
@@ -196,12 +197,12 @@ class ModelPolicy:
             )
             decision = self._decide(failure, state, key)
             if decision.bench_s is not None:
-                self._bench(conversation, state.index, key, failure, decision.bench_s)
+                self._bench(where, state.index, key, failure, decision.bench_s)
             match decision.action:
                 case Retry(delay=delay, rotate=rotate):
                     self._emit(
                         "rotate" if rotate else "retry",
-                        conversation,
+                        where,
                         state.index,
                         reason=failure.reason,
                         delay_s=round(delay, 3),
@@ -213,17 +214,17 @@ class ModelPolicy:
                 case FallBack(to_index=target):
                     self._emit(
                         "fallback",
-                        conversation,
+                        where,
                         state.index,
                         reason=failure.reason,
                         to=self._chain[target].model,
                     )
                     key = None
                 case Recover():
-                    self._emit("recover", conversation, state.index, reason=failure.reason)
+                    self._emit("recover", where, state.index, reason=failure.reason)
                     rebuild = True
                 case GiveUp(failure=final):
-                    self._emit("give_up", conversation, state.index, reason=final.reason)
+                    self._emit("give_up", where, state.index, reason=final.reason)
                     raise TurnFailed(final, state.fell_back)
             apply(state, decision.action, endpoint.max_retries)
 
@@ -243,10 +244,6 @@ class ModelPolicy:
             backoff=self._backoff.delay(max(0, state.calls - 1)),
         )
 
-    def _bench(
-        self, conversation: str, index: int, key: str, failure: Failure, seconds: float
-    ) -> None:
+    def _bench(self, where: Where, index: int, key: str, failure: Failure, seconds: float) -> None:
         self._pools[index].bench(key, self._clock() + seconds, failure.reason)
-        self._emit(
-            "bench", conversation, index, reason=failure.reason, seconds=seconds, key=mask(key)
-        )
+        self._emit("bench", where, index, reason=failure.reason, seconds=seconds, key=mask(key))

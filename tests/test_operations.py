@@ -108,7 +108,11 @@ async def test_no_log_line_carries_a_secret(tmp_path: Path) -> None:
     assert body["failure"]["reason"] == "auth"
     assert key not in json.dumps(body) and token not in json.dumps(body)
     lines = [json.loads(line) for line in logs.splitlines()]
-    assert any(line["event"] == "decision" for line in lines)
+    decisions = [line for line in lines if line["event"] == "decision"]
+    assert decisions and all(
+        d["conversation"] == "peer:s" and d["platform"] == "peer" and d["turn"] > 0
+        for d in decisions
+    )
     assert key not in logs and token not in logs
     assert key[-4:] in logs or "[REDACTED]" in logs  # the key is referred to, masked
     assert key.encode() not in await anyio.Path(tmp_path / "b.db").read_bytes()

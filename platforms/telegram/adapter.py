@@ -152,6 +152,7 @@ class TelegramAdapter:
         self._bot: ExtBot[None] | None = None
         self._me = convert.BotIdentity(0, "")
         self._connected = False
+        self._reachable = True  # until a poll says otherwise
         self.webhook_port: int | None = None
         self._stats = {
             "updates": 0,
@@ -174,7 +175,7 @@ class TelegramAdapter:
 
     @property
     def connected(self) -> bool:
-        return self._connected
+        return self._connected and self._reachable
 
     # -- outlet --------------------------------------------------------------------------
 
@@ -257,8 +258,11 @@ class TelegramAdapter:
         origin = config.api_base.rstrip("/")
         timeout = config.request_timeout_s
 
-        def request(pool: int) -> errors.BotApiRequest:
+        def request(
+            pool: int, on_answer: Callable[[bool], None] | None = None
+        ) -> errors.BotApiRequest:
             return errors.BotApiRequest(
+                on_answer=on_answer,
                 connection_pool_size=pool,
                 read_timeout=timeout,
                 write_timeout=timeout,
@@ -272,7 +276,7 @@ class TelegramAdapter:
             .base_url(f"{origin}/bot")
             .base_file_url(f"{origin}/file/bot")
             .request(request(32))
-            .get_updates_request(request(2))
+            .get_updates_request(request(2, self._polled))
             .update_queue(self._queue)
             .concurrent_updates(False)
             .job_queue(None)
@@ -343,6 +347,15 @@ class TelegramAdapter:
             await bot.set_my_commands(commands)
         except TelegramError as exc:  # the menu is a convenience: commands work without it
             log.warning("setMyCommands failed", extra={"error": repr(errors.translate(exc))})
+
+    def _polled(self, reached: bool) -> None:
+        """A getUpdates came back (or failed): Telegram's reachability, for ``/readyz``."""
+        if reached != self._reachable:
+            self._reachable = reached
+            log.log(
+                logging.INFO if reached else logging.WARNING,
+                "telegram reachable again" if reached else "telegram unreachable",
+            )
 
     def _poll_error(self, exc: TelegramError) -> None:
         """PTB's poll loop hit an error; it polls again by itself (with backoff)."""

@@ -20,6 +20,7 @@ Two things happen here, both at the boundary where python-telegram-bot (PTB) is 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -85,7 +86,16 @@ def answer_error(status: int, payload: bytes) -> TelegramError | None:
 
 
 class BotApiRequest(HTTPXRequest):
-    """PTB's httpx transport, reading 429 and 5xx answers itself (see the module docs)."""
+    """PTB's httpx transport, reading 429 and 5xx answers itself (see the module docs).
+
+    ``on_answer``, when given, hears after every request whether Telegram answered (True) or
+    could not be reached or answered 5xx (False): the poller's transport uses it to tell
+    ``/readyz`` whether Telegram is reachable.
+    """
+
+    def __init__(self, *args: Any, on_answer: Callable[[bool], None] | None = None, **kw: Any):
+        super().__init__(*args, **kw)
+        self._on_answer = on_answer or (lambda reached: None)
 
     async def do_request(
         self,
@@ -97,15 +107,21 @@ class BotApiRequest(HTTPXRequest):
         connect_timeout: Any = HTTPXRequest.DEFAULT_NONE,
         pool_timeout: Any = HTTPXRequest.DEFAULT_NONE,
     ) -> tuple[int, bytes]:
-        status, payload = await super().do_request(
-            url,
-            method,
-            request_data,
-            read_timeout=read_timeout,
-            write_timeout=write_timeout,
-            connect_timeout=connect_timeout,
-            pool_timeout=pool_timeout,
-        )
+        try:
+            status, payload = await super().do_request(
+                url,
+                method,
+                request_data,
+                read_timeout=read_timeout,
+                write_timeout=write_timeout,
+                connect_timeout=connect_timeout,
+                pool_timeout=pool_timeout,
+            )
+        except NetworkError as exc:
+            if not isinstance(exc, TimedOut):  # a long poll's read timeout is no outage
+                self._on_answer(False)
+            raise
+        self._on_answer(status < 500)
         if status == 429 or status >= 500:
             error = answer_error(status, payload)
             if error is not None:
