@@ -5,10 +5,11 @@ in-memory queue is only an index of rows (and is rebuilt from the store when the
 which is how turns interrupted by a crash are resumed). The actor owns its history cache, so a
 turn does not read the transcript back from the store.
 
-Two tasks: the mailbox loop, which takes admitted rows and control messages at once (control
-skips the queue), and the worker, which runs the queued turns. When the mailbox is closed (by
-eviction or shutdown), rows not yet started are forgotten here (they stay pending in the
-store) and the worker ends after the turn it is running.
+The mailbox loop is the actor's one long-lived task: it takes admitted rows and control
+messages at once (control skips the queue). A worker task runs the queued turns, one at a
+time, and exists only while there are any, so an idle conversation costs one task. When the
+mailbox is closed (by eviction or shutdown), rows not yet started are forgotten here (they
+stay pending in the store) and the actor ends after the turn it is running.
 """
 
 from __future__ import annotations
@@ -67,6 +68,27 @@ class SessionDeps:
 
 
 class SessionActor:
+    # Slots: ten thousand idle conversations are ten thousand of these.
+    __slots__ = (
+        "_deps",
+        "_floor",
+        "_history",
+        "_last_result",
+        "_outlet",
+        "_queued",
+        "_receive",
+        "_running",
+        "_send",
+        "_stats",
+        "_tg",
+        "_turn_scope",
+        "_waiting",
+        "_working",
+        "idle_since",
+        "key",
+        "platform",
+    )
+
     def __init__(self, key: str, deps: SessionDeps) -> None:
         self.key = key
         self.platform = key.split(":", 1)[0]
@@ -75,8 +97,10 @@ class SessionActor:
         self._send, self._receive = anyio.create_memory_object_stream[SessionMessage](
             deps.mailbox_size
         )
-        self._rows_send, self._rows = anyio.create_memory_object_stream[StoredMessage](float("inf"))
+        self._waiting: list[StoredMessage] = []  # queued rows, not yet started (short)
         self._queued: list[int] = []  # ids of rows queued or running, ascending
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._working = False  # a worker task is running the queue
         self._floor = 0  # rows up to this id were loaded from the store at start
         self._history: list[ChatMessage] | None = None
         self._turn_scope: anyio.CancelScope | None = None
@@ -122,21 +146,20 @@ class SessionActor:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        for row in await self._deps.store.pending(self.key):
-            self._enqueue(row)
-            self._floor = row.id
+        # One long-lived task per actor (this one, on the mailbox); a worker task exists only
+        # while there are turns to run, so an idle conversation costs as little as it can.
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._work)
+            self._tg = tg
+            for row in await self._deps.store.pending(self.key):
+                self._enqueue(row)
+                self._floor = row.id
             task_status.started()
             await self._mailbox_loop()
-            # Intake is closed: rows not started stay pending in the store for the next start.
-            self._rows_send.close()
-            while True:
-                try:
-                    self._rows.receive_nowait()
-                except (anyio.WouldBlock, anyio.EndOfStream):
-                    break
+            # Intake is closed: rows not started stay pending in the store for the next start;
+            # the task group waits for the turn that is running.
+            self._waiting.clear()
             self._queued = [self._running.id] if self._running else []
+        self._tg = None
 
     async def _mailbox_loop(self) -> None:
         async with self._receive:
@@ -160,12 +183,15 @@ class SessionActor:
     def _enqueue(self, row: StoredMessage) -> None:
         bisect.insort(self._queued, row.id)
         self.idle_since = None
-        self._rows_send.send_nowait(row)
+        self._waiting.append(row)
+        if not self._working and self._tg is not None:
+            self._working = True
+            self._tg.start_soon(self._work)
 
     async def _work(self) -> None:
-        async with self._rows:
-            async for row in self._rows:
-                self._running = row
+        try:
+            while self._waiting:
+                row = self._running = self._waiting.pop(0)
                 try:
                     await self._turn(row)
                 finally:
@@ -173,6 +199,8 @@ class SessionActor:
                     self._queued.remove(row.id)
                     if not self._queued:
                         self.idle_since = self._deps.clock()
+        finally:
+            self._working = False
 
     async def _turn(self, row: StoredMessage) -> None:
         deps = self._deps

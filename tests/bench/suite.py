@@ -125,7 +125,7 @@ async def scenario_ceiling(repeat: int, quick: bool) -> dict[str, Any]:
 async def scenario_hermes(repeat: int, quick: bool) -> dict[str, Any]:
     from tests.bench import hermes
 
-    python = hermes.ensure_hermes_venv(Path("/tmp/botmux-bench-hermes-venv"))
+    python = hermes.ensure_hermes_venv(Path("/tmp/hermes-venv"))
     out: dict[str, Any] = {}
     for conversations, messages in [(1, 10), (50, 2)] if quick else [(1, 20), (50, 4)]:
         hermes_runs, botmux_runs = [], []
@@ -136,8 +136,12 @@ async def scenario_hermes(repeat: int, quick: bool) -> dict[str, Any]:
                     async with hermes.run_hermes_api_server(
                         python, model.url, "bench", "sk-bench", port, Path(tmp)
                     ) as server:
-                        async with aiohttp.ClientSession() as http:
+                        async with aiohttp.ClientSession(headers=server.headers) as http:
                             send = _load.completions(http, server.base_url)
+                            # Warm up as botmux is warmed up: hermes's first turn is slow.
+                            await _load.closed_loop(
+                                _load.completions(http, server.base_url, "warm"), 4, 1
+                            )
                             cpu0 = _procs.cpu_seconds(server.pid)
                             result = await _load.closed_loop(send, conversations, messages)
                             cpu = _procs.cpu_seconds(server.pid) - cpu0
@@ -163,36 +167,52 @@ async def scenario_hermes(repeat: int, quick: bool) -> dict[str, Any]:
 
 
 async def scenario_idle(repeat: int, quick: bool) -> dict[str, Any]:
+    """Conversations that each sent one message, then went idle: memory per live actor.
+
+    ``idle_evict_s`` is long enough that no actor is evicted while the load runs; afterwards
+    the figures are taken again once the router has evicted them all.
+    """
     count = 2000 if quick else 10_000
+    evict_s = 20 if quick else 90
     runs = []
     for _ in range(repeat):
         async with _procs.fake_model() as model:
             with tempfile.TemporaryDirectory() as tmp:
-                async with _procs.gateway(Path(tmp), model.url, "idle_evict_s = 5\n") as gw:
+                keys = f"idle_evict_s = {evict_s}\n"
+                async with _procs.gateway(Path(tmp), model.url, keys) as gw:
                     connector = aiohttp.TCPConnector(limit=100)
                     async with aiohttp.ClientSession(connector=connector) as http:
-                        send = _load.peer_chat(http, gw.url, "warm")
-                        await _load.closed_loop(send, 100, 1)  # import and warm everything
-                        await asyncio.sleep(6)  # let the warm-up actors be evicted
+                        # Warm up (imports, pools, caches), and let those actors go first.
+                        await _load.closed_loop(_load.peer_chat(http, gw.url, "warm"), 100, 1)
+                        await _until_no_live_actors(http, gw.url, evict_s * 2)
                         before = _procs.memory_kib(gw.pid)["VmRSS"]
+                        started = time.perf_counter()
                         await _load.closed_loop(_load.peer_chat(http, gw.url, "idle"), count, 1)
+                        load_s = time.perf_counter() - started
                         live = _live_sessions(await _metrics(http, gw.url))
                         loaded = _procs.memory_kib(gw.pid)["VmRSS"]
-                        await asyncio.sleep(8)  # idle_evict_s = 5: every actor goes
-                        evicted_live = _live_sessions(await _metrics(http, gw.url))
+                        await _until_no_live_actors(http, gw.url, evict_s * 2)
                         after = _procs.memory_kib(gw.pid)["VmRSS"]
         runs.append(
             {
                 "conversations": float(count),
                 "live_actors": live,
+                "load_seconds": load_s,
                 "rss_before_mb": before / 1024,
                 "rss_loaded_mb": loaded / 1024,
                 "kib_per_live_conversation": (loaded - before) / max(1.0, live),
-                "live_after_eviction": evicted_live,
                 "rss_after_eviction_mb": after / 1024,
             }
         )
     return _summary(runs)
+
+
+async def _until_no_live_actors(http: aiohttp.ClientSession, url: str, limit_s: float) -> None:
+    deadline = time.perf_counter() + limit_s
+    while _live_sessions(await _metrics(http, url)) > 0:
+        if time.perf_counter() > deadline:
+            raise RuntimeError("idle actors were not evicted in time")
+        await asyncio.sleep(1)
 
 
 async def _metrics(http: aiohttp.ClientSession, url: str) -> str:
