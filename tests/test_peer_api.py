@@ -354,6 +354,15 @@ async def test_idle_actors_are_evicted_and_come_back_with_their_history(tmp_path
                 assert r.status == 200
             assert app.router.statistics()["live"] == 2
             assert app.router.evict_idle() == 0  # not idle long enough
+            # The replies went out before the turns recorded their delivery; no event marks the
+            # end of that, so look until both actors are idle.
+            with anyio.fail_after(5):
+                while any(  # noqa: ASYNC110
+                    a.idle_since is None
+                    for a in (app.router.get("peer:e1"), app.router.get("peer:e2"))
+                    if a
+                ):
+                    await anyio.sleep(0.01)
             clock.offset += 61
             assert app.router.evict_idle() == 2
             await anyio.wait_all_tasks_blocked()

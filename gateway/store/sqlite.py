@@ -20,11 +20,11 @@ import os
 import secrets
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from itertools import groupby
-from typing import Any
+from typing import Any, cast
 
 import aiosqlite
 import anyio
@@ -306,15 +306,13 @@ class SqliteStore:
                     await self._commit(batch)
 
     async def _commit(self, batch: list[_Op]) -> None:
-        db = self._writer
         started = time.perf_counter()
         try:
-            await db.execute("BEGIN IMMEDIATE")
-            for kind, run in groupby(batch, key=lambda op: op.kind):
-                await _APPLY[kind](self, list(run))
-            await db.execute("COMMIT")
+            # The whole group commit is one call on aiosqlite's connection thread: one hop
+            # there and back instead of one per statement (that was ~1 ms per commit).
+            on_thread = cast(Callable[..., Awaitable[None]], self._writer._execute)
+            await on_thread(self._commit_on_thread, batch)
         except Exception as exc:
-            await self._rollback()
             if len(batch) == 1:
                 op = batch[0]
                 op.result, op.error = None, StoreError(f"store write {op.kind!r} failed: {exc}")
@@ -336,17 +334,23 @@ class SqliteStore:
         for op in batch:
             op.done.set()
 
-    async def _rollback(self) -> None:
+    def _commit_on_thread(self, batch: list[_Op]) -> None:
+        """Apply ``batch`` in one transaction; runs on the writer connection's own thread."""
+        db: sqlite3.Connection = self._writer._conn
+        db.execute("BEGIN IMMEDIATE")
         try:
-            if self._writer.in_transaction:
-                await self._writer.execute("ROLLBACK")
-        except sqlite3.Error:
-            pass
+            for kind, run in groupby(batch, key=lambda op: op.kind):
+                _APPLY[kind](self, db, list(run))
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
 
-    async def _apply_admit(self, ops: list[_Op]) -> None:
-        db, now = self._writer, self._clock()
+    def _apply_admit(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+        now = self._clock()
         inbound: list[Inbound] = [op.args[0] for op in ops]
-        await db.executemany(
+        db.executemany(
             "INSERT INTO conversations (key, platform, created_at, updated_at) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (key) DO UPDATE SET updated_at = excluded.updated_at",
             [(m.conversation, m.platform, now, now) for m in inbound],
@@ -368,7 +372,7 @@ class SqliteStore:
                     now,
                 )
             )
-        await db.executemany(
+        db.executemany(
             "INSERT INTO messages (id, conversation, role, content, state, platform,"
             " platform_message_id, reply_target, sender, created_at)"
             " VALUES (?, ?, 'user', ?, 'pending', ?, ?, ?, ?, ?)"
@@ -381,9 +385,7 @@ class SqliteStore:
             part = keys[start : start + 400]
             where = " OR ".join("(platform = ? AND platform_message_id = ?)" for _ in part)
             params = [v for pair in part for v in pair]
-            found = await db.execute_fetchall(
-                f"SELECT {_MSG_COLUMNS} FROM messages WHERE {where}", params
-            )
+            found = _fetchall(db, f"SELECT {_MSG_COLUMNS} FROM messages WHERE {where}", params)
             for r in found:
                 msg = _row_to_message(r)
                 stored[(msg.platform, msg.platform_message_id or "")] = msg
@@ -391,8 +393,8 @@ class SqliteStore:
             msg = stored[(m.platform, m.platform_message_id)]
             op.result = Admission(row=msg, duplicate=msg.id != row_id)
 
-    async def _apply_answer(self, ops: list[_Op]) -> None:
-        db, now = self._writer, self._clock()
+    def _apply_answer(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+        now = self._clock()
         assistant_rows, user_updates, chunk_rows, outcomes = [], [], [], []
         for op in ops:
             user_row: StoredMessage = op.args[0]
@@ -451,61 +453,62 @@ class SqliteStore:
                 chunks=tuple(chunks),
             )
             outcomes.append(op.result)
-        await db.executemany(
+        db.executemany(
             "INSERT INTO messages (id, conversation, role, content, state, platform, user_row_id,"
             " failure, model, created_at) VALUES (?, ?, 'assistant', ?, 'final', ?, ?, ?, ?, ?)",
             assistant_rows,
         )
-        await db.executemany("UPDATE messages SET state = ? WHERE id = ?", user_updates)
+        db.executemany("UPDATE messages SET state = ? WHERE id = ?", user_updates)
         if chunk_rows:
-            await db.executemany(
+            db.executemany(
                 "INSERT INTO outbox (id, conversation, platform, message_id, user_row_id, seq,"
                 " text, reply_target, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 chunk_rows,
             )
-        await db.executemany(
+        db.executemany(
             "UPDATE conversations SET updated_at = ? WHERE key = ?",
             [(now, o.conversation) for o in outcomes],
         )
 
-    async def _apply_cancel(self, ops: list[_Op]) -> None:
-        await self._writer.executemany(
+    def _apply_cancel(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+        db.executemany(
             "UPDATE messages SET state = 'cancelled' WHERE id = ? AND state = 'pending'",
             [(op.args[0],) for op in ops],
         )
 
-    async def _apply_reset(self, ops: list[_Op]) -> None:
-        await self._writer.executemany(
+    def _apply_reset(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+        db.executemany(
             "UPDATE conversations SET reset_after ="
             " (SELECT COALESCE(MAX(id), 0) FROM messages WHERE conversation = ?) WHERE key = ?",
             [(op.args[0], op.args[0]) for op in ops],
         )
 
-    async def _apply_delivered(self, ops: list[_Op]) -> None:
+    def _apply_delivered(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
         now = self._clock()
-        await self._writer.executemany(
+        db.executemany(
             "UPDATE outbox SET state = ?, platform_message_id = ?, delivered_at = ? WHERE id = ?",
             [(str(ChunkState.DELIVERED), op.args[1], now, op.args[0]) for op in ops],
         )
 
-    async def _apply_expire(self, ops: list[_Op]) -> None:
-        await self._writer.executemany(
+    def _apply_expire(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+        db.executemany(
             "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
             [(str(ChunkState.EXPIRED), cid) for op in ops for cid in op.args[0]],
         )
 
-    async def _apply_chunk_failed(self, ops: list[_Op]) -> None:
-        await self._writer.executemany(
+    def _apply_chunk_failed(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+        db.executemany(
             "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
             [(str(ChunkState.FAILED), op.args[0]) for op in ops],
         )
 
-    async def _apply_pair_request(self, ops: list[_Op]) -> None:
-        db, now = self._writer, self._clock()
+    def _apply_pair_request(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+        now = self._clock()
         for op in ops:
             platform, user_id, label, ttl_s, max_pending = op.args
-            await db.execute("DELETE FROM pairing_codes WHERE expires_at <= ?", (now,))
-            mine = await db.execute_fetchall(
+            db.execute("DELETE FROM pairing_codes WHERE expires_at <= ?", (now,))
+            mine = _fetchall(
+                db,
                 "SELECT code FROM pairing_codes WHERE platform = ? AND user_id = ?",
                 (platform, user_id),
             )
@@ -513,28 +516,27 @@ class SqliteStore:
                 op.result = (None, "pending")
                 continue
             counted = list(
-                await db.execute_fetchall(
-                    "SELECT COUNT(*) FROM pairing_codes WHERE platform = ?", (platform,)
-                )
+                _fetchall(db, "SELECT COUNT(*) FROM pairing_codes WHERE platform = ?", (platform,))
             )
             count = counted[0][0]
             if count >= max_pending:
                 op.result = (None, "full")
                 continue
             code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
-            await db.execute(
+            db.execute(
                 "INSERT INTO pairing_codes (platform, code, user_id, label, created_at, expires_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
                 (platform, code, user_id, label, now, now + ttl_s),
             )
             op.result = (code, "new")
 
-    async def _apply_pair_approve(self, ops: list[_Op]) -> None:
-        db, now = self._writer, self._clock()
+    def _apply_pair_approve(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+        now = self._clock()
         for op in ops:
             platform, code = op.args
             rows = list(
-                await db.execute_fetchall(
+                _fetchall(
+                    db,
                     "SELECT user_id FROM pairing_codes WHERE platform = ? AND code = ?"
                     " AND expires_at > ?",
                     (platform, code, now),
@@ -544,19 +546,19 @@ class SqliteStore:
                 op.result = None
                 continue
             user_id = rows[0][0]
-            await db.execute(
+            db.execute(
                 "DELETE FROM pairing_codes WHERE platform = ? AND user_id = ?", (platform, user_id)
             )
-            await db.execute(
+            db.execute(
                 "INSERT INTO approved_users (platform, user_id, approved_at) VALUES (?, ?, ?)"
                 " ON CONFLICT DO NOTHING",
                 (platform, user_id, now),
             )
             op.result = user_id
 
-    async def _apply_pair_revoke(self, ops: list[_Op]) -> None:
+    def _apply_pair_revoke(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
         for op in ops:
-            cursor = await self._writer.execute(
+            cursor = db.execute(
                 "DELETE FROM approved_users WHERE platform = ? AND user_id = ?", op.args
             )
             op.result = cursor.rowcount > 0
@@ -564,7 +566,12 @@ class SqliteStore:
 
 _CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed by hand
 
-_APPLY: dict[str, Callable[[SqliteStore, list[_Op]], Any]] = {
+
+def _fetchall(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    return db.execute(sql, params).fetchall()
+
+
+_APPLY: dict[str, Callable[[SqliteStore, sqlite3.Connection, list[_Op]], None]] = {
     "admit": SqliteStore._apply_admit,
     "answer": SqliteStore._apply_answer,
     "cancel": SqliteStore._apply_cancel,

@@ -99,11 +99,11 @@ class PeerAdapter:
         # The HTTP response is the delivery; a reply nobody waits for (the client left, or
         # the turn was resumed after a restart) stays readable in the transcript and through
         # a retry with the same Idempotency-Key.
-        for chunk in outcome.chunks:
-            await self._intake.delivered(chunk.id, f"http:{chunk.user_row_id}")
         pmid = self._pmids.pop(outcome.user_row_id, None)
         if pmid is not None:
-            self._waiters.resolve(pmid, outcome)
+            self._waiters.resolve(pmid, outcome)  # answer first: recording is off the reply path
+        for chunk in outcome.chunks:
+            await self._intake.delivered(chunk.id, f"http:{chunk.user_row_id}")
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:

@@ -98,7 +98,9 @@ async def fake_model(latency_s: float = 0.0) -> AsyncIterator[Proc]:
         popen.wait()
 
 
-def gateway_config(workdir: Path, model_url: str, port: int, gateway_keys: str = "") -> Path:
+def gateway_config(
+    workdir: Path, model_url: str, port: int, gateway_keys: str = "", sections: str = ""
+) -> Path:
     config = workdir / "botmux.toml"
     config.write_text(
         f'[store]\npath = "{workdir}/botmux.db"\n'
@@ -106,15 +108,17 @@ def gateway_config(workdir: Path, model_url: str, port: int, gateway_keys: str =
         f'[model]\nbase_url = "{model_url}"\nmodel = "bench"\napi_keys = ["sk-bench"]\n'
         f"timeout_s = 30\n"
         f"[gateway]\nmax_concurrent_turns = 1024\nmailbox_size = 256\n{gateway_keys}"
-        f'[log]\nlevel = "warning"\n'
+        f'[log]\nlevel = "warning"\n' + sections
     )
     return config
 
 
 @asynccontextmanager
-async def gateway(workdir: Path, model_url: str, gateway_keys: str = "") -> AsyncIterator[Proc]:
+async def gateway(
+    workdir: Path, model_url: str, gateway_keys: str = "", sections: str = ""
+) -> AsyncIterator[Proc]:
     port = free_port()
-    config = gateway_config(workdir, model_url, port, gateway_keys)
+    config = gateway_config(workdir, model_url, port, gateway_keys, sections)
     started = time.perf_counter()
     popen = subprocess.Popen(  # noqa: ASYNC220 - a long-lived child, not awaited here
         [sys.executable, "-m", "gateway", "run", "--config", str(config)],

@@ -11,7 +11,8 @@ Scenarios: throughput (1, 50, 500 conversations through the peer API), latency50
 with a 500 ms model), ceiling (the same load straight from the openai client to the fake),
 hermes (hermes-agent 0.19.0 side by side, see tests/bench/hermes.py), idle (10,000 idle
 conversations: memory per live actor, and after eviction), store (the store's share of the
-work, against raw aiosqlite), startup (process start to /readyz).
+work, against raw aiosqlite), startup (process start to /readyz), telegram and discord
+(inbound messages through the real libraries and the loopback platform fakes to a reply).
 """
 
 from __future__ import annotations
@@ -296,6 +297,18 @@ async def scenario_startup(repeat: int, quick: bool) -> dict[str, Any]:
     return _summary(runs)
 
 
+async def scenario_telegram(repeat: int, quick: bool) -> dict[str, Any]:
+    from tests.bench.platforms import telegram_updates_per_s
+
+    return _summary([await telegram_updates_per_s(4 if quick else 10) for _ in range(repeat)])
+
+
+async def scenario_discord(repeat: int, quick: bool) -> dict[str, Any]:
+    from tests.bench.platforms import discord_messages_per_s
+
+    return _summary([await discord_messages_per_s(4 if quick else 10) for _ in range(repeat)])
+
+
 SCENARIOS: dict[str, Callable[[int, bool], Awaitable[dict[str, Any]]]] = {
     "throughput": scenario_throughput,
     "ceiling": scenario_ceiling,
@@ -304,6 +317,8 @@ SCENARIOS: dict[str, Callable[[int, bool], Awaitable[dict[str, Any]]]] = {
     "startup": scenario_startup,
     "idle": scenario_idle,
     "hermes": scenario_hermes,
+    "telegram": scenario_telegram,
+    "discord": scenario_discord,
 }
 
 
