@@ -18,6 +18,7 @@ import anyio
 
 from agent import Agent, ClientPool
 from gateway.config import Config
+from gateway.failpoints import Failpoints
 from gateway.intake import GatewayIntake
 from gateway.messages import OutboxChunk, TurnOutcome
 from gateway.metrics import Metrics, Snapshot
@@ -33,10 +34,13 @@ log = logging.getLogger("gateway")
 class Observer:
     """Where runtime events go: one log line each, and the metrics."""
 
-    def __init__(self, metrics: Metrics) -> None:
+    def __init__(self, metrics: Metrics, failpoints: Failpoints) -> None:
         self._metrics = metrics
+        self._failpoints = failpoints
 
     def __call__(self, event: str, fields: dict[str, Any]) -> None:
+        if self._failpoints:
+            self._failpoints.passed(event, fields)
         self._metrics.observe(event, fields)
         if event in _QUIET:
             level = logging.DEBUG
@@ -49,7 +53,17 @@ class Observer:
 
 
 # Per-operation events are counted but logged only at debug level; decisions always show.
-_QUIET = frozenset({"store_commit", "model_call", "chunk_sent", "turn_started", "admitted"})
+_QUIET = frozenset(
+    {
+        "store_commit",
+        "model_call",
+        "chunk_sent",
+        "chunk_recorded",
+        "turn_started",
+        "admitted",
+        "answer_committed",
+    }
+)
 _LOUD = frozenset({"turn_rerun", "send_failed", "decision"})
 
 
@@ -110,9 +124,16 @@ def build_adapters(
 class GatewayApp:
     """One running botmux. ``run`` serves until ``stop`` is set, then drains."""
 
-    def __init__(self, config: Config, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        failpoints: Failpoints | None = None,
+    ) -> None:
         self.config = config
         self.clock = clock
+        self.failpoints = failpoints or Failpoints()
         self.metrics = Metrics()
         self.stop = anyio.Event()
         self.peer: PeerAdapter | None = None
@@ -133,7 +154,7 @@ class GatewayApp:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         config = self.config
-        observe = Observer(self.metrics)
+        observe = Observer(self.metrics, self.failpoints)
         clients = ClientPool()
         agent = Agent(config.model, config.agent, clients, observe=observe, clock=self.clock)
         try:

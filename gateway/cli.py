@@ -7,6 +7,7 @@ accepted anywhere on the line, for every subcommand.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
@@ -20,6 +21,7 @@ import anyio
 
 from gateway.config import Config, load_config
 from gateway.errors import ConfigError, GatewayError
+from gateway.failpoints import Failpoints
 from gateway.logs import configure_logging
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
@@ -116,8 +118,18 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _run(config: Config) -> int:
     from gateway.app import GatewayApp  # the composition root loads every part: only for `run`
 
+    try:
+        failpoints = Failpoints.from_env(os.environ)
+    except ConfigError as exc:
+        print(f"botmux: config error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     configure_logging(level=config.log.level, fmt=config.log.format, secrets=config.secrets())
-    app = GatewayApp(config)
+    if failpoints:
+        logging.getLogger("gateway").warning(
+            "failpoints armed: this process will kill itself (a testing aid)",
+            extra={"failpoints": os.environ.get("BOTMUX_FAILPOINT")},
+        )
+    app = GatewayApp(config, failpoints=failpoints)
 
     async def serve() -> None:
         async with anyio.create_task_group() as tg:

@@ -117,6 +117,15 @@ class PeerConfig:
     listen: str = _opt("127.0.0.1:8642", _listen)
     tokens: tuple[str, ...] = ()
     max_body_bytes: int = _opt(1024 * 1024, _positive)
+    # Failed bearer-token attempts per client address in a sliding window; past the limit that
+    # address gets 429 until the window frees it. No legitimate client fails this often. 0: off.
+    auth_fail_limit: int = _opt(10, _non_negative)
+    auth_fail_window_s: float = _opt(60.0, _positive)
+    # Requests per minute per peer token (a token bucket of token_burst). Off by default: the
+    # gateway's own bounds (max_concurrent_turns, mailboxes) already protect it, and what is
+    # fair between peers depends on the deployment. 0: off.
+    token_requests_per_min: int = _opt(0, _non_negative)
+    token_burst: int = _opt(60, _positive)
 
     @property
     def host(self) -> str:

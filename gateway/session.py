@@ -242,6 +242,10 @@ class SessionActor:
             await self._outlet.deliver(TurnOutcome(self.key, row.id, STOPPED, None, ()))
             return
         outcome = await deps.store.answer(row, result, self._outlet.render(result.reply))
+        deps.observe(
+            "answer_committed",
+            {"conversation": self.key, "platform": self.platform, "row": row.id},
+        )
         self._last_result = result
         if result.failure is None:
             self._stats["turns"] += 1

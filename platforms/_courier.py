@@ -134,4 +134,8 @@ class Courier:
                 {"conversation": chunk.conversation, "platform": self.platform, "chunk": chunk.id},
             )
             await self._intake.delivered(chunk.id, platform_id)
+            self._observe(
+                "chunk_recorded",
+                {"conversation": chunk.conversation, "platform": self.platform, "chunk": chunk.id},
+            )
             return

@@ -1,0 +1,77 @@
+"""Failpoints: named places in the turn lifecycle where a test can crash the process.
+
+A testing aid, nothing more. Armed only by the environment variable ``BOTMUX_FAILPOINT``,
+read once when ``botmux run`` starts, for example::
+
+    BOTMUX_FAILPOINT=after_answer_commit:kill        # SIGKILL at the first pass
+    BOTMUX_FAILPOINT=between_chunks:kill@2           # at the second pass
+
+Each failpoint is an event the runtime already reports to its observer (the one sink that
+logs and counts), so an unarmed failpoint costs one dictionary lookup on an event that is
+emitted anyway, and no call site carries test code.
+
+| failpoint | the event | where in SPEC section 3 |
+|---|---|---|
+| ``after_admission`` | ``admitted`` | user row committed, turn not yet queued |
+| ``before_model_call`` | ``turn_started`` | the turn took its row, no model call yet |
+| ``after_model_call`` | ``model_call`` (ok) | the model answered, nothing stored yet |
+| ``after_answer_commit`` | ``answer_committed`` | reply and outbox committed, nothing sent |
+| ``after_send_before_record`` | ``chunk_sent`` | the platform took a chunk, not yet recorded |
+| ``between_chunks`` | ``chunk_recorded`` | one chunk recorded delivered, the next not sent |
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gateway.errors import ConfigError
+
+EVENTS = {
+    "after_admission": "admitted",
+    "before_model_call": "turn_started",
+    "after_model_call": "model_call",
+    "after_answer_commit": "answer_committed",
+    "after_send_before_record": "chunk_sent",
+    "between_chunks": "chunk_recorded",
+}
+ENV = "BOTMUX_FAILPOINT"
+
+
+@dataclass(slots=True)
+class Failpoints:
+    """The armed failpoints, by event name: (failpoint, fire on the n-th pass)."""
+
+    armed: dict[str, tuple[str, int]] = field(default_factory=dict)
+    passes: dict[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Failpoints:
+        spec = env.get(ENV, "").strip()
+        armed: dict[str, tuple[str, int]] = {}
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            name, _, action = item.partition(":")
+            action, _, nth = action.partition("@")
+            if name not in EVENTS or action != "kill" or (nth and not nth.isdigit()):
+                raise ConfigError(
+                    ENV,
+                    f"{item!r}: expected NAME:kill or NAME:kill@N, NAME one of {', '.join(EVENTS)}",
+                )
+            armed[EVENTS[name]] = (name, int(nth or 1))
+        return cls(armed)
+
+    def __bool__(self) -> bool:
+        return bool(self.armed)
+
+    def passed(self, event: str, fields: Mapping[str, Any]) -> None:
+        """Called for every observed event; kills the process at an armed failpoint."""
+        point = self.armed.get(event)
+        if point is None or (event == "model_call" and fields.get("outcome") != "ok"):
+            return
+        count = self.passes[event] = self.passes.get(event, 0) + 1
+        if count == point[1]:
+            os.write(2, f"botmux: failpoint {point[0]} reached: SIGKILL\n".encode())
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,158 @@
+"""The crash matrix: kill -9 at every failpoint of the turn lifecycle, on every platform.
+
+botmux runs as a real process with ``BOTMUX_FAILPOINT=<point>:kill``; a user sends one
+message; the process kills itself at that point; it is restarted without the failpoint.
+Afterwards the message has exactly one user row and one answer, and the reply reached the
+user: once, or (only where a platform accepted a send just before the crash and cannot
+deduplicate it) at most twice. docs/RELIABILITY.md has the table.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import anyio
+import pytest
+
+from gateway.failpoints import EVENTS
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.openai_server import FakeModel, ok, open_fake_model
+from tests.fakes.telegram_server import open_fake_telegram
+from tests.harness import GatewayProcess, config_text, free_port
+from tests.test_discord_e2e import BOB, CHANNEL_ID, discord_toml, mention, open_world
+
+pytestmark = pytest.mark.anyio
+
+ALICE = 42
+# Two paragraphs, each longer than half of Discord's 2000 and Telegram's 4096 limits: the
+# reply is cut into several chunks, so "between chunks" is a real place.
+LONG = ("Lorem ipsum dolor sit amet. " * 90 + "\n\n") * 2 + "The end."
+POINTS = list(EVENTS)
+CHUNK_POINTS = ("after_send_before_record", "between_chunks")
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[FakeModel]:
+    async with open_fake_model() as fake:
+        fake.default = lambda r: ok(LONG)
+        yield fake
+
+
+def make_gateway(tmp_path: Path, model: FakeModel, section: str = "") -> GatewayProcess:
+    port = free_port()
+    config = tmp_path / "botmux.toml"
+    config.write_text(
+        config_text(
+            tmp_path / "botmux.db", model.base_url, listen=f"127.0.0.1:{port}", extra=section
+        )
+        + "\n[gateway]\nidle_evict_s = 600\n"
+    )
+    return GatewayProcess(config, port, tmp_path / "botmux.log")
+
+
+def rows(db: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(db) as conn:
+        return list(conn.execute("SELECT role, state FROM messages ORDER BY id"))
+
+
+async def crash_at(gateway: GatewayProcess, point: str) -> None:
+    """Wait for the armed process to kill itself; fail loudly if it never gets there."""
+    with anyio.fail_after(20):
+        code = await gateway.wait()
+    assert code == -signal.SIGKILL, f"exit {code}, not killed at {point}:\n{gateway.log()}"
+    assert f"failpoint {point} reached" in gateway.log()
+
+
+def assert_one_answer(db: Path) -> None:
+    assert rows(db) == [("user", "answered"), ("assistant", "final")]
+
+
+@pytest.mark.parametrize("point", [p for p in POINTS if p not in CHUNK_POINTS])
+async def test_peer(tmp_path: Path, model: FakeModel, point: str) -> None:
+    gateway = make_gateway(tmp_path, model)
+    try:
+        await gateway.start(env={"BOTMUX_FAILPOINT": f"{point}:kill"})
+        async with aiohttp.ClientSession() as http:
+            headers = {"Idempotency-Key": "crash-1"}
+            url = f"{gateway.url}/api/sessions/crash/chat"
+            with pytest.raises(aiohttp.ClientError):
+                await http.post(url, json={"message": "hello"}, headers=headers)
+            await crash_at(gateway, point)
+            await gateway.start(env={"BOTMUX_FAILPOINT": ""})
+            # The client retries with the same key, as a careful client does after a reset.
+            with anyio.fail_after(20):
+                r = await http.post(url, json={"message": "hello"}, headers=headers)
+                body = await r.json()
+    finally:
+        await gateway.kill()
+    assert r.status == 200 and body["message"]["content"] == LONG
+    assert_one_answer(tmp_path / "botmux.db")
+
+
+@pytest.mark.parametrize("point", POINTS)
+async def test_telegram(tmp_path: Path, model: FakeModel, point: str) -> None:
+    async with open_fake_telegram() as tg:
+        section = (
+            f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
+            f"allow_users = [{ALICE}]\npoll_timeout_s = 1\nrequest_timeout_s = 3\n"
+        )
+        gateway = make_gateway(tmp_path, model, section)
+        try:
+            await gateway.start(env={"BOTMUX_FAILPOINT": f"{point}:kill"})
+            tg.inject_message(ALICE, "hello")
+            await crash_at(gateway, point)
+            await gateway.start(env={"BOTMUX_FAILPOINT": ""})
+            with anyio.fail_after(20):
+                await tg.wait_until(lambda: "".join(tg.sent_messages(ALICE)).endswith("The end."))
+                await settle(gateway)
+        finally:
+            await gateway.kill()
+        sent = tg.sent_messages(ALICE)
+    assert_one_answer(tmp_path / "botmux.db")
+    assert_delivered(sent, duplicates_allowed=1 if point == "after_send_before_record" else 0)
+
+
+@pytest.mark.parametrize("point", POINTS)
+async def test_discord(tmp_path: Path, model: FakeModel, point: str) -> None:
+    async with open_world() as dc:
+        gateway = make_gateway(tmp_path, model, discord_toml(dc))
+        try:
+            await gateway.start(env={"BOTMUX_FAILPOINT": f"{point}:kill"})
+            await dc.inject_message(CHANNEL_ID, mention("hello"), author_id=BOB)
+            await crash_at(gateway, point)
+            await gateway.start(env={"BOTMUX_FAILPOINT": ""})
+            with anyio.fail_after(20):
+                await dc.wait_until(lambda: replies(dc).endswith("The end."))
+                await settle(gateway)
+        finally:
+            await gateway.kill()
+        sent = [m["content"] for m in dc.sent_messages(CHANNEL_ID)]
+    assert_one_answer(tmp_path / "botmux.db")
+    assert_delivered(sent, duplicates_allowed=0)  # the nonce makes a re-sent chunk a no-op
+
+
+def replies(dc: FakeDiscord) -> str:
+    return "".join(m["content"] for m in dc.sent_messages(CHANNEL_ID))
+
+
+async def settle(gateway: GatewayProcess) -> None:
+    """Stop the restarted gateway cleanly, so every send it was making has finished."""
+    gateway.signal(signal.SIGTERM)
+    assert await gateway.wait() == 0, gateway.log()
+
+
+def assert_delivered(sent: list[str], *, duplicates_allowed: int) -> None:
+    """Every chunk of the reply arrived, in order, with at most this many extra copies."""
+    distinct = list(dict.fromkeys(sent))
+    assert "".join("".join(distinct).split()) == "".join(LONG.split()), sent
+    assert len(sent) - len(distinct) <= duplicates_allowed, sent
+
+
+def test_every_failpoint_is_in_the_matrix() -> None:
+    assert set(POINTS) == set(EVENTS) and len(POINTS) == 6
+    assert os.environ.get("BOTMUX_FAILPOINT") in (None, "")
