@@ -71,6 +71,13 @@ async def resume_interrupted(
     store: Store, router: Router, outlets: dict[str, Outlet], *, max_age_s: float
 ) -> dict[str, int]:
     """Deliver undelivered chunks (expiring old ones); restart conversations with pending rows."""
+    in_flight = await store.expire_in_flight()
+    if in_flight:
+        log.warning(
+            "not resending reply chunks that were being sent at the crash"
+            " (gateway.unrecorded_sends = drop)",
+            extra={"count": in_flight},
+        )
     chunks = await store.undelivered()
     now = time.time()
     expired = [c.id for c in chunks if now - c.created_at > max_age_s]
@@ -176,7 +183,13 @@ class GatewayApp:
                     idle_s=config.gateway.idle_evict_s,
                     clock=self.clock,
                 )
-                intake = GatewayIntake(store, router, agent, observe=observe)
+                intake = GatewayIntake(
+                    store,
+                    router,
+                    agent,
+                    observe=observe,
+                    at_most_once=config.gateway.unrecorded_sends == "drop",
+                )
 
                 async def render_metrics() -> bytes:
                     queued: dict[str, int] = {}

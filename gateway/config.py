@@ -214,6 +214,10 @@ class GatewayConfig:
     drain_timeout_s: float = _opt(30.0, _non_negative)
     outbox_max_age_s: float = _opt(3600.0, _positive)
     mailbox_size: int = _opt(256, _positive)
+    # A chunk a platform may have taken just before a crash (sent, not yet recorded):
+    # "resend" it after restart (never lost, at most one duplicate) or "drop" it (never
+    # twice, possibly lost). Platforms that deduplicate sends (Discord) never duplicate.
+    unrecorded_sends: str = _opt("resend", _one_of("resend", "drop"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,9 @@ class GatewayIntake:
         runner: TurnRunner,
         *,
         observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+        at_most_once: bool = False,
     ) -> None:
+        self._at_most_once = at_most_once  # gateway.unrecorded_sends == "drop"
         self._store = store
         self._router = router
         self._runner = runner
@@ -119,6 +121,11 @@ class GatewayIntake:
         if stats.get("last_fell_back"):
             lines.append(f"The last turn fell back to {stats.get('last_model')}.")
         return "\n".join(lines)
+
+    async def before_send(self, chunk_id: int) -> None:
+        if self._at_most_once:
+            with anyio.CancelScope(shield=True):
+                await self._store.mark_sending(chunk_id)
 
     async def delivered(self, chunk_id: int, platform_message_id: str) -> None:
         with anyio.CancelScope(shield=True):

@@ -22,8 +22,9 @@ class MessageState(StrEnum):
 
 class ChunkState(StrEnum):
     PENDING = "pending"
+    SENDING = "sending"  # handed to the platform (only with gateway.unrecorded_sends = "drop")
     DELIVERED = "delivered"
-    EXPIRED = "expired"  # too old to send after a restart
+    EXPIRED = "expired"  # too old to send after a restart, or in flight at a crash
     FAILED = "failed"  # the platform refused it for good
 
 

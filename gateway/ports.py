@@ -85,6 +85,10 @@ class Intake(Protocol):
         """Run a control command (``help``, ``status``, ``new``, ``stop``); return its reply."""
         ...
 
+    async def before_send(self, chunk_id: int) -> None:
+        """Call right before handing a chunk to the platform (see unrecorded_sends)."""
+        ...
+
     async def delivered(self, chunk_id: int, platform_message_id: str) -> None: ...
 
     async def undeliverable(self, chunk_id: int, reason: str) -> None:

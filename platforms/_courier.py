@@ -102,6 +102,7 @@ class Courier:
                 self._idle.set()
 
     async def _deliver_chunk(self, chunk: OutboxChunk) -> None:
+        await self._intake.before_send(chunk.id)
         attempt = 0
         while True:
             attempt += 1

@@ -45,6 +45,14 @@ class Store(Protocol):
 
     async def expire_chunks(self, chunk_ids: Sequence[int]) -> None: ...
 
+    async def mark_sending(self, chunk_id: int) -> None:
+        """The chunk is being handed to its platform (at-most-once delivery only)."""
+        ...
+
+    async def expire_in_flight(self) -> int:
+        """At start: chunks that were being sent when the process died are not sent again."""
+        ...
+
     async def chunk_failed(self, chunk_id: int) -> None:
         """The platform refused the chunk for good: never send it again."""
         ...

@@ -162,6 +162,13 @@ class SqliteStore:
     async def chunk_failed(self, chunk_id: int) -> None:
         await self._submit("chunk_failed", chunk_id)
 
+    async def mark_sending(self, chunk_id: int) -> None:
+        await self._submit("sending", chunk_id)
+
+    async def expire_in_flight(self) -> int:
+        count: int = await self._submit("expire_in_flight")
+        return count
+
     async def request_pairing(
         self, platform: str, user_id: str, label: str, *, ttl_s: float, max_pending: int
     ) -> tuple[str | None, str]:
@@ -490,6 +497,20 @@ class SqliteStore:
             [(str(ChunkState.DELIVERED), op.args[1], now, op.args[0]) for op in ops],
         )
 
+    def _apply_sending(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+        db.executemany(
+            "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
+            [(str(ChunkState.SENDING), op.args[0]) for op in ops],
+        )
+
+    def _apply_expire_in_flight(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+        count = db.execute(
+            "UPDATE outbox SET state = ? WHERE state = ?",
+            (str(ChunkState.EXPIRED), str(ChunkState.SENDING)),
+        ).rowcount
+        for i, op in enumerate(ops):
+            op.result = count if i == 0 else 0  # later ones found none left
+
     def _apply_expire(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
         db.executemany(
             "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
@@ -578,6 +599,8 @@ _APPLY: dict[str, Callable[[SqliteStore, sqlite3.Connection, list[_Op]], None]] 
     "reset": SqliteStore._apply_reset,
     "delivered": SqliteStore._apply_delivered,
     "expire": SqliteStore._apply_expire,
+    "sending": SqliteStore._apply_sending,
+    "expire_in_flight": SqliteStore._apply_expire_in_flight,
     "chunk_failed": SqliteStore._apply_chunk_failed,
     "pair_request": SqliteStore._apply_pair_request,
     "pair_approve": SqliteStore._apply_pair_approve,
