@@ -3,42 +3,72 @@
 A client owns a connection pool; building one per call would pay a new TCP connection (and
 TLS) every turn. The aiohttp transport is used because it is the cheapest the ``openai``
 package offers. Retries inside the client are off: retry and fallback belong to ``policy/``.
+
+Transport recovery replaces a client while other turns may still be using the old one, so
+clients are borrowed with :meth:`ClientPool.use`: a replaced client is closed only when the
+last call borrowing it returns. Many turns recovering at once share one rebuild: a client
+younger than ``REBUILD_AFTER_S`` is not replaced again.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
 import openai
 
 from gateway.config import ModelEndpoint
 
 _Key = tuple[str, str, float]
+REBUILD_AFTER_S = 1.0
+
+
+@dataclass(eq=False, slots=True)
+class _Entry:
+    client: openai.AsyncOpenAI
+    built_at: float
+    borrowed: int = 0
+    retired: bool = False
 
 
 class ClientPool:
-    def __init__(self) -> None:
-        self._clients: dict[_Key, openai.AsyncOpenAI] = {}
+    def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clients: dict[_Key, _Entry] = {}
+        self._retired: list[_Entry] = []
+        self._clock = clock
         self._built = 0
 
     def __repr__(self) -> str:
         return f"<ClientPool clients={len(self._clients)} built={self._built}>"
 
     def statistics(self) -> dict[str, int]:
-        return {"clients": len(self._clients), "built": self._built}
+        return {"clients": len(self._clients), "built": self._built, "retired": len(self._retired)}
 
-    def get(self, endpoint: ModelEndpoint, api_key: str) -> openai.AsyncOpenAI:
+    @asynccontextmanager
+    async def use(
+        self, endpoint: ModelEndpoint, api_key: str, *, rebuild: bool = False
+    ) -> AsyncIterator[openai.AsyncOpenAI]:
+        """Borrow the client of (endpoint, key); ``rebuild``: replace it first (recovery)."""
         key = (endpoint.base_url, api_key, endpoint.timeout_s)
-        client = self._clients.get(key)
-        if client is None:
-            client = self._clients[key] = self._build(endpoint, api_key)
-        return client
-
-    async def rebuild(self, endpoint: ModelEndpoint, api_key: str) -> openai.AsyncOpenAI:
-        """Replace the client (transport recovery): a wedged connection pool is thrown away."""
-        key = (endpoint.base_url, api_key, endpoint.timeout_s)
-        old = self._clients.pop(key, None)
-        if old is not None:
-            await old.close()
-        return self.get(endpoint, api_key)
+        entry = self._clients.get(key)
+        if entry is not None and rebuild and self._clock() - entry.built_at >= REBUILD_AFTER_S:
+            entry.retired = True
+            self._retired.append(entry)
+            entry = None
+        if entry is None:
+            entry = self._clients[key] = _Entry(self._build(endpoint, api_key), self._clock())
+        entry.borrowed += 1
+        try:
+            yield entry.client
+        finally:
+            entry.borrowed -= 1
+            if entry.retired and entry.borrowed == 0 and entry in self._retired:
+                self._retired.remove(entry)
+                with anyio.CancelScope(shield=True):
+                    await entry.client.close()
 
     def _build(self, endpoint: ModelEndpoint, api_key: str) -> openai.AsyncOpenAI:
         self._built += 1
@@ -51,6 +81,7 @@ class ClientPool:
         )
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            await client.close()
+        entries = [*self._clients.values(), *self._retired]
+        self._clients, self._retired = {}, []
+        for entry in entries:
+            await entry.client.close()

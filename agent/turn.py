@@ -57,7 +57,12 @@ class Agent:
         return messages
 
     async def complete(
-        self, endpoint: ModelEndpoint, api_key: str, messages: list[dict[str, str]]
+        self,
+        endpoint: ModelEndpoint,
+        api_key: str,
+        messages: list[dict[str, str]],
+        *,
+        rebuild: bool = False,
     ) -> tuple[str, Usage]:
         """One model call, its errors translated; no retries here.
 
@@ -66,14 +71,14 @@ class Agent:
         botmux's CPU per turn (profiled with a 40-message history), and our messages are
         plain strings that need no transforming.
         """
-        client = self._clients.get(endpoint, api_key)
-        with translate_openai_errors(endpoint.model):
-            response = await client.post(
-                "/chat/completions",
-                body={"model": endpoint.model, "messages": messages},
-                cast_to=ChatCompletion,
-                options={"security": {"bearer_auth": True}},
-            )
+        async with self._clients.use(endpoint, api_key, rebuild=rebuild) as client:
+            with translate_openai_errors(endpoint.model):
+                response = await client.post(
+                    "/chat/completions",
+                    body={"model": endpoint.model, "messages": messages},
+                    cast_to=ChatCompletion,
+                    options={"security": {"bearer_auth": True}},
+                )
         choice = response.choices[0] if response.choices else None
         text = (choice.message.content if choice else None) or ""
         usage = Usage()
@@ -90,10 +95,7 @@ class Agent:
         messages = self.build_messages(history, text)
 
         async def call(index: int, api_key: str, *, rebuild: bool) -> tuple[str, Usage]:
-            endpoint = self._chain[index]
-            if rebuild:
-                await self._clients.rebuild(endpoint, api_key)
-            return await self.complete(endpoint, api_key, messages)
+            return await self.complete(self._chain[index], api_key, messages, rebuild=rebuild)
 
         try:
             answer = await self._policy.run(conversation, call, turn=turn)

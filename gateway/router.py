@@ -45,7 +45,7 @@ class Router:
         self._actors: dict[str, SessionActor] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = anyio.Event()
-        self._stats = {"spawned": 0, "evicted": 0}
+        self._stats = {"spawned": 0, "evicted": 0, "crashed": 0}
 
     def __repr__(self) -> str:
         return f"<Router live={len(self._actors)}>"
@@ -85,6 +85,12 @@ class Router:
     async def _run_actor(self, actor: SessionActor) -> None:
         try:
             await actor.run()
+        except Exception:
+            # Contained: one conversation's failure (a store error, a bug) must not take the
+            # others down. Its pending rows stay in the store; the next message or the next
+            # start runs them.
+            self._stats["crashed"] += 1
+            log.exception("session actor crashed", extra={"conversation": actor.key})
         finally:
             if self._actors.get(actor.key) is actor:
                 del self._actors[actor.key]

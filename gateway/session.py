@@ -24,13 +24,17 @@ from typing import Any, assert_never
 import anyio
 
 from gateway.errors import MailboxFull
-from gateway.messages import ChatMessage, StoredMessage, TurnOutcome, TurnResult
+from gateway.messages import ChatMessage, Failure, StoredMessage, TurnOutcome, TurnResult
 from gateway.ports import Outlet, TurnRunner
 from gateway.store.base import Store
 
 log = logging.getLogger(__name__)
 
 STOPPED = "The turn was stopped before it answered."
+UNEXPECTED = (
+    "Something unexpected went wrong while answering. An operator can find the details in"
+    " botmux's log. (failure: unknown)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,7 +223,7 @@ class SessionActor:
         async with deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:
                 self._turn_scope = scope
-                result = await deps.runner.run_turn(self.key, history, row.content, turn=row.id)
+                result = await self._run(history, row)
                 if result.failure is not None and result.failure.retryable:
                     # Nothing of the failed attempt is visible yet (replies go out only after
                     # the answer commit), so the re-run adopts the same stored row.
@@ -228,7 +232,7 @@ class SessionActor:
                         "turn_rerun",
                         {"conversation": self.key, "row": row.id, "reason": result.failure.reason},
                     )
-                    result = await deps.runner.run_turn(self.key, history, row.content, turn=row.id)
+                    result = await self._run(history, row)
             self._turn_scope = None
         if scope.cancelled_caught or result is None:
             self._stats["cancelled"] += 1
@@ -264,6 +268,15 @@ class SessionActor:
             },
         )
         await self._outlet.deliver(outcome)
+
+    async def _run(self, history: list[ChatMessage], row: StoredMessage) -> TurnResult:
+        """The model turn; a bug in it fails this turn honestly instead of the whole gateway."""
+        try:
+            return await self._deps.runner.run_turn(self.key, history, row.content, turn=row.id)
+        except Exception:
+            log.exception("turn crashed", extra={"conversation": self.key, "turn": row.id})
+            failure = Failure("unknown", False, detail="internal error")
+            return TurnResult(reply=UNEXPECTED, failure=failure)
 
     async def _load_history(self) -> list[ChatMessage]:
         if self._history is None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +131,32 @@ class BotClient(discord.Client):
         super().__init__(**kw)
         self._mailbox = mailbox
         self._identify_delay_s = identify_delay_s
+        self.unreadable_events = 0  # dispatches discord.py could not parse (see _guarded)
+        parsers = self._connection.parsers  # the dict the gateway reader looks events up in
+        for event, parse in list(parsers.items()):
+            parsers[event] = self._guarded(event, parse)
+
+    def _guarded(self, event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
+        """``parse`` (discord.py's handler for one dispatch) made to skip what it cannot read.
+
+        discord.py parses each dispatch inside its websocket reader, and an exception there
+        (a MESSAGE_CREATE without ``author`` or ``channel_id``, an id that is not a number)
+        ends ``Client.connect`` and with it the adapter and the whole gateway. Discord does
+        not send such events; a broken proxy or a protocol change might. One event is lost
+        and logged instead.
+        """
+
+        def guarded(data: Any) -> None:
+            try:
+                parse(data)
+            except Exception as exc:
+                self.unreadable_events += 1
+                log.warning(
+                    "discord event unreadable: skipped",
+                    extra={"event": event, "error": f"{type(exc).__name__}: {exc}"[:200]},
+                )
+
+        return guarded
 
     async def before_identify_hook(self, shard_id: int | None, *, initial: bool = False) -> None:
         # discord.py sleeps 5 s before every IDENTIFY but the first; configurable, per client.

@@ -27,7 +27,7 @@ import discord
 from anyio.abc import TaskGroup, TaskStatus
 
 from gateway.config import DiscordConfig
-from gateway.errors import ConversationClosed, PlatformError
+from gateway.errors import ConversationClosed, GatewayError, PlatformError
 from gateway.messages import OutboxChunk, TurnOutcome
 from gateway.ports import Intake
 from platforms._courier import Courier
@@ -104,7 +104,13 @@ class DiscordAdapter:
         return f"<DiscordAdapter connected={self._connected} watched={len(self._watched)}>"
 
     def statistics(self) -> dict[str, int]:
-        return {**self._stats, "watched": len(self._watched), **self._courier.statistics()}
+        unreadable = self._client.unreadable_events if self._client is not None else 0
+        return {
+            **self._stats,
+            "watched": len(self._watched),
+            "unreadable_events": unreadable,
+            **self._courier.statistics(),
+        }
 
     @property
     def connected(self) -> bool:
@@ -250,7 +256,17 @@ class DiscordAdapter:
             case Disconnected():
                 self._connected = False
             case MessageReceived(message=message):
-                await self._on_message(message)
+                try:
+                    await self._on_message(message)
+                except GatewayError:  # the store: not this message's fault
+                    raise
+                except Exception:
+                    # A bug on one message must not stop the gateway (as on Telegram): log it
+                    # loudly and go on with the next event.
+                    log.exception(
+                        "discord message skipped: could not handle it",
+                        extra={"message_id": getattr(message, "id", None)},
+                    )
             case InteractionReceived(interaction=interaction):
                 tg.start_soon(self._answer_interaction, interaction)
             case _:
@@ -271,6 +287,10 @@ class DiscordAdapter:
             parent_id=hint.parent_id if hint else None,
         )
         self._stats["seen"] += 1
+        if seen is None:
+            self._stats["ignored"] += 1
+            log.warning("discord message unreadable: ignored", extra={"message_id": message.id})
+            return
         watched = self._watched.get(seen.channel_id)
         if watched is not None and seen.message_id > watched.last_id:
             watched.last_id = seen.message_id
@@ -424,11 +444,8 @@ class DiscordAdapter:
         log.info("discord slash commands registered", extra={"commands": list(convert.COMMANDS)})
 
     async def _answer_interaction(self, interaction: discord.Interaction[discord.Client]) -> None:
-        data: Any = interaction.data or {}
-        name = data.get("name")
-        if interaction.type is not discord.InteractionType.application_command:
-            return
-        if name not in convert.COMMANDS or interaction.channel_id is None:
+        name = convert.interaction_command(interaction)
+        if name is None or interaction.channel_id is None:
             return
         config = self._config
         guild_id = interaction.guild_id

@@ -4,13 +4,16 @@ Everything here is a plain function of its arguments (no I/O, no client), so the
 that decide what becomes a turn (the loop guard, mention gating, commands) and how a reply
 is cut and sent (chunks, nonces, which chunk replies) are tested without a gateway.
 ``seen_from`` is the only function that touches a ``discord.Message``: it reduces one to
-the facts the rules need.
+the facts the rules need, or to None when the message is not one Discord sends (no author,
+content that is not text): gateway events are untrusted input, and one malformed event must
+not stop the actor. Texts are cleaned on the way in (:func:`clean_text`).
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 import discord
 
@@ -29,8 +32,28 @@ COMMAND_DESCRIPTIONS = {
 # Plain-text aliases: /start is Telegram's habit, harmless to accept here too.
 _TEXT_COMMANDS = frozenset({*COMMANDS, "start"})
 MAX_NONCE = 25  # Discord refuses longer nonces
-_USER_MENTION = re.compile(r"<@!?(\d+)>([,:]?)")  # "@bot, do this" / "@bot: do this"
+# "@bot, do this" / "@bot: do this". Snowflakes are at most 20 ASCII digits: an unbounded \d+
+# would take any Unicode digit and hand int() a string past its 4300-digit limit (ValueError).
+_USER_MENTION = re.compile(r"<@!?([0-9]{1,20})>([,:]?)")
+# Lone surrogates (json.loads pairs the valid ones) and C0 controls but tab, newline and return.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _REPLYABLE = (discord.MessageType.default, discord.MessageType.reply)
+
+
+def clean_text(text: str) -> str:
+    """``text`` as botmux stores and shows it: valid Unicode, no control characters.
+
+    A lone surrogate (``"\\ud800"`` in the event's JSON) cannot be encoded for the store, so
+    its admission would fail; it becomes U+FFFD. NUL, ESC and the other C0 controls but tab,
+    newline and carriage return are dropped (they end strings in C tools and drive terminals
+    that show ``botmux sessions show``).
+    """
+    return _CONTROL.sub("", _SURROGATE.sub("\ufffd", text))
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def conversation_key(channel_id: int) -> str:
@@ -68,29 +91,66 @@ def seen_from(
     *,
     guild_id: int | None = None,
     parent_id: int | None = None,
-) -> Seen:
+) -> Seen | None:
     """Reduce a message to facts; ``guild_id`` and ``parent_id`` fill in what a message
-    read from history (its channel not cached) does not carry."""
-    channel = message.channel
+    read from history (its channel not cached) does not carry.
+
+    None for a message discord.py built from a malformed event: no author or channel, ids
+    that are not integers, content that is not a string. A message in a guild not in the
+    cache (its channel a ``PartialMessageable``) keeps that guild's id: it is no DM.
+    """
+    author: Any = getattr(message, "author", None)
+    channel: Any = getattr(message, "channel", None)
+    content: Any = getattr(message, "content", None)
+    if author is None or channel is None or not isinstance(content, str):
+        return None
+    if not (_is_id(message.id) and _is_id(channel.id) and _is_id(getattr(author, "id", None))):
+        return None
+    if message.guild is not None:
+        guild_id = message.guild.id
+    else:
+        guild_id = getattr(channel, "guild_id", None) or guild_id
     parent_id = getattr(channel, "parent_id", None) or parent_id
     reference = message.reference
     resolved = reference.resolved if reference is not None else None
-    replies_to_bot = isinstance(resolved, discord.Message) and resolved.author.id == bot_id
+    replied_author = getattr(resolved, "author", None)
+    replies_to_bot = isinstance(resolved, discord.Message) and (
+        getattr(replied_author, "id", None) == bot_id
+    )
     return Seen(
         message_id=message.id,
         channel_id=channel.id,
-        guild_id=message.guild.id if message.guild is not None else guild_id,
-        parent_id=parent_id if isinstance(parent_id, int) else None,
-        author_id=message.author.id,
-        author_name=str(message.author),
+        guild_id=guild_id if _is_id(guild_id) else None,
+        parent_id=parent_id if _is_id(parent_id) else None,
+        author_id=author.id,
+        author_name=clean_text(str(author)),
         author_is_bot=(
-            message.author.bot or message.webhook_id is not None or message.type not in _REPLYABLE
+            author.bot is not False
+            or message.webhook_id is not None
+            or message.type not in _REPLYABLE
         ),
-        content=message.content,
+        content=clean_text(content),
         mentions_bot=bot_id in message.raw_mentions,
         replies_to_bot=replies_to_bot,
-        mention_names={u.id: u.display_name for u in message.mentions},
+        mention_names={u.id: clean_text(str(u.display_name)) for u in message.mentions},
     )
+
+
+def interaction_command(interaction: discord.Interaction[Any]) -> str | None:
+    """The name of our slash command this interaction runs, or None.
+
+    None for anything else, malformed ones included (no ``data`` object, no channel, no
+    user: discord.py leaves ``user`` unset when the event has neither ``member`` nor
+    ``user``).
+    """
+    if interaction.type is not discord.InteractionType.application_command:
+        return None
+    data: Any = interaction.data
+    name = data.get("name") if isinstance(data, dict) else None
+    user: Any = getattr(interaction, "user", None)
+    if name not in COMMANDS or not _is_id(interaction.channel_id):
+        return None
+    return str(name) if _is_id(getattr(user, "id", None)) else None
 
 
 @dataclass(frozen=True, slots=True)

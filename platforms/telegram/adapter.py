@@ -165,6 +165,7 @@ class TelegramAdapter:
             "held": 0,
             "notices": 0,
             "plain_fallbacks": 0,
+            "unreadable": 0,
         }
 
     def __repr__(self) -> str:
@@ -259,10 +260,13 @@ class TelegramAdapter:
         timeout = config.request_timeout_s
 
         def request(
-            pool: int, on_answer: Callable[[bool], None] | None = None
+            pool: int,
+            on_answer: Callable[[bool], None] | None = None,
+            screen: Callable[[list[Any]], list[Any]] | None = None,
         ) -> errors.BotApiRequest:
             return errors.BotApiRequest(
                 on_answer=on_answer,
+                screen=screen,
                 connection_pool_size=pool,
                 read_timeout=timeout,
                 write_timeout=timeout,
@@ -276,7 +280,7 @@ class TelegramAdapter:
             .base_url(f"{origin}/bot")
             .base_file_url(f"{origin}/file/bot")
             .request(request(32))
-            .get_updates_request(request(2, self._polled))
+            .get_updates_request(request(2, self._polled, self._screen))
             .update_queue(self._queue)
             .concurrent_updates(False)
             .job_queue(None)
@@ -369,6 +373,17 @@ class TelegramAdapter:
             )
             return
         self._observe("telegram_poll_error", {"error": repr(errors.translate(exc))})
+
+    def _screen(self, updates: list[Any]) -> list[Any]:
+        """Updates PTB cannot parse go on as empty ones, acknowledged (``screen_updates``)."""
+        kept, screened = convert.screen_updates(updates)
+        for update_id, reason in screened:
+            self._stats["unreadable"] += 1
+            log.warning(
+                "telegram update unreadable: acknowledged and skipped",
+                extra={"update": update_id, "reason": reason},
+            )
+        return kept
 
     async def _submit(self, update: Update) -> Verdict:
         """Hand an update to the intake actor; return its verdict once given."""
@@ -550,11 +565,14 @@ class TelegramAdapter:
             return web.json_response({"ok": False, "error": "forbidden"}, status=403)
         try:
             data = json.loads(await request.read())
-            update = Update.de_json(data, self._running_bot())
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, RecursionError):  # not JSON (or nested past the parser's depth)
+            data = None
+        # One that parses as JSON but not as an Update is acknowledged (200) as an empty
+        # update: Telegram delivers in order, so refusing it would hold back every later one.
+        screened = self._screen([data]) if isinstance(data, dict) else []
+        if not screened:
             return web.json_response({"ok": False, "error": "not an update"}, status=400)
-        if update is None:
-            return web.json_response({"ok": False, "error": "not an update"}, status=400)
+        update = Update.de_json(screened[0], self._running_bot())
         verdict = await self._submit(update)
         if verdict is Verdict.ACK:
             return web.json_response({"ok": True})

@@ -4,13 +4,20 @@ No I/O here. :func:`read` says what an incoming update is to botmux (a turn to a
 control command, a message botmux cannot read yet, or nothing), following the group policy;
 the adapter then checks access and acts. Conversation keys go both ways (SPEC section 2):
 ``telegram:<chat_id>``, and ``telegram:<chat_id>:topic:<thread_id>`` for forum topics.
+
+Updates are untrusted input, checked here rather than trusted to the Bot API's schema:
+:func:`screen_updates` keeps an update python-telegram-bot cannot parse from wedging the poller,
+:func:`read` ignores a message whose ids or text have the wrong type, and :func:`clean_text`
+makes every stored text valid Unicode without control characters (a lone UTF-16 surrogate
+cannot be encoded for the store at all: its admission would fail, and be retried, forever).
 """
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from telegram import Message, MessageEntity, Update
 from telegram.constants import ChatType
@@ -33,6 +40,9 @@ TEXT_ONLY = (
 )
 _COMMAND = re.compile(r"^/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]+))?(?:\s+|$)", re.S)
 _KEY = re.compile(r"^telegram:(-?\d+)(?::topic:(\d+))?$")
+# Lone surrogates (json.loads pairs the valid ones) and C0 controls but tab, newline and return.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 GroupMode = Literal["mention", "all", "off"]
 
@@ -71,6 +81,49 @@ def platform_message_id(chat_id: int, message_id: int) -> str:
     route (webhook vs polling after a switch keeps the message, not necessarily the update).
     """
     return f"{chat_id}:{message_id}"
+
+
+def clean_text(text: str) -> str:
+    """``text`` as botmux stores and shows it: valid Unicode, no control characters.
+
+    A lone surrogate (``"\\ud800"`` in the update's JSON) becomes U+FFFD, one UTF-16 unit for
+    one, so entity offsets stay right; NUL, ESC and the other C0 controls but tab, newline and
+    carriage return are dropped (they end strings in C tools and drive terminals that show
+    ``botmux sessions show``).
+    """
+    return _CONTROL.sub("", _SURROGATE.sub("\ufffd", text))
+
+
+def _is_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def screen_updates(result: list[Any]) -> tuple[list[Any], list[tuple[object, str]]]:
+    """getUpdates' ``result`` made safe for python-telegram-bot, and what was screened out.
+
+    PTB parses a whole batch at once, and one update it cannot parse (a message without
+    ``date``, ``from`` as a string...) fails the batch before its offset moves: the poller
+    would fetch the same batch forever and nothing after it would ever arrive. Such an update
+    is replaced by a bare ``{"update_id": n}``, which PTB parses and :func:`read` ignores, so
+    it is acknowledged and forgotten like any update that is not for botmux. An entry without
+    an integer ``update_id`` cannot be acknowledged by itself and is left out (the next
+    update's offset acknowledges it). Returns the batch and ``(update_id, reason)`` pairs.
+    """
+    kept: list[Any] = []
+    screened: list[tuple[object, str]] = []
+    for raw in result:
+        update_id = raw.get("update_id") if isinstance(raw, dict) else None
+        if not _is_id(update_id):
+            screened.append((update_id, "no integer update_id"))
+            continue
+        try:
+            Update.de_json(copy.deepcopy(raw), None)
+        except Exception as exc:  # PTB raises whatever the data provokes (KeyError, TypeError...)
+            screened.append((update_id, f"{type(exc).__name__}: {exc}"[:200]))
+            kept.append({"update_id": update_id})
+        else:
+            kept.append(raw)
+    return kept, screened
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,13 +167,33 @@ def user_label(message: Message) -> str:
     user = message.from_user
     if user is None:
         return ""
-    name = user.full_name
-    return f"{name} (@{user.username})" if user.username else name
+    name = clean_text(str(user.full_name))
+    username = user.username
+    return f"{name} (@{clean_text(str(username))})" if username else name
+
+
+def _entity_texts(message: Message) -> list[tuple[MessageEntity, str]]:
+    """The message's entities with the text each covers; malformed ones are skipped.
+
+    An entity pointing past the end covers "" (as slicing does); one whose offset or length is
+    not an integer, or entities on a text that is not a string, would make PTB's
+    ``parse_entity`` raise, so they are left out here.
+    """
+    found: list[tuple[MessageEntity, str]] = []
+    for source, entities, parse in (
+        (message.text, message.entities, message.parse_entity),
+        (message.caption, message.caption_entities, message.parse_caption_entity),
+    ):
+        if not isinstance(source, str):
+            continue
+        for entity in entities:
+            if _is_id(entity.offset) and _is_id(entity.length) and entity.offset >= 0:
+                found.append((entity, parse(entity)))
+    return found
 
 
 def _mentions_bot(message: Message, me: BotIdentity) -> bool:
-    found = {**message.parse_entities(), **message.parse_caption_entities()}
-    for entity, text in found.items():
+    for entity, text in _entity_texts(message):
         if entity.type == MessageEntity.MENTION and text[1:].lower() == me.username.lower():
             return True
         if entity.type == MessageEntity.TEXT_MENTION and entity.user and entity.user.id == me.id:
@@ -146,20 +219,30 @@ def read(update: Update, me: BotIdentity, group_mode: GroupMode) -> Incoming | N
     Only new messages count (edits, channel posts and the rest are not turns). Other bots are
     never answered (two bots answering each other forever). In groups the bot answers only
     when ``group_mode`` says so: ``mention`` (mentioned, replied to, or a command), ``all``,
-    or ``off``.
+    or ``off``. A message whose ids are not integers, or without a chat or a sender, is not
+    a message Telegram sends: it is ignored, whatever else it holds.
     """
     message = update.message
-    if message is None or message.from_user is None or message.from_user.is_bot:
+    if not isinstance(message, Message) or message.from_user is None:
         return None
     chat = message.chat
+    if chat is None or not (_is_id(chat.id) and _is_id(message.message_id)):
+        return None
+    if not _is_id(message.from_user.id) or message.from_user.is_bot is not False:
+        return None
     if chat.type == ChatType.CHANNEL:
         return None
     private = chat.type == ChatType.PRIVATE
     if not private and group_mode == "off":
         return None
     thread = message.message_thread_id if message.is_topic_message else None
+    if thread is not None and not _is_id(thread):
+        return None
     target = Target(chat.id, thread)
     text = message.text if message.text is not None else message.caption
+    # A number or a list where text belongs is no text at all. Entities are matched against
+    # the message as sent (parse_entity), so cleaning the text here leaves mentions intact.
+    text = clean_text(text) if isinstance(text, str) else None
 
     def incoming(kind: Literal["turn", "command", "unreadable"], body: str) -> Incoming:
         return Incoming(

@@ -90,12 +90,30 @@ class BotApiRequest(HTTPXRequest):
 
     ``on_answer``, when given, hears after every request whether Telegram answered (True) or
     could not be reached or answered 5xx (False): the poller's transport uses it to tell
-    ``/readyz`` whether Telegram is reachable.
+    ``/readyz`` whether Telegram is reachable. ``screen``, when given, sees every answer's
+    ``result`` list before PTB parses it: the poller's transport uses it to keep an update PTB
+    cannot parse from failing the whole batch (see ``convert.screen_updates``).
     """
 
-    def __init__(self, *args: Any, on_answer: Callable[[bool], None] | None = None, **kw: Any):
+    def __init__(
+        self,
+        *args: Any,
+        on_answer: Callable[[bool], None] | None = None,
+        screen: Callable[[list[Any]], list[Any]] | None = None,
+        **kw: Any,
+    ):
         super().__init__(*args, **kw)
         self._on_answer = on_answer or (lambda reached: None)
+        self._screen = screen
+
+    def parse_json_payload(self, payload: bytes) -> dict[str, Any]:  # type: ignore[override]
+        """PTB's documented hook for decoding answers (a static method there: ours needs
+        ``self``, and PTB calls it on the instance)."""
+        data = HTTPXRequest.parse_json_payload(payload)
+        result = data.get("result") if isinstance(data, dict) else None
+        if self._screen is not None and isinstance(result, list):
+            data["result"] = self._screen(result)
+        return data
 
     async def do_request(
         self,

@@ -310,7 +310,10 @@ async def open_fake_model(port: int = 0) -> AsyncIterator[FakeModel]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", fake.handle_completions)
     app.router.add_get("/v1/models", fake.handle_models)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
+    # A call the client gave up on (its timeout) stops counting as active when it hangs up.
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, shutdown_timeout=0.1, handler_cancellation=True
+    )
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
