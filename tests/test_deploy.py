@@ -64,3 +64,15 @@ def test_the_systemd_unit_verifies(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "NoNewPrivileges=yes" in text and "ProtectSystem=strict" in text
     assert "Restart=on-failure" in text and "User=botmux" in text
+
+
+def test_check_warns_when_a_config_with_secrets_is_readable_by_others(tmp_path: Path) -> None:
+    config = tmp_path / "botmux.toml"
+    config.write_text('[model]\nmodel = "m"\napi_keys = ["sk-secret-value-1234"]\n')
+    config.chmod(0o644)
+    result = run(sys.executable, "-m", "gateway", "check", "--config", str(config))
+    assert result.returncode == 0 and "readable by others" in result.stdout
+    assert "sk-secret-value-1234" not in result.stdout
+    config.chmod(0o600)
+    result = run(sys.executable, "-m", "gateway", "check", "--config", str(config))
+    assert "readable by others" not in result.stdout
