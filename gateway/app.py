@@ -207,7 +207,11 @@ class GatewayApp:
                     return self.metrics.render()
 
                 peer = self.peer = PeerAdapter(
-                    config.peer, intake, ready=self.readiness, metrics=render_metrics
+                    config.peer,
+                    intake,
+                    ready=self.readiness,
+                    metrics=render_metrics,
+                    clock=self.clock,
                 )
                 outlets["peer"] = peer
                 self.adapters = build_adapters(config, intake, observe)

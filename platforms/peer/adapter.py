@@ -4,13 +4,17 @@ A chat request is admitted like any platform message (the Idempotency-Key is its
 id), then waits for its turn's outcome, which the session actor hands to this adapter's
 outlet side. Turns of one session are serialized by its session actor, so concurrent requests
 to one session are answered in admission order, one turn each.
+
+The auth middleware is the API's front door: probes pass, every other request needs a bearer
+token (when tokens are set), an address that keeps failing auth is refused for a while, and a
+token past its request rate waits; the decisions are :mod:`platforms.peer.limits`'.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -22,8 +26,9 @@ from gateway.config import PeerConfig
 from gateway.errors import ConversationClosed
 from gateway.messages import Failure, Inbound, TurnOutcome
 from gateway.ports import Intake
-from platforms.peer import convert
+from platforms.peer import convert, limits
 from platforms.peer.errors import error_middleware, json_error
+from platforms.peer.openapi import build_openapi
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +78,7 @@ class PeerAdapter:
         *,
         ready: Callable[[], dict[str, bool]],
         metrics: Callable[[], Awaitable[bytes]],
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
         self._intake = intake
@@ -80,15 +86,26 @@ class PeerAdapter:
         self._metrics = metrics
         self._waiters = _Waiters()
         self._pmids: dict[int, str] = {}
-        self._tokens = [t.encode() for t in config.tokens]
+        self._digests = limits.token_digests(config.tokens)
+        self._auth_failures = limits.FailureWindow(
+            config.auth_fail_limit, config.auth_fail_window_s, clock=clock
+        )
+        self._token_rate = limits.TokenBuckets(
+            config.token_requests_per_min, config.token_burst, clock=clock
+        )
+        self._openapi = json.dumps(build_openapi(auth=bool(config.tokens))).encode()
         self.port: int | None = None
-        self._stats = {"requests": 0, "turns": 0}
+        self._stats = {"requests": 0, "turns": 0, "unauthorized": 0, "rate_limited": 0}
 
     def __repr__(self) -> str:
         return f"<PeerAdapter {self._config.listen} waiting={len(self._waiters)}>"
 
     def statistics(self) -> dict[str, int]:
-        return {**self._stats, "waiting": len(self._waiters)}
+        return {
+            **self._stats,
+            "waiting": len(self._waiters),
+            "locked_out_refusals": self._auth_failures.statistics()["refused"],
+        }
 
     # -- outlet --------------------------------------------------------------------------
 
@@ -123,6 +140,8 @@ class PeerAdapter:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics_route)
+        app.router.add_get("/openapi.json", self._openapi_route)
+        app.on_response_prepare.append(_server_header)
         return app
 
     async def run(
@@ -148,17 +167,34 @@ class PeerAdapter:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         self._stats["requests"] += 1
-        if self._tokens and request.path not in _OPEN_ROUTES:
-            header = request.headers.get("Authorization", "")
-            scheme, _, token = header.partition(" ")
-            given = token.strip().encode()
-            ok = False
-            for expected in self._tokens:  # compare against every token: constant time
-                ok |= hmac.compare_digest(given, expected)
-            if scheme.lower() != "bearer" or not ok:
-                response = json_error(401, "a valid bearer token is required", "unauthorized")
-                response.headers["WWW-Authenticate"] = 'Bearer realm="botmux"'
-                return response
+        if not self._digests or request.path in _OPEN_ROUTES:
+            return await handler(request)
+        address = limits.client_key(request.remote)
+        # A locked-out address is refused before its token is even looked at: answering a
+        # right guess with 200 during the lockout would let guessing go on at full speed.
+        verdict = self._auth_failures.check(address)
+        if not verdict.allowed:
+            self._stats["rate_limited"] += 1
+            return _too_many(
+                verdict,
+                "too many failed authentication attempts from this address",
+                "too_many_auth_failures",
+            )
+        index = limits.match_bearer(request.headers.get("Authorization", ""), self._digests)
+        if index is None:
+            self._stats["unauthorized"] += 1
+            if self._auth_failures.record_failure(address):
+                log.warning(
+                    "peer auth: too many failures, refusing the address for a while",
+                    extra={"client": address, "window_s": self._auth_failures.window_s},
+                )
+            response = json_error(401, "a valid bearer token is required", "unauthorized")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="botmux"'
+            return response
+        verdict = self._token_rate.take(index)
+        if not verdict.allowed:
+            self._stats["rate_limited"] += 1
+            return _too_many(verdict, "this token's request rate is used up", "rate_limited")
         return await handler(request)
 
     async def _read_json(self, request: web.Request) -> Any:
@@ -260,6 +296,9 @@ class PeerAdapter:
         ready = all(checks.values())
         return web.json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
 
+    async def _openapi_route(self, request: web.Request) -> web.Response:
+        return web.Response(body=self._openapi, content_type="application/json")
+
     async def _metrics_route(self, request: web.Request) -> web.Response:
         return web.Response(
             body=await self._metrics(),
@@ -268,3 +307,14 @@ class PeerAdapter:
 
 
 _COMMANDS = frozenset({"help", "status", "new", "stop"})
+
+
+async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
+    # aiohttp would announce its and Python's exact versions to every client.
+    response.headers["Server"] = "botmux"
+
+
+def _too_many(verdict: limits.Verdict, message: str, code: str) -> web.Response:
+    response = json_error(429, f"{message}; retry after {verdict.retry_after_header} s", code)
+    response.headers["Retry-After"] = verdict.retry_after_header
+    return response

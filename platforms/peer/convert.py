@@ -38,7 +38,8 @@ def conversation_key(session_id: str) -> str:
 
 
 def check_session_id(session_id: str) -> str:
-    if not SESSION_ID.match(session_id):
+    # fullmatch: with match, ``$`` also accepts a trailing newline ("alice\n").
+    if not SESSION_ID.fullmatch(session_id):
         raise BadRequest("session_id must match [A-Za-z0-9._:-]{1,128}", code="bad_session_id")
     return session_id
 
@@ -47,7 +48,7 @@ def platform_message_id(session_id: str, idempotency_key: str | None) -> str:
     """Unique per conversation: the Idempotency-Key, else a fresh id."""
     if idempotency_key is None:
         return f"{session_id}/gen:{uuid.uuid4().hex}"
-    if not _IDEMPOTENCY_KEY.match(idempotency_key):
+    if not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
         raise BadRequest("Idempotency-Key must be 1-200 printable ASCII characters")
     return f"{session_id}/key:{idempotency_key}"
 
@@ -57,6 +58,8 @@ def parse_json(raw: bytes) -> Any:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadRequest(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+    except RecursionError as exc:  # "[[[[...": deep nesting fits well inside the size limit
+        raise BadRequest("the body's JSON is nested too deeply", code="invalid_json") from exc
 
 
 def _clean_text(value: str, what: str) -> str:
@@ -124,13 +127,18 @@ def completion_request(body: Any) -> CompletionRequest:
     if last_user is None:
         raise BadRequest('"messages" has no user message')
     text = _clean_text(_content_text(last_user.get("content")), "the last user message")
-    stream = body.get("stream", False)
+    # OpenAI's API takes null for any optional field, and some clients send it so.
+    stream = body.get("stream")
+    if stream is None:
+        stream = False
     if not isinstance(stream, bool):
         raise BadRequest('"stream" must be true or false')
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise BadRequest('"user" must be a string')
-    model = body.get("model", MODEL_NAME)
+    model = body.get("model")
+    if model is None:
+        model = MODEL_NAME
     if not isinstance(model, str):
         raise BadRequest('"model" must be a string')
     return CompletionRequest(text=text, stream=stream, user=user or None, model=model)
@@ -141,7 +149,7 @@ def completion_session(header: str | None, user: str | None) -> str:
     if header is not None:
         return check_session_id(header)
     if user is not None:
-        if SESSION_ID.match(user):
+        if SESSION_ID.fullmatch(user):
             return user
         return "user-" + hashlib.sha256(user.encode("utf-8", "replace")).hexdigest()[:32]
     return f"anon-{uuid.uuid4()}"

@@ -1,0 +1,206 @@
+"""The peer API's auth and abuse limits, as pure decisions over an injectable clock (no I/O).
+
+:func:`match_bearer` finds the presented token in constant time. Two limits, both answered
+with 429 and Retry-After by the adapter's middleware:
+
+- :class:`FailureWindow`: failed bearer-token attempts per client address in a sliding window.
+  Once an address has ``limit`` failures within ``window_s``, its requests are refused
+  *before* any token is compared, until the oldest failure leaves the window: a guesser
+  learns nothing more during the lockout, and other addresses are untouched.
+- :class:`TokenBuckets`: a token bucket per peer token, so one peer (or a leaked token) cannot
+  take the whole gateway; ``per_min`` is the refill rate and ``burst`` the bucket's size.
+
+Decide, then act: ``check``/``take`` return a :class:`Verdict` and the caller does the I/O.
+Time comes from ``clock`` (monotonic seconds) so tests move it instead of sleeping. The state
+is bounded: only addresses with failures inside the window are kept, at most ``max_keys``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import math
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Whether a request may go on; if not, how long until it may (seconds, > 0)."""
+
+    allowed: bool
+    retry_after_s: float = 0.0
+
+    @property
+    def retry_after_header(self) -> str:
+        """Retry-After in whole seconds, rounded up so a client that obeys it gets through."""
+        return str(max(1, math.ceil(self.retry_after_s)))
+
+
+ALLOWED = Verdict(True)
+
+
+def token_digests(tokens: tuple[str, ...]) -> tuple[bytes, ...]:
+    """What :func:`match_bearer` compares against: the configured tokens' SHA-256 digests."""
+    return tuple(hashlib.sha256(t.encode()).digest() for t in tokens)
+
+
+def match_bearer(header: str, digests: tuple[bytes, ...]) -> int | None:
+    """The index of the token an ``Authorization: Bearer`` header carries, or None.
+
+    Constant time in the secret: the presented token is hashed, so every comparison is of two
+    32-byte digests whatever either length is (``compare_digest`` alone leaks the expected
+    length), and every configured token is compared, with no early exit on a match.
+    """
+    scheme, _, token = header.partition(" ")
+    # aiohttp hands non-UTF-8 header bytes over as surrogate escapes: hash the bytes as sent.
+    given = hashlib.sha256(token.strip().encode("utf-8", "surrogateescape")).digest()
+    found = -1
+    for index, expected in enumerate(digests):
+        if hmac.compare_digest(given, expected):
+            found = index
+    if scheme.lower() != "bearer" or found < 0:
+        return None
+    return found
+
+
+def client_key(remote: str | None) -> str:
+    """The address a limit applies to: an IPv4 address, or an IPv6 address's /64.
+
+    One IPv6 host usually holds a whole /64, so limiting single IPv6 addresses would let it
+    walk around the limit. No ``X-Forwarded-For`` is trusted: behind a reverse proxy every
+    client shares the proxy's address, and the proxy is the place to limit per client.
+    """
+    if not remote:
+        return "unknown"
+    try:
+        address = ipaddress.ip_address(remote)
+    except ValueError:
+        return remote
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+class FailureWindow:
+    """Failures per key within the last ``window_s`` seconds; ``limit`` of them lock the key.
+
+    A ``limit`` of 0 turns the limit off.
+    """
+
+    def __init__(
+        self, limit: int, window_s: float, *, clock: Clock, max_keys: int = 10_000
+    ) -> None:
+        self.limit = limit
+        self.window_s = window_s
+        self._clock = clock
+        self._max_keys = max_keys
+        self._failures: dict[str, deque[float]] = {}
+        self._stats = {"failures": 0, "refused": 0}
+
+    def __repr__(self) -> str:
+        return f"<FailureWindow {self.limit}/{self.window_s}s keys={len(self._failures)}>"
+
+    def statistics(self) -> dict[str, int]:
+        return {**self._stats, "keys": len(self._failures)}
+
+    def _recent(self, key: str, now: float) -> deque[float] | None:
+        times = self._failures.get(key)
+        if times is None:
+            return None
+        while times and times[0] <= now - self.window_s:
+            times.popleft()
+        if not times:
+            del self._failures[key]
+            return None
+        return times
+
+    def check(self, key: str) -> Verdict:
+        """May ``key`` try to authenticate now?"""
+        if self.limit <= 0:
+            return ALLOWED
+        now = self._clock()
+        times = self._recent(key, now)
+        if times is None or len(times) < self.limit:
+            return ALLOWED
+        self._stats["refused"] += 1
+        # Allowed again when enough failures have aged out to leave it under the limit.
+        unlock_at = times[len(times) - self.limit] + self.window_s
+        return Verdict(False, max(unlock_at - now, 1e-3))
+
+    def record_failure(self, key: str) -> bool:
+        """Count a failed attempt; True when this failure locks ``key`` out."""
+        if self.limit <= 0:
+            return False
+        now = self._clock()
+        self._stats["failures"] += 1
+        times = self._recent(key, now)
+        if times is None:
+            if len(self._failures) >= self._max_keys:
+                self._prune(now)
+            times = self._failures[key] = deque()
+        times.append(now)
+        while len(times) > self.limit:  # older failures cannot matter any more
+            times.popleft()
+        return len(times) == self.limit
+
+    def _prune(self, now: float) -> None:
+        """Drop expired keys; if still full, the keys whose last failure is oldest."""
+        for key in list(self._failures):
+            self._recent(key, now)
+        excess = len(self._failures) - self._max_keys + 1
+        if excess > 0:
+            by_age = sorted(self._failures, key=lambda k: self._failures[k][-1])
+            for key in by_age[:excess]:
+                del self._failures[key]
+
+
+@dataclass(slots=True)
+class _Bucket:
+    level: float
+    updated: float
+
+
+class TokenBuckets:
+    """A token bucket per key: ``burst`` requests at once, refilled at ``per_min`` a minute.
+
+    A ``per_min`` of 0 turns the limit off. Keys are the configured peer tokens (by index), so
+    the state is as small as the config.
+    """
+
+    def __init__(self, per_min: float, burst: int, *, clock: Clock) -> None:
+        self.per_min = per_min
+        self.burst = max(1, burst)
+        self._clock = clock
+        self._buckets: dict[int, _Bucket] = {}
+        self._stats = {"allowed": 0, "refused": 0}
+
+    def __repr__(self) -> str:
+        return f"<TokenBuckets {self.per_min}/min burst={self.burst}>"
+
+    def statistics(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    def take(self, key: int) -> Verdict:
+        """Spend one request of ``key``'s bucket, or say how long until one is there."""
+        if self.per_min <= 0:
+            return ALLOWED
+        now = self._clock()
+        rate = self.per_min / 60.0
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(float(self.burst), now)
+        bucket.level = min(float(self.burst), bucket.level + (now - bucket.updated) * rate)
+        bucket.updated = now
+        if bucket.level >= 1.0:
+            bucket.level -= 1.0
+            self._stats["allowed"] += 1
+            return ALLOWED
+        self._stats["refused"] += 1
+        return Verdict(False, (1.0 - bucket.level) / rate)
