@@ -17,7 +17,6 @@ admission order (SPEC section 5: arrival order means admission order).
 from __future__ import annotations
 
 import os
-import secrets
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -38,11 +37,12 @@ from gateway.messages import (
     Inbound,
     MessageState,
     OutboxChunk,
-    PairingCode,
     StoredMessage,
     TurnOutcome,
     TurnResult,
 )
+from gateway.store._pairing import PairingMixin
+from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._schema import MIGRATIONS
 
 _MAX_BATCH = 512
@@ -94,7 +94,7 @@ def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
     )
 
 
-class SqliteStore:
+class SqliteStore(PairingMixin):
     """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
 
     def __init__(
@@ -169,22 +169,6 @@ class SqliteStore:
         count: int = await self._submit("expire_in_flight")
         return count
 
-    async def request_pairing(
-        self, platform: str, user_id: str, label: str, *, ttl_s: float, max_pending: int
-    ) -> tuple[str | None, str]:
-        result: tuple[str | None, str] = await self._submit(
-            "pair_request", platform, user_id, label, ttl_s, max_pending
-        )
-        return result
-
-    async def approve_pairing(self, platform: str, code: str) -> str | None:
-        user: str | None = await self._submit("pair_approve", platform, code.strip().upper())
-        return user
-
-    async def revoke_user(self, platform: str, user_id: str) -> bool:
-        revoked: bool = await self._submit("pair_revoke", platform, user_id)
-        return revoked
-
     # -- reads ---------------------------------------------------------------------------
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
@@ -245,26 +229,6 @@ class SqliteStore:
             params = (platform,)
         rows = await self._fetch(sql + " ORDER BY id", params)
         return [_row_to_chunk(r) for r in rows]
-
-    async def is_approved(self, platform: str, user_id: str) -> bool:
-        rows = await self._fetch(
-            "SELECT 1 FROM approved_users WHERE platform = ? AND user_id = ?", (platform, user_id)
-        )
-        return bool(rows)
-
-    async def pairing_codes(self) -> list[PairingCode]:
-        rows = await self._fetch(
-            "SELECT platform, code, user_id, label, created_at, expires_at FROM pairing_codes"
-            " WHERE expires_at > ? ORDER BY created_at",
-            (self._clock(),),
-        )
-        return [PairingCode(*r) for r in rows]
-
-    async def approved_users(self) -> list[tuple[str, str, float]]:
-        rows = await self._fetch(
-            "SELECT platform, user_id, approved_at FROM approved_users ORDER BY approved_at"
-        )
-        return [(r[0], r[1], r[2]) for r in rows]
 
     async def recent_failures(self, limit: int) -> list[StoredMessage]:
         rows = await self._fetch(
@@ -522,74 +486,6 @@ class SqliteStore:
             "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
             [(str(ChunkState.FAILED), op.args[0]) for op in ops],
         )
-
-    def _apply_pair_request(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
-        now = self._clock()
-        for op in ops:
-            platform, user_id, label, ttl_s, max_pending = op.args
-            db.execute("DELETE FROM pairing_codes WHERE expires_at <= ?", (now,))
-            mine = _fetchall(
-                db,
-                "SELECT code FROM pairing_codes WHERE platform = ? AND user_id = ?",
-                (platform, user_id),
-            )
-            if mine:
-                op.result = (None, "pending")
-                continue
-            counted = list(
-                _fetchall(db, "SELECT COUNT(*) FROM pairing_codes WHERE platform = ?", (platform,))
-            )
-            count = counted[0][0]
-            if count >= max_pending:
-                op.result = (None, "full")
-                continue
-            code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
-            db.execute(
-                "INSERT INTO pairing_codes (platform, code, user_id, label, created_at, expires_at)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (platform, code, user_id, label, now, now + ttl_s),
-            )
-            op.result = (code, "new")
-
-    def _apply_pair_approve(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
-        now = self._clock()
-        for op in ops:
-            platform, code = op.args
-            rows = list(
-                _fetchall(
-                    db,
-                    "SELECT user_id FROM pairing_codes WHERE platform = ? AND code = ?"
-                    " AND expires_at > ?",
-                    (platform, code, now),
-                )
-            )
-            if not rows:
-                op.result = None
-                continue
-            user_id = rows[0][0]
-            db.execute(
-                "DELETE FROM pairing_codes WHERE platform = ? AND user_id = ?", (platform, user_id)
-            )
-            db.execute(
-                "INSERT INTO approved_users (platform, user_id, approved_at) VALUES (?, ?, ?)"
-                " ON CONFLICT DO NOTHING",
-                (platform, user_id, now),
-            )
-            op.result = user_id
-
-    def _apply_pair_revoke(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
-        for op in ops:
-            cursor = db.execute(
-                "DELETE FROM approved_users WHERE platform = ? AND user_id = ?", op.args
-            )
-            op.result = cursor.rowcount > 0
-
-
-_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed by hand
-
-
-def _fetchall(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-    return db.execute(sql, params).fetchall()
 
 
 _APPLY: dict[str, Callable[[SqliteStore, sqlite3.Connection, list[_Op]], None]] = {

@@ -20,6 +20,7 @@ import discord
 from gateway.config import DiscordConfig
 from gateway.messages import Inbound, OutboxChunk
 from platforms._chunking import split
+from platforms._text import clean_text, is_id
 
 PLATFORM = "discord"
 COMMANDS = ("new", "status", "stop", "help")
@@ -36,24 +37,7 @@ MAX_NONCE = 25  # Discord refuses longer nonces
 # would take any Unicode digit and hand int() a string past its 4300-digit limit (ValueError).
 _USER_MENTION = re.compile(r"<@!?([0-9]{1,20})>([,:]?)")
 # Lone surrogates (json.loads pairs the valid ones) and C0 controls but tab, newline and return.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _REPLYABLE = (discord.MessageType.default, discord.MessageType.reply)
-
-
-def clean_text(text: str) -> str:
-    """``text`` as botmux stores and shows it: valid Unicode, no control characters.
-
-    A lone surrogate (``"\\ud800"`` in the event's JSON) cannot be encoded for the store, so
-    its admission would fail; it becomes U+FFFD. NUL, ESC and the other C0 controls but tab,
-    newline and carriage return are dropped (they end strings in C tools and drive terminals
-    that show ``botmux sessions show``).
-    """
-    return _CONTROL.sub("", _SURROGATE.sub("\ufffd", text))
-
-
-def _is_id(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def conversation_key(channel_id: int) -> str:
@@ -104,7 +88,7 @@ def seen_from(
     content: Any = getattr(message, "content", None)
     if author is None or channel is None or not isinstance(content, str):
         return None
-    if not (_is_id(message.id) and _is_id(channel.id) and _is_id(getattr(author, "id", None))):
+    if not (is_id(message.id) and is_id(channel.id) and is_id(getattr(author, "id", None))):
         return None
     if message.guild is not None:
         guild_id = message.guild.id
@@ -120,8 +104,8 @@ def seen_from(
     return Seen(
         message_id=message.id,
         channel_id=channel.id,
-        guild_id=guild_id if _is_id(guild_id) else None,
-        parent_id=parent_id if _is_id(parent_id) else None,
+        guild_id=guild_id if is_id(guild_id) else None,
+        parent_id=parent_id if is_id(parent_id) else None,
         author_id=author.id,
         author_name=clean_text(str(author)),
         author_is_bot=(
@@ -148,9 +132,9 @@ def interaction_command(interaction: discord.Interaction[Any]) -> str | None:
     data: Any = interaction.data
     name = data.get("name") if isinstance(data, dict) else None
     user: Any = getattr(interaction, "user", None)
-    if name not in COMMANDS or not _is_id(interaction.channel_id):
+    if name not in COMMANDS or not is_id(interaction.channel_id):
         return None
-    return str(name) if _is_id(getattr(user, "id", None)) else None
+    return str(name) if is_id(getattr(user, "id", None)) else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from telegram import Message, MessageEntity, Update
 from telegram.constants import ChatType
 
 from gateway.messages import Inbound
+from platforms._text import clean_text, is_id
 
 PLATFORM = "telegram"
 COMMANDS = ("start", "help", "new", "status", "stop")  # answered by Intake.command
@@ -41,8 +42,6 @@ TEXT_ONLY = (
 _COMMAND = re.compile(r"^/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]+))?(?:\s+|$)", re.S)
 _KEY = re.compile(r"^telegram:(-?\d+)(?::topic:(\d+))?$")
 # Lone surrogates (json.loads pairs the valid ones) and C0 controls but tab, newline and return.
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 GroupMode = Literal["mention", "all", "off"]
 
@@ -83,21 +82,6 @@ def platform_message_id(chat_id: int, message_id: int) -> str:
     return f"{chat_id}:{message_id}"
 
 
-def clean_text(text: str) -> str:
-    """``text`` as botmux stores and shows it: valid Unicode, no control characters.
-
-    A lone surrogate (``"\\ud800"`` in the update's JSON) becomes U+FFFD, one UTF-16 unit for
-    one, so entity offsets stay right; NUL, ESC and the other C0 controls but tab, newline and
-    carriage return are dropped (they end strings in C tools and drive terminals that show
-    ``botmux sessions show``).
-    """
-    return _CONTROL.sub("", _SURROGATE.sub("\ufffd", text))
-
-
-def _is_id(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def screen_updates(result: list[Any]) -> tuple[list[Any], list[tuple[object, str]]]:
     """getUpdates' ``result`` made safe for python-telegram-bot, and what was screened out.
 
@@ -113,7 +97,7 @@ def screen_updates(result: list[Any]) -> tuple[list[Any], list[tuple[object, str
     screened: list[tuple[object, str]] = []
     for raw in result:
         update_id = raw.get("update_id") if isinstance(raw, dict) else None
-        if not _is_id(update_id):
+        if not is_id(update_id):
             screened.append((update_id, "no integer update_id"))
             continue
         try:
@@ -187,7 +171,7 @@ def _entity_texts(message: Message) -> list[tuple[MessageEntity, str]]:
         if not isinstance(source, str):
             continue
         for entity in entities:
-            if _is_id(entity.offset) and _is_id(entity.length) and entity.offset >= 0:
+            if is_id(entity.offset) and is_id(entity.length) and entity.offset >= 0:
                 found.append((entity, parse(entity)))
     return found
 
@@ -226,9 +210,9 @@ def read(update: Update, me: BotIdentity, group_mode: GroupMode) -> Incoming | N
     if not isinstance(message, Message) or message.from_user is None:
         return None
     chat = message.chat
-    if chat is None or not (_is_id(chat.id) and _is_id(message.message_id)):
+    if chat is None or not (is_id(chat.id) and is_id(message.message_id)):
         return None
-    if not _is_id(message.from_user.id) or message.from_user.is_bot is not False:
+    if not is_id(message.from_user.id) or message.from_user.is_bot is not False:
         return None
     if chat.type == ChatType.CHANNEL:
         return None
@@ -236,7 +220,7 @@ def read(update: Update, me: BotIdentity, group_mode: GroupMode) -> Incoming | N
     if not private and group_mode == "off":
         return None
     thread = message.message_thread_id if message.is_topic_message else None
-    if thread is not None and not _is_id(thread):
+    if thread is not None and not is_id(thread):
         return None
     target = Target(chat.id, thread)
     text = message.text if message.text is not None else message.caption

@@ -1,0 +1,128 @@
+"""DM pairing in the SQLite store: codes waiting for an operator, and the users approved.
+
+A mixin of :class:`~gateway.store.sqlite.SqliteStore` (it uses the store's writer and reader);
+kept apart because pairing is its own concern, next to the turn lifecycle.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gateway.messages import PairingCode
+
+_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed by hand
+
+
+def fetchall(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Every row of one statement (on the writer's thread)."""
+    return db.execute(sql, params).fetchall()
+
+
+class PairingMixin:
+    _clock: Callable[[], float]
+
+    async def _submit(self, kind: str, *args: Any) -> Any:
+        raise NotImplementedError
+
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        raise NotImplementedError
+
+    async def request_pairing(
+        self, platform: str, user_id: str, label: str, *, ttl_s: float, max_pending: int
+    ) -> tuple[str | None, str]:
+        result: tuple[str | None, str] = await self._submit(
+            "pair_request", platform, user_id, label, ttl_s, max_pending
+        )
+        return result
+
+    async def approve_pairing(self, platform: str, code: str) -> str | None:
+        user: str | None = await self._submit("pair_approve", platform, code.strip().upper())
+        return user
+
+    async def revoke_user(self, platform: str, user_id: str) -> bool:
+        revoked: bool = await self._submit("pair_revoke", platform, user_id)
+        return revoked
+
+    async def is_approved(self, platform: str, user_id: str) -> bool:
+        rows = await self._fetch(
+            "SELECT 1 FROM approved_users WHERE platform = ? AND user_id = ?", (platform, user_id)
+        )
+        return bool(rows)
+
+    async def pairing_codes(self) -> list[PairingCode]:
+        rows = await self._fetch(
+            "SELECT platform, code, user_id, label, created_at, expires_at FROM pairing_codes"
+            " WHERE expires_at > ? ORDER BY created_at",
+            (self._clock(),),
+        )
+        return [PairingCode(*r) for r in rows]
+
+    async def approved_users(self) -> list[tuple[str, str, float]]:
+        rows = await self._fetch(
+            "SELECT platform, user_id, approved_at FROM approved_users ORDER BY approved_at"
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def _apply_pair_request(self, db: sqlite3.Connection, ops: list[Any]) -> None:
+        now = self._clock()
+        for op in ops:
+            platform, user_id, label, ttl_s, max_pending = op.args
+            db.execute("DELETE FROM pairing_codes WHERE expires_at <= ?", (now,))
+            mine = fetchall(
+                db,
+                "SELECT code FROM pairing_codes WHERE platform = ? AND user_id = ?",
+                (platform, user_id),
+            )
+            if mine:
+                op.result = (None, "pending")
+                continue
+            counted = list(
+                fetchall(db, "SELECT COUNT(*) FROM pairing_codes WHERE platform = ?", (platform,))
+            )
+            count = counted[0][0]
+            if count >= max_pending:
+                op.result = (None, "full")
+                continue
+            code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
+            db.execute(
+                "INSERT INTO pairing_codes (platform, code, user_id, label, created_at, expires_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (platform, code, user_id, label, now, now + ttl_s),
+            )
+            op.result = (code, "new")
+
+    def _apply_pair_approve(self, db: sqlite3.Connection, ops: list[Any]) -> None:
+        now = self._clock()
+        for op in ops:
+            platform, code = op.args
+            rows = list(
+                fetchall(
+                    db,
+                    "SELECT user_id FROM pairing_codes WHERE platform = ? AND code = ?"
+                    " AND expires_at > ?",
+                    (platform, code, now),
+                )
+            )
+            if not rows:
+                op.result = None
+                continue
+            user_id = rows[0][0]
+            db.execute(
+                "DELETE FROM pairing_codes WHERE platform = ? AND user_id = ?", (platform, user_id)
+            )
+            db.execute(
+                "INSERT INTO approved_users (platform, user_id, approved_at) VALUES (?, ?, ?)"
+                " ON CONFLICT DO NOTHING",
+                (platform, user_id, now),
+            )
+            op.result = user_id
+
+    def _apply_pair_revoke(self, db: sqlite3.Connection, ops: list[Any]) -> None:
+        for op in ops:
+            cursor = db.execute(
+                "DELETE FROM approved_users WHERE platform = ? AND user_id = ?", op.args
+            )
+            op.result = cursor.rowcount > 0
