@@ -29,7 +29,6 @@ HELP = (
     "/status - show the model in use and the queue\n"
     "/help - this text"
 )
-COMMANDS = frozenset({"help", "start", "status", "new", "stop"})
 PAIRING_TTL_S = 3600.0
 PAIRING_MAX_PENDING = 3
 

@@ -10,6 +10,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+#: Control commands: answered at once by the runtime, never queued as turns (SPEC section 2).
+CONTROL_COMMANDS = frozenset({"start", "help", "new", "status", "stop"})
+
+#: What whoever waits for a turn learns when ``/stop`` cancelled it before it answered.
+STOPPED_REPLY = "The turn was stopped before it answered."
+
 
 class MessageState(StrEnum):
     """Where a user row is in the turn lifecycle (SPEC section 3)."""

@@ -24,17 +24,19 @@ from typing import Any, assert_never
 import anyio
 
 from gateway.errors import MailboxFull
-from gateway.messages import ChatMessage, Failure, StoredMessage, TurnOutcome, TurnResult
+from gateway.messages import (
+    STOPPED_REPLY,
+    ChatMessage,
+    Failure,
+    StoredMessage,
+    TurnOutcome,
+    TurnResult,
+)
 from gateway.ports import Outlet, TurnRunner
 from gateway.store.base import Store
+from policy import failure_reply
 
 log = logging.getLogger(__name__)
-
-STOPPED = "The turn was stopped before it answered."
-UNEXPECTED = (
-    "Something unexpected went wrong while answering. An operator can find the details in"
-    " botmux's log. (failure: unknown)"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +245,7 @@ class SessionActor:
             )
             # Nothing to send (the /stop command answered already), but whoever waits for this
             # turn (a peer API request) learns how it ended.
-            await self._outlet.deliver(TurnOutcome(self.key, row.id, STOPPED, None, ()))
+            await self._outlet.deliver(TurnOutcome(self.key, row.id, STOPPED_REPLY, None, ()))
             return
         outcome = await deps.store.answer(row, result, self._outlet.render(result.reply))
         deps.observe(
@@ -276,7 +278,7 @@ class SessionActor:
         except Exception:
             log.exception("turn crashed", extra={"conversation": self.key, "turn": row.id})
             failure = Failure("unknown", False, detail="internal error")
-            return TurnResult(reply=UNEXPECTED, failure=failure)
+            return TurnResult(reply=failure_reply(failure), failure=failure)
 
     async def _load_history(self) -> list[ChatMessage]:
         if self._history is None:

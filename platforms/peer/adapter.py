@@ -24,7 +24,7 @@ from aiohttp import web
 
 from gateway.config import PeerConfig
 from gateway.errors import ConversationClosed
-from gateway.messages import Failure, Inbound, TurnOutcome
+from gateway.messages import CONTROL_COMMANDS, STOPPED_REPLY, Failure, Inbound, TurnOutcome
 from gateway.ports import Intake
 from platforms.peer import convert, limits
 from platforms.peer.errors import error_middleware, json_error
@@ -220,7 +220,7 @@ class PeerAdapter:
             if admission.duplicate and row.state != "pending":
                 stored = await self._intake.reply_to(row.id)
                 if stored is None:  # cancelled by /stop: no reply was written
-                    return row.id, "The turn was stopped before it answered.", None
+                    return row.id, STOPPED_REPLY, None
                 return row.id, stored.content, convert.failure_from_row(stored)
             self._pmids[row.id] = pmid
             await event.wait()
@@ -233,7 +233,7 @@ class PeerAdapter:
     async def _chat(self, request: web.Request) -> web.Response:
         session_id = convert.check_session_id(request.match_info["session_id"])
         text = convert.chat_message(await self._read_json(request))
-        if text.startswith("/") and text[1:].split(" ", 1)[0] in _COMMANDS:
+        if text.startswith("/") and text[1:].split(" ", 1)[0] in CONTROL_COMMANDS:
             reply = await self._intake.command(
                 "peer", convert.conversation_key(session_id), text[1:].split(" ", 1)[0]
             )
@@ -304,9 +304,6 @@ class PeerAdapter:
             body=await self._metrics(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
-
-
-_COMMANDS = frozenset({"help", "status", "new", "stop"})
 
 
 async def _server_header(request: web.Request, response: web.StreamResponse) -> None:
