@@ -15,7 +15,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import anyio
 
@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "status":
             return anyio.run(_status, config)
         if args.command == "sessions":
-            if not os.path.exists(config.store.path):
+            if not config.store.shared and not os.path.exists(config.store.path):
                 print(f"botmux: no store at {config.store.path}", file=sys.stderr)
                 return EXIT_FAILURE
             return anyio.run(_sessions, config, args.action, getattr(args, "key", None))
@@ -161,7 +161,15 @@ def _mask(secret: str) -> str:
 
 def _check(config: Config) -> int:
     print(f"config: {config.source}: valid")
-    print(f"store: SQLite at {Path(config.store.path).resolve()}")
+    if config.store.shared:
+        from gateway.store import describe
+
+        print(
+            f"store: {describe(config)}, node {config.cluster.node_id or '(hostname-pid)'},"
+            f" lease {config.cluster.lease_s:g} s, heartbeat {config.cluster.heartbeat_s:g} s"
+        )
+    else:
+        print(f"store: SQLite at {Path(config.store.path).resolve()}")
     if config.model is None:
         print(
             "model: NOT CONFIGURED: botmux will start, and every turn will answer with how to"
@@ -199,9 +207,9 @@ def _check(config: Config) -> int:
 
 
 async def _sessions(config: Config, action: str, key: str | None) -> int:
-    from gateway.store import open_sqlite_store
+    from gateway.store import open_store
 
-    async with open_sqlite_store(config.store.path) as store:
+    async with open_store(config) as store:
         if action == "list":
             rows = await store.conversations()
             print(f"{'conversation':<40} {'messages':>8} {'pending':>7}  last activity")
@@ -252,7 +260,7 @@ def _samples(metrics: str, name: str) -> list[tuple[dict[str, str], float]]:
 
 
 async def _status(config: Config) -> int:
-    from gateway.store import open_sqlite_store
+    from gateway.store import open_store
 
     ready, metrics = await _scrape(config)
     print(f"gateway: {'not reachable at ' + config.peer.listen if ready is None else 'running'}")
@@ -271,10 +279,16 @@ async def _status(config: Config) -> int:
             print(
                 f"  {labels.get('model')} key {labels.get('key')} ({labels.get('reason')}), {left}"
             )
-    if not await anyio.Path(config.store.path).exists():
+    if not config.store.shared and not await anyio.Path(config.store.path).exists():
         print(f"store: none yet at {config.store.path}")
         return EXIT_OK
-    async with open_sqlite_store(config.store.path) as store:
+    async with open_store(config) as store:
+        nodes = await _nodes(store)
+        if nodes:
+            print("nodes:")
+        for n in nodes:
+            state = "alive" if n["alive"] else "gone"
+            print(f"  {n['node']:<32} {state:<6} {n['conversations']} conversations held")
         conversations = await store.conversations()
         pending = [c for c in conversations if c.pending]
         print(f"conversations: {len(conversations)}, with pending turns: {len(pending)}")
@@ -292,10 +306,17 @@ async def _status(config: Config) -> int:
     return EXIT_OK
 
 
-async def _pairing(config: Config, args: argparse.Namespace) -> int:
-    from gateway.store import open_sqlite_store
+async def _nodes(store: object) -> list[dict[str, Any]]:
+    """The nodes sharing a PostgreSQL store (none for SQLite)."""
+    from gateway.store.postgres import PostgresStore
 
-    async with open_sqlite_store(config.store.path) as store:
+    return await store.nodes() if isinstance(store, PostgresStore) else []
+
+
+async def _pairing(config: Config, args: argparse.Namespace) -> int:
+    from gateway.store import open_store
+
+    async with open_store(config) as store:
         if args.action == "list":
             codes = await store.pairing_codes()
             print("pending codes:" if codes else "pending codes: none")

@@ -69,9 +69,39 @@ def _opt(default: Any = dataclasses.MISSING, check: _Check | None = None, **kw: 
     return field(default=default, metadata=metadata, **kw)
 
 
+def _postgres_url(value: Any) -> str | None:
+    if value == "" or re.match(r"^postgres(ql)?://[^\s]*$", value):
+        return None
+    return "must be a postgresql:// URL (or empty for the SQLite file at store.path)"
+
+
+def _node_id(value: Any) -> str | None:
+    if value == "" or re.match(r"^[A-Za-z0-9._-]{1,48}$", value):
+        return None
+    return "must be 1-48 of A-Z a-z 0-9 . _ - (or empty: hostname-pid)"
+
+
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
+    """SQLite at ``path`` (one node), or PostgreSQL at ``url`` (one or several nodes)."""
+
     path: str = _opt("botmux.db", _non_empty)
+    url: str = _opt("", _postgres_url)
+    pool_size: int = _opt(10, _positive)
+
+    @property
+    def shared(self) -> bool:
+        return bool(self.url)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """Several nodes on one PostgreSQL store (ignored with SQLite)."""
+
+    node_id: str = _opt("", _node_id)
+    lease_s: float = _opt(5.0, _positive)
+    heartbeat_s: float = _opt(1.0, _positive)
+    claim_batch: int = _opt(64, _positive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,11 +266,15 @@ class Config:
     log: LogConfig = LogConfig()
     telegram: TelegramConfig | None = None
     discord: DiscordConfig | None = None
+    cluster: ClusterConfig = ClusterConfig()
     source: str = field(default="(embedded defaults)", metadata={"internal": True})
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret value in this config, for redaction."""
         found: list[str] = list(self.peer.tokens)
+        password = re.match(r"^[a-z]+://[^:/@]+:([^@]+)@", self.store.url)
+        if password:
+            found.append(password.group(1))
         if self.model is not None:
             for endpoint in self.model.chain:
                 found.extend(endpoint.api_keys)
@@ -353,6 +387,12 @@ def parse_config(text: str, *, source: str, env: Mapping[str, str]) -> Config:
     if config.model is None:
         config = dataclasses.replace(config, model=_model_from_env(env))
     _check_peer_exposure(config.peer)
+    if config.cluster.heartbeat_s * 3 > config.cluster.lease_s:
+        raise ConfigError(
+            "cluster.heartbeat_s",
+            f"{config.cluster.heartbeat_s} is more than a third of cluster.lease_s"
+            f" ({config.cluster.lease_s}): a node would lose leases between two heartbeats",
+        )
     return dataclasses.replace(config, source=source)
 
 

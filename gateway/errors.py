@@ -9,7 +9,8 @@ decisions: deciding what is retryable is ``policy.classify``'s job alone.
     GatewayError
     ├── ConfigError               bad config file or value (key path in .path)
     ├── StoreError                the store failed
-    │   └── StoreClosed           closed by us: shutting down
+    │   ├── StoreClosed           closed by us: shutting down
+    │   └── LeaseLost             another node owns the conversation now: this answer is fenced
     ├── MailboxFull               a bounded mailbox refused a message (visible, never dropped)
     ├── ConversationClosed        closed by us: the actor was evicted or is draining
     ├── ProviderError             a model provider answered with an error (status, code, ...)
@@ -43,6 +44,15 @@ class StoreError(GatewayError):
 
 class StoreClosed(StoreError):
     """The store was closed by us (shutdown); nothing is broken."""
+
+
+class LeaseLost(StoreError):
+    """This node no longer holds the conversation's lease (several nodes, PostgreSQL): its
+    answer was refused so that the new owner's is the only one stored and delivered."""
+
+    def __init__(self, message: str, *, conversation: str) -> None:
+        super().__init__(message)
+        self.conversation = conversation
 
 
 class MailboxFull(GatewayError):

@@ -70,10 +70,15 @@ class StoredMessage:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """The outcome of admitting an Inbound: the stored user row, and whether it was new."""
+    """The outcome of admitting an Inbound: the stored user row, and whether it was new.
+
+    ``local`` is False when another node holds the conversation's lease (several nodes on
+    PostgreSQL): that node was notified in the admission's transaction and runs the turn.
+    """
 
     row: StoredMessage
     duplicate: bool
+    local: bool = True
 
 
 @dataclass(frozen=True, slots=True)

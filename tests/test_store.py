@@ -1,42 +1,75 @@
-"""The SQLite store against a real file: admission, group commit, answers, history, migrations."""
+"""The store, on both backends (SQLite file, PostgreSQL database): admission, group commit,
+answers, history, pairing, migrations; and PostgreSQL's leases and fencing between nodes."""
 
 from __future__ import annotations
 
 import os
 import sqlite3
 import stat
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
+import asyncpg
 import pytest
 
-from gateway.errors import StoreError
+from gateway.errors import LeaseLost, StoreError
 from gateway.messages import Failure, Inbound, StoredMessage, TurnResult
-from gateway.store import open_sqlite_store
+from gateway.store import Store, open_sqlite_store
+from gateway.store._pg_schema import MIGRATIONS as PG_MIGRATIONS
 from gateway.store._schema import MIGRATIONS
+from gateway.store.postgres import PostgresStore, open_postgres_store
 
 pytestmark = pytest.mark.anyio
+
+Opener = Callable[..., AbstractAsyncContextManager[Any]]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    """Opens the same store each time it is called (``node`` names a PostgreSQL node)."""
+    if request.param == "sqlite":
+        path = str(tmp_path / "s.db")
+
+        def sqlite(node: str = "") -> AbstractAsyncContextManager[Any]:
+            return open_sqlite_store(path)
+
+        return sqlite
+    url = request.getfixturevalue("postgres_url")
+
+    def postgres(node: str = "n1", lease_s: float = 5.0) -> AbstractAsyncContextManager[Any]:
+        return open_postgres_store(url, node=node, lease_s=lease_s)
+
+    return postgres
 
 
 def inbound(text: str, pmid: str, conversation: str = "peer:a") -> Inbound:
     return Inbound(platform="peer", conversation=conversation, platform_message_id=pmid, text=text)
 
 
-async def test_admission_is_unique_on_the_platform_id(tmp_path: Path) -> None:
-    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+async def count_rows(store: Store) -> int:
+    conversations = await store.conversations()
+    return sum(c.messages for c in conversations)
+
+
+async def test_admission_is_unique_on_the_platform_id(open_store: Opener) -> None:
+    async with open_store() as store:
         first = await store.admit(inbound("hi", "m1"))
         again = await store.admit(inbound("hi (redelivered)", "m1"))
         other = await store.admit(inbound("second", "m2"))
+        assert await count_rows(store) == 2
     assert not first.duplicate and again.duplicate and not other.duplicate
     assert again.row == first.row and again.row.content == "hi"
     assert other.row.id > first.row.id
-    with sqlite3.connect(tmp_path / "s.db") as conn:
-        assert conn.execute("SELECT COUNT(*) FROM messages").fetchone() == (2,)
 
 
-async def test_concurrent_admissions_share_commits_and_keep_admission_order(tmp_path: Path) -> None:
+async def test_concurrent_admissions_share_commits_and_keep_admission_order(
+    open_store: Opener,
+) -> None:
     admitted: list[StoredMessage] = []
-    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+    async with open_store() as store:
 
         async def admit(i: int) -> None:
             admitted.append((await store.admit(inbound(f"m{i}", f"id{i}", f"peer:c{i % 7}"))).row)
@@ -51,7 +84,7 @@ async def test_concurrent_admissions_share_commits_and_keep_admission_order(tmp_
     assert stats["batch_max"] > 1
 
 
-async def test_a_bad_operation_does_not_sink_its_batch(tmp_path: Path) -> None:
+async def test_a_bad_operation_does_not_sink_its_batch(open_store: Opener) -> None:
     ghost = StoredMessage(
         id=10**6,
         conversation="peer:nobody",
@@ -61,7 +94,7 @@ async def test_a_bad_operation_does_not_sink_its_batch(tmp_path: Path) -> None:
         created_at=0.0,
         platform="peer",
     )
-    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+    async with open_store() as store:
         results: dict[str, object] = {}
 
         async def good(name: str) -> None:
@@ -80,8 +113,8 @@ async def test_a_bad_operation_does_not_sink_its_batch(tmp_path: Path) -> None:
     assert results["bad"] == "raised"
 
 
-async def test_answer_settles_the_row_and_queues_chunks(tmp_path: Path) -> None:
-    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+async def test_answer_settles_the_row_and_queues_chunks(open_store: Opener) -> None:
+    async with open_store() as store:
         row = (await store.admit(inbound("question", "q1"))).row
         outcome = await store.answer(
             row, TurnResult(reply="part1part2", model="m"), ["part1", "part2"]
@@ -96,8 +129,10 @@ async def test_answer_settles_the_row_and_queues_chunks(tmp_path: Path) -> None:
         assert reply is not None and reply.content == "part1part2" and reply.user_row_id == row.id
 
 
-async def test_history_leaves_out_failures_and_everything_before_a_reset(tmp_path: Path) -> None:
-    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+async def test_history_leaves_out_failures_and_everything_before_a_reset(
+    open_store: Opener,
+) -> None:
+    async with open_store() as store:
         for i, failure in enumerate([None, Failure("auth", False), None]):
             row = (await store.admit(inbound(f"q{i}", f"q{i}"))).row
             await store.answer(row, TurnResult(reply=f"a{i}", failure=failure), [f"a{i}"])
@@ -111,11 +146,10 @@ async def test_history_leaves_out_failures_and_everything_before_a_reset(tmp_pat
         assert len(await store.transcript("peer:a")) == 8  # nothing was deleted
 
 
-async def test_reopening_keeps_rows_and_continues_ids(tmp_path: Path) -> None:
-    path = str(tmp_path / "s.db")
-    async with open_sqlite_store(path) as store:
+async def test_reopening_keeps_rows_and_continues_ids(open_store: Opener) -> None:
+    async with open_store() as store:
         first = (await store.admit(inbound("one", "1"))).row
-    async with open_sqlite_store(path) as store:
+    async with open_store() as store:
         assert [m.content for m in await store.pending("peer:a")] == ["one"]
         assert await store.conversations_with_pending() == ["peer:a"]
         second = (await store.admit(inbound("two", "2"))).row
@@ -136,8 +170,8 @@ async def test_the_file_is_private_and_versioned(tmp_path: Path) -> None:
             pass
 
 
-async def test_pairing_codes_are_issued_once_bounded_and_approved(tmp_path: Path) -> None:
-    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+async def test_pairing_codes_are_issued_once_bounded_and_approved(open_store: Opener) -> None:
+    async with open_store() as store:
         code, status = await store.request_pairing(
             "telegram", "u1", "@ann", ttl_s=3600, max_pending=3
         )
@@ -165,10 +199,133 @@ async def test_pairing_codes_are_issued_once_bounded_and_approved(tmp_path: Path
         assert not await store.revoke_user("telegram", "u1")
 
 
-async def test_expired_pairing_codes_free_their_slot(tmp_path: Path) -> None:
-    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+async def test_expired_pairing_codes_free_their_slot(open_store: Opener) -> None:
+    async with open_store() as store:
         code, _ = await store.request_pairing("discord", "u1", "", ttl_s=-1, max_pending=1)
         assert code is not None
         assert await store.approve_pairing("discord", code) is None  # expired
         again, status = await store.request_pairing("discord", "u1", "", ttl_s=60, max_pending=1)
         assert status == "new" and again != code
+
+
+# -- PostgreSQL: schema, leases and fencing between nodes --------------------------------------
+
+
+async def test_postgres_schema_is_versioned_and_a_newer_one_is_refused(postgres_url: str) -> None:
+    async with open_postgres_store(postgres_url, node="n1"):
+        pass
+    async with open_postgres_store(postgres_url, node="n2"):  # a second node: no re-migration
+        pass
+    db = await asyncpg.connect(postgres_url)
+    try:
+        assert await db.fetch("SELECT version FROM botmux_schema") == [(len(PG_MIGRATIONS),)]
+        await db.execute("INSERT INTO botmux_schema VALUES ($1)", len(PG_MIGRATIONS) + 1)
+    finally:
+        await db.close()
+    with pytest.raises(StoreError, match="newer"):
+        async with open_postgres_store(postgres_url, node="n1"):
+            pass
+
+
+async def test_a_bad_postgres_url_is_a_clear_error_without_the_password() -> None:
+    with pytest.raises(StoreError, match=r"cannot open the store at postgresql://u:\*\*\*@127"):
+        async with open_postgres_store("postgresql://u:hunter2@127.0.0.1:1/db"):
+            pass
+
+
+@asynccontextmanager
+async def two_nodes(
+    url: str, lease_s: float = 5.0
+) -> AsyncIterator[tuple[PostgresStore, PostgresStore]]:
+    async with open_postgres_store(url, node="a", lease_s=lease_s) as a:
+        async with open_postgres_store(url, node="b", lease_s=lease_s) as b:
+            await a.register_node()
+            await b.register_node()
+            yield a, b
+
+
+async def test_the_lease_holder_runs_the_conversation_and_others_notify_it(
+    postgres_url: str,
+) -> None:
+    async with two_nodes(postgres_url) as (a, b):
+        heard: list[str] = []
+        got = anyio.Event()
+
+        def on_notify(payload: str) -> None:
+            heard.append(payload)
+            got.set()
+
+        async with a.listening(on_notify):
+            first = await a.admit(inbound("one", "1"))
+            assert first.local and a.leases == {"peer:a": 1}
+            second = await b.admit(inbound("two", "2"))  # arrives at the other node
+            assert not second.local and not second.duplicate and b.leases == {}
+            with anyio.fail_after(5):
+                await got.wait()
+        assert heard == ["pending:peer:a"]
+        assert [m.content for m in await b.pending("peer:a")] == ["one", "two"]
+
+
+async def test_a_node_that_lost_its_lease_cannot_commit(postgres_url: str) -> None:
+    async with two_nodes(postgres_url, lease_s=0.3) as (a, b):
+        row = (await a.admit(inbound("question", "q1"))).row
+        assert await b.claim_orphans(10) == []  # a's lease is live
+        await anyio.sleep(0.4)  # a is frozen past its lease
+        assert await b.claim_orphans(10) == [("peer:a", "a")]
+        assert b.leases == {"peer:a": 2}
+        with pytest.raises(LeaseLost, match="held by b"):
+            await a.answer(row, TurnResult(reply="late answer"), ["late answer"])
+        outcome = await b.answer(row, TurnResult(reply="new owner's answer"), ["x"])
+        assert outcome.reply == "new owner's answer"
+        renewal = await a.renew()
+        assert renewal.lost == ("peer:a",) and a.leases == {}
+        transcript = await a.transcript("peer:a")
+    assert [(m.role, m.content, m.state) for m in transcript] == [
+        ("user", "question", "answered"),
+        ("assistant", "new owner's answer", "final"),
+    ]
+
+
+async def test_answers_keep_the_conversation_order(postgres_url: str) -> None:
+    async with open_postgres_store(postgres_url, node="a") as a:
+        first = (await a.admit(inbound("one", "1"))).row
+        second = (await a.admit(inbound("two", "2"))).row
+        with pytest.raises(LeaseLost, match="not the oldest pending"):
+            await a.answer(second, TurnResult(reply="out of order"), ["x"])
+        await a.answer(first, TurnResult(reply="first"), ["first"])
+        await a.answer(second, TurnResult(reply="second"), ["second"])
+        with pytest.raises(LeaseLost, match="not the oldest pending"):
+            await a.answer(second, TurnResult(reply="twice"), ["x"])  # settled already
+
+
+async def test_heartbeat_renews_release_keeps_pending_and_orphans_are_claimed(
+    postgres_url: str,
+) -> None:
+    async with two_nodes(postgres_url, lease_s=0.5) as (a, b):
+        row = (await a.admit(inbound("one", "1"))).row
+        await a.answer(row, TurnResult(reply="r"), ["r"])
+        await a.admit(inbound("q", "2", conversation="peer:busy"))
+        for _ in range(3):
+            await anyio.sleep(0.2)
+            renewal = await a.renew()
+            assert renewal.lost == () and renewal.with_pending == ("peer:busy",)
+        assert await b.claim_orphans(10) == []  # renewed past the first lease
+        assert await a.release(["peer:a", "peer:busy"]) == ["peer:busy"]  # pending rows stay
+        assert set(a.leases) == {"peer:busy"}
+        await a.release_all()  # a clean stop: the others take over at once
+        assert await b.claim_orphans(10) == [("peer:busy", "a")]
+
+
+async def test_named_leases_and_unique_node_names(postgres_url: str) -> None:
+    async with two_nodes(postgres_url, lease_s=0.3) as (a, b):
+        assert await a.try_named("telegram:poller")
+        assert not await b.try_named("telegram:poller")
+        assert await a.try_named("telegram:poller")  # renewing our own
+        await anyio.sleep(0.4)
+        assert await b.try_named("telegram:poller")
+        assert (await a.renew()).lost_named == ("telegram:poller",)
+        async with open_postgres_store(postgres_url, node="b") as twin:
+            with pytest.raises(StoreError, match="another botmux node named 'b'"):
+                await twin.register_node()
+        nodes = {n["node"]: n for n in await a.nodes()}
+        assert set(nodes) == {"a", "b"}

@@ -1,6 +1,46 @@
-"""Durable storage: the store interface and its SQLite backend."""
+"""Durable storage: the store interface, its SQLite and PostgreSQL backends, and the factory."""
 
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+from gateway.config import Config
 from gateway.store.base import Store
 from gateway.store.sqlite import SqliteStore, open_sqlite_store
 
-__all__ = ["SqliteStore", "Store", "open_sqlite_store"]
+
+@asynccontextmanager
+async def open_store(
+    config: Config,
+    *,
+    observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+) -> AsyncIterator[Store]:
+    """The store the config names: PostgreSQL at ``store.url``, else SQLite at ``store.path``."""
+    if config.store.shared:
+        from gateway.store.postgres import open_postgres_store  # asyncpg only when used
+
+        async with open_postgres_store(
+            config.store.url,
+            node=config.cluster.node_id or None,
+            lease_s=config.cluster.lease_s,
+            pool_size=config.store.pool_size,
+            observe=observe,
+        ) as shared:
+            yield shared
+    else:
+        async with open_sqlite_store(config.store.path, observe=observe) as local:
+            yield local
+
+
+def describe(config: Config) -> str:
+    """Where the store is, for messages (a PostgreSQL URL without its password)."""
+    if config.store.shared:
+        from gateway.store.postgres import redact
+
+        return f"PostgreSQL at {redact(config.store.url)}"
+    return f"SQLite at {config.store.path}"
+
+
+__all__ = ["SqliteStore", "Store", "describe", "open_sqlite_store", "open_store"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.messages import PairingCode
 
-_CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed by hand
+CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed by hand
 
 
 def fetchall(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -86,7 +86,7 @@ class PairingMixin:
             if count >= max_pending:
                 op.result = (None, "full")
                 continue
-            code = "".join(secrets.choice(_CODE_ALPHABET) for _ in range(8))
+            code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(8))
             db.execute(
                 "INSERT INTO pairing_codes (platform, code, user_id, label, created_at, expires_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",

@@ -1,8 +1,9 @@
 """The store interface: what the gateway needs from durable storage.
 
 One method per step of the turn lifecycle (SPEC section 3), each one transaction. SQLite
-(``sqlite.py``) is the embedded single-node backend; a PostgreSQL backend for several nodes
-implements the same protocol later, so nothing outside ``gateway/store`` knows which is used.
+(``sqlite.py``) is the embedded single-node backend; PostgreSQL (``postgres.py``) is the shared
+one, for one or several nodes. Only the composition root and ``gateway.cluster`` (the leases,
+PostgreSQL only) know which is used.
 """
 
 from __future__ import annotations
@@ -88,6 +89,10 @@ class Store(Protocol):
 
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         """Every row of the conversation, oldest first."""
+        ...
+
+    async def message(self, row_id: int) -> StoredMessage | None:
+        """One row by id."""
         ...
 
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:

@@ -1,10 +1,7 @@
-"""The embedded store: SQLite through aiosqlite, WAL, with group commit.
+"""The embedded store: SQLite through aiosqlite, WAL, with group commit (``_writer``).
 
-Every write is an operation sent to one writer task. The writer takes all operations that
-are waiting, applies runs of the same kind with one ``executemany`` per statement, and commits
-them together: under load, many conversations' admissions and answers share one commit instead
-of queueing behind one commit each. Each operation still settles as a unit (a batch that
-fails is retried one operation per transaction, so one bad row never sinks the others).
+The writer applies a batch's runs of the same kind with one ``executemany`` per statement,
+all in one transaction, in one hop to aiosqlite's connection thread.
 
 Reads use a second connection, which WAL lets run beside the writer and which only ever sees
 committed rows. ``synchronous=NORMAL`` keeps every commit through a process crash (SIGKILL);
@@ -21,13 +18,11 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any, cast
 
 import aiosqlite
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from gateway.errors import StoreClosed, StoreError
 from gateway.messages import (
@@ -44,23 +39,12 @@ from gateway.messages import (
 from gateway.store._pairing import PairingMixin
 from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._schema import MIGRATIONS
+from gateway.store._writer import GroupWriter, Op
 
-_MAX_BATCH = 512
 _MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
     " user_row_id, failure, reply_target"
 )
-
-
-@dataclass(eq=False, slots=True)
-class _Op:
-    """One write waiting for the writer; ``done`` is set once it committed or failed."""
-
-    kind: str
-    args: tuple[Any, ...]
-    done: anyio.Event = field(default_factory=anyio.Event)
-    result: Any = None
-    error: BaseException | None = None
 
 
 def _row_to_message(r: sqlite3.Row | tuple[Any, ...]) -> StoredMessage:
@@ -102,39 +86,29 @@ class SqliteStore(PairingMixin):
         path: str,
         writer: aiosqlite.Connection,
         reader: aiosqlite.Connection,
-        send: MemoryObjectSendStream[_Op],
         *,
+        mailbox: int = 4096,
         clock: Callable[[], float] = time.time,
         observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
     ) -> None:
         self.path = path
-        self._observe = observe
         self._writer = writer
         self._reader = reader
-        self._send = send
         self._clock = clock
         self._next_message_id = 0
         self._next_chunk_id = 0
-        self._stats = {"commits": 0, "operations": 0, "batch_max": 0, "retried_batches": 0}
+        self._group = GroupWriter(self._commit, mailbox=mailbox, observe=observe)
 
     def __repr__(self) -> str:
-        return f"<SqliteStore {self.path!r} commits={self._stats['commits']}>"
+        return f"<SqliteStore {self.path!r} commits={self._group.statistics()['commits']}>"
 
     def statistics(self) -> dict[str, int]:
-        return dict(self._stats)
+        return self._group.statistics()
 
     # -- writes: each one an operation for the writer task --------------------------------
 
     async def _submit(self, kind: str, *args: Any) -> Any:
-        op = _Op(kind, args)
-        try:
-            await self._send.send(op)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise StoreClosed("the store is closed") from exc
-        await op.done.wait()
-        if op.error is not None:
-            raise op.error
-        return op.result
+        return await self._group.submit(kind, *args)
 
     async def admit(self, inbound: Inbound) -> Admission:
         result: Admission = await self._submit("admit", inbound)
@@ -210,6 +184,10 @@ class SqliteStore(PairingMixin):
         )
         return [_row_to_message(r) for r in rows]
 
+    async def message(self, row_id: int) -> StoredMessage | None:
+        rows = await self._fetch(f"SELECT {_MSG_COLUMNS} FROM messages WHERE id = ?", (row_id,))
+        return _row_to_message(rows[0]) if rows else None
+
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         rows = await self._fetch(
             f"SELECT {_MSG_COLUMNS} FROM messages WHERE user_row_id = ? AND role = 'assistant'"
@@ -264,48 +242,13 @@ class SqliteStore(PairingMixin):
         (row,) = rows
         self._next_message_id, self._next_chunk_id = row[0], row[1]
 
-    async def _run_writer(self, receive: MemoryObjectReceiveStream[_Op]) -> None:
-        async with receive:
-            async for first in receive:
-                batch = [first]
-                while len(batch) < _MAX_BATCH:
-                    try:
-                        batch.append(receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                with anyio.CancelScope(shield=True):
-                    await self._commit(batch)
+    async def _commit(self, batch: list[Op]) -> None:
+        # The whole group commit is one call on aiosqlite's connection thread: one hop there
+        # and back instead of one per statement (that was ~1 ms per commit).
+        on_thread = cast(Callable[..., Awaitable[None]], self._writer._execute)
+        await on_thread(self._commit_on_thread, batch)
 
-    async def _commit(self, batch: list[_Op]) -> None:
-        started = time.perf_counter()
-        try:
-            # The whole group commit is one call on aiosqlite's connection thread: one hop
-            # there and back instead of one per statement (that was ~1 ms per commit).
-            on_thread = cast(Callable[..., Awaitable[None]], self._writer._execute)
-            await on_thread(self._commit_on_thread, batch)
-        except Exception as exc:
-            if len(batch) == 1:
-                op = batch[0]
-                op.result, op.error = None, StoreError(f"store write {op.kind!r} failed: {exc}")
-                op.error.__cause__ = exc
-                op.done.set()
-                return
-            # Settle each operation on its own so one bad row cannot sink the rest.
-            self._stats["retried_batches"] += 1
-            for op in batch:
-                await self._commit([op])
-            return
-        self._stats["commits"] += 1
-        self._stats["operations"] += len(batch)
-        self._stats["batch_max"] = max(self._stats["batch_max"], len(batch))
-        self._observe(
-            "store_commit",
-            {"seconds": time.perf_counter() - started, "operations": len(batch)},
-        )
-        for op in batch:
-            op.done.set()
-
-    def _commit_on_thread(self, batch: list[_Op]) -> None:
+    def _commit_on_thread(self, batch: list[Op]) -> None:
         """Apply ``batch`` in one transaction; runs on the writer connection's own thread."""
         db: sqlite3.Connection = self._writer._conn
         db.execute("BEGIN IMMEDIATE")
@@ -318,7 +261,7 @@ class SqliteStore(PairingMixin):
                 db.execute("ROLLBACK")
             raise
 
-    def _apply_admit(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+    def _apply_admit(self, db: sqlite3.Connection, ops: list[Op]) -> None:
         now = self._clock()
         inbound: list[Inbound] = [op.args[0] for op in ops]
         db.executemany(
@@ -364,7 +307,7 @@ class SqliteStore(PairingMixin):
             msg = stored[(m.platform, m.platform_message_id)]
             op.result = Admission(row=msg, duplicate=msg.id != row_id)
 
-    def _apply_answer(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+    def _apply_answer(self, db: sqlite3.Connection, ops: list[Op]) -> None:
         now = self._clock()
         assistant_rows, user_updates, chunk_rows, outcomes = [], [], [], []
         for op in ops:
@@ -441,33 +384,33 @@ class SqliteStore(PairingMixin):
             [(now, o.conversation) for o in outcomes],
         )
 
-    def _apply_cancel(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+    def _apply_cancel(self, db: sqlite3.Connection, ops: list[Op]) -> None:
         db.executemany(
             "UPDATE messages SET state = 'cancelled' WHERE id = ? AND state = 'pending'",
             [(op.args[0],) for op in ops],
         )
 
-    def _apply_reset(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+    def _apply_reset(self, db: sqlite3.Connection, ops: list[Op]) -> None:
         db.executemany(
             "UPDATE conversations SET reset_after ="
             " (SELECT COALESCE(MAX(id), 0) FROM messages WHERE conversation = ?) WHERE key = ?",
             [(op.args[0], op.args[0]) for op in ops],
         )
 
-    def _apply_delivered(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+    def _apply_delivered(self, db: sqlite3.Connection, ops: list[Op]) -> None:
         now = self._clock()
         db.executemany(
             "UPDATE outbox SET state = ?, platform_message_id = ?, delivered_at = ? WHERE id = ?",
             [(str(ChunkState.DELIVERED), op.args[1], now, op.args[0]) for op in ops],
         )
 
-    def _apply_sending(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+    def _apply_sending(self, db: sqlite3.Connection, ops: list[Op]) -> None:
         db.executemany(
             "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
             [(str(ChunkState.SENDING), op.args[0]) for op in ops],
         )
 
-    def _apply_expire_in_flight(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+    def _apply_expire_in_flight(self, db: sqlite3.Connection, ops: list[Op]) -> None:
         count = db.execute(
             "UPDATE outbox SET state = ? WHERE state = ?",
             (str(ChunkState.EXPIRED), str(ChunkState.SENDING)),
@@ -475,20 +418,20 @@ class SqliteStore(PairingMixin):
         for i, op in enumerate(ops):
             op.result = count if i == 0 else 0  # later ones found none left
 
-    def _apply_expire(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+    def _apply_expire(self, db: sqlite3.Connection, ops: list[Op]) -> None:
         db.executemany(
             "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
             [(str(ChunkState.EXPIRED), cid) for op in ops for cid in op.args[0]],
         )
 
-    def _apply_chunk_failed(self, db: sqlite3.Connection, ops: list[_Op]) -> None:
+    def _apply_chunk_failed(self, db: sqlite3.Connection, ops: list[Op]) -> None:
         db.executemany(
             "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
             [(str(ChunkState.FAILED), op.args[0]) for op in ops],
         )
 
 
-_APPLY: dict[str, Callable[[SqliteStore, sqlite3.Connection, list[_Op]], None]] = {
+_APPLY: dict[str, Callable[[SqliteStore, sqlite3.Connection, list[Op]], None]] = {
     "admit": SqliteStore._apply_admit,
     "answer": SqliteStore._apply_answer,
     "cancel": SqliteStore._apply_cancel,
@@ -561,15 +504,14 @@ async def open_sqlite_store(
     try:
         await _migrate(writer)
         reader = await _connect(path)
-        send, receive = anyio.create_memory_object_stream[_Op](mailbox)
-        store = SqliteStore(path, writer, reader, send, observe=observe)
+        store = SqliteStore(path, writer, reader, mailbox=mailbox, observe=observe)
         await store._init_ids()
         async with anyio.create_task_group() as tg:
-            tg.start_soon(store._run_writer, receive)
+            tg.start_soon(store._group.run)
             try:
                 yield store
             finally:
-                send.close()  # the writer settles what is queued, then ends
+                store._group.close()  # the writer settles what is queued, then ends
     finally:
         with anyio.CancelScope(shield=True):
             if reader is not None:

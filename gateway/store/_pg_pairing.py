@@ -1,0 +1,125 @@
+"""DM pairing in the PostgreSQL store: the same rules as SQLite's (``_pairing``)."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import asyncpg
+
+from gateway.messages import PairingCode
+from gateway.store._pairing import CODE_ALPHABET
+
+
+class PgPairingMixin:
+    _clock: Callable[[], float]
+
+    async def _submit(self, kind: str, *args: Any) -> Any:
+        raise NotImplementedError
+
+    async def _fetch(self, sql: str, *params: Any) -> list[asyncpg.Record]:
+        raise NotImplementedError
+
+    async def request_pairing(
+        self, platform: str, user_id: str, label: str, *, ttl_s: float, max_pending: int
+    ) -> tuple[str | None, str]:
+        result: tuple[str | None, str] = await self._submit(
+            "pair_request", platform, user_id, label, ttl_s, max_pending
+        )
+        return result
+
+    async def approve_pairing(self, platform: str, code: str) -> str | None:
+        user: str | None = await self._submit("pair_approve", platform, code.strip().upper())
+        return user
+
+    async def revoke_user(self, platform: str, user_id: str) -> bool:
+        revoked: bool = await self._submit("pair_revoke", platform, user_id)
+        return revoked
+
+    async def is_approved(self, platform: str, user_id: str) -> bool:
+        rows = await self._fetch(
+            "SELECT 1 FROM approved_users WHERE platform = $1 AND user_id = $2", platform, user_id
+        )
+        return bool(rows)
+
+    async def pairing_codes(self) -> list[PairingCode]:
+        rows = await self._fetch(
+            "SELECT platform, code, user_id, label, created_at, expires_at FROM pairing_codes"
+            " WHERE expires_at > $1 ORDER BY created_at",
+            self._clock(),
+        )
+        return [PairingCode(*r) for r in rows]
+
+    async def approved_users(self) -> list[tuple[str, str, float]]:
+        rows = await self._fetch(
+            "SELECT platform, user_id, approved_at FROM approved_users ORDER BY approved_at"
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    async def _apply_pair_request(self, db: asyncpg.Connection, ops: list[Any]) -> None:
+        now = self._clock()
+        for op in ops:
+            platform, user_id, label, ttl_s, max_pending = op.args
+            # One platform's requests are serialized, so the count below cannot race.
+            await db.execute("SELECT pg_advisory_xact_lock(hashtext('pairing:' || $1))", platform)
+            await db.execute("DELETE FROM pairing_codes WHERE expires_at <= $1", now)
+            mine = await db.fetchval(
+                "SELECT code FROM pairing_codes WHERE platform = $1 AND user_id = $2",
+                platform,
+                user_id,
+            )
+            if mine is not None:
+                op.result = (None, "pending")
+                continue
+            count = await db.fetchval(
+                "SELECT COUNT(*) FROM pairing_codes WHERE platform = $1", platform
+            )
+            if count >= max_pending:
+                op.result = (None, "full")
+                continue
+            code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(8))
+            await db.execute(
+                "INSERT INTO pairing_codes (platform, code, user_id, label, created_at, expires_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6)",
+                platform,
+                code,
+                user_id,
+                label,
+                now,
+                now + ttl_s,
+            )
+            op.result = (code, "new")
+
+    async def _apply_pair_approve(self, db: asyncpg.Connection, ops: list[Any]) -> None:
+        now = self._clock()
+        for op in ops:
+            platform, code = op.args
+            user_id = await db.fetchval(
+                "SELECT user_id FROM pairing_codes WHERE platform = $1 AND code = $2"
+                " AND expires_at > $3",
+                platform,
+                code,
+                now,
+            )
+            if user_id is None:
+                op.result = None
+                continue
+            await db.execute(
+                "DELETE FROM pairing_codes WHERE platform = $1 AND user_id = $2", platform, user_id
+            )
+            await db.execute(
+                "INSERT INTO approved_users (platform, user_id, approved_at) VALUES ($1, $2, $3)"
+                " ON CONFLICT DO NOTHING",
+                platform,
+                user_id,
+                now,
+            )
+            op.result = user_id
+
+    async def _apply_pair_revoke(self, db: asyncpg.Connection, ops: list[Any]) -> None:
+        for op in ops:
+            status = await db.execute(
+                "DELETE FROM approved_users WHERE platform = $1 AND user_id = $2", *op.args
+            )
+            op.result = status != "DELETE 0"

@@ -1,0 +1,94 @@
+"""The PostgreSQL schema and its forward migrations.
+
+The same tables as SQLite (``_schema``) with the columns several nodes need: a conversation's
+lease (``owner``, ``lease_until``, ``fence``) and its admission sequence (``next_seq``), the node
+that received a user row (``received_by``, for the peer API's reply), the nodes, and named
+leases (the Telegram poller, Discord shards). ``botmux_schema`` holds the version; migrations
+run under an advisory lock, so nodes starting together migrate once. Append-only, as in SQLite.
+"""
+
+from __future__ import annotations
+
+MIGRATIONS: tuple[str, ...] = (
+    # 1: conversations with leases, the transcript, the outbox, pairing, nodes, named leases.
+    """
+    CREATE TABLE conversations (
+        key          TEXT PRIMARY KEY,
+        platform     TEXT NOT NULL,
+        created_at   DOUBLE PRECISION NOT NULL,
+        updated_at   DOUBLE PRECISION NOT NULL,
+        reset_after  BIGINT NOT NULL DEFAULT 0,
+        owner        TEXT,
+        lease_until  DOUBLE PRECISION NOT NULL DEFAULT 0,
+        fence        BIGINT NOT NULL DEFAULT 0,
+        next_seq     BIGINT NOT NULL DEFAULT 0
+    );
+    CREATE INDEX conversations_by_owner ON conversations (owner) WHERE owner IS NOT NULL;
+    CREATE SEQUENCE messages_id_seq;
+    CREATE TABLE messages (
+        id                  BIGINT PRIMARY KEY,
+        conversation        TEXT NOT NULL REFERENCES conversations(key),
+        role                TEXT NOT NULL CHECK (role IN ('user', 'assistant')),
+        content             TEXT NOT NULL,
+        state               TEXT NOT NULL,
+        platform            TEXT NOT NULL,
+        platform_message_id TEXT,
+        user_row_id         BIGINT REFERENCES messages(id),
+        failure             TEXT,
+        reply_target        TEXT NOT NULL DEFAULT '',
+        sender              TEXT NOT NULL DEFAULT '',
+        model               TEXT NOT NULL DEFAULT '',
+        seq                 BIGINT,
+        received_by         TEXT,
+        created_at          DOUBLE PRECISION NOT NULL,
+        UNIQUE (platform, platform_message_id)
+    );
+    CREATE INDEX messages_by_conversation ON messages (conversation, id);
+    CREATE INDEX messages_pending ON messages (conversation, seq) WHERE state = 'pending';
+    CREATE INDEX messages_by_user_row ON messages (user_row_id) WHERE user_row_id IS NOT NULL;
+    CREATE SEQUENCE outbox_id_seq;
+    CREATE TABLE outbox (
+        id                  BIGINT PRIMARY KEY,
+        conversation        TEXT NOT NULL,
+        platform            TEXT NOT NULL,
+        message_id          BIGINT NOT NULL REFERENCES messages(id),
+        user_row_id         BIGINT NOT NULL,
+        seq                 INTEGER NOT NULL,
+        text                TEXT NOT NULL,
+        reply_target        TEXT NOT NULL DEFAULT '',
+        state               TEXT NOT NULL DEFAULT 'pending',
+        platform_message_id TEXT,
+        created_at          DOUBLE PRECISION NOT NULL,
+        delivered_at        DOUBLE PRECISION
+    );
+    CREATE INDEX outbox_pending ON outbox (platform, id) WHERE state = 'pending';
+    CREATE INDEX outbox_by_conversation ON outbox (conversation, id) WHERE state = 'pending';
+    CREATE TABLE pairing_codes (
+        platform    TEXT NOT NULL,
+        code        TEXT NOT NULL,
+        user_id     TEXT NOT NULL,
+        label       TEXT NOT NULL DEFAULT '',
+        created_at  DOUBLE PRECISION NOT NULL,
+        expires_at  DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (platform, code)
+    );
+    CREATE INDEX pairing_codes_by_user ON pairing_codes (platform, user_id);
+    CREATE TABLE approved_users (
+        platform    TEXT NOT NULL,
+        user_id     TEXT NOT NULL,
+        approved_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (platform, user_id)
+    );
+    CREATE TABLE nodes (
+        node        TEXT PRIMARY KEY,
+        started_at  DOUBLE PRECISION NOT NULL,
+        last_seen   DOUBLE PRECISION NOT NULL
+    );
+    CREATE TABLE leases (
+        name        TEXT PRIMARY KEY,
+        owner       TEXT,
+        lease_until DOUBLE PRECISION NOT NULL DEFAULT 0,
+        fence       BIGINT NOT NULL DEFAULT 0
+    );
+    """,
+)

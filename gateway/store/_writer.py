@@ -1,0 +1,111 @@
+"""Group commit, shared by the store backends.
+
+Every write is an operation sent to one writer task. The writer takes all operations that are
+waiting and hands them to the backend's ``apply`` as one batch, which the backend commits as
+one transaction: under load, many conversations' admissions and answers share one commit
+instead of queueing behind one commit each. Each operation still settles as a unit: ``apply``
+may refuse one operation (it sets ``op.error``) and commit the others, and a batch that fails
+is retried one operation per transaction, so one bad row never sinks the others.
+Operations settle in the order they reached the writer, which is the order their ids were
+assigned, so the tasks that wait on them resume in admission order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from gateway.errors import StoreClosed, StoreError
+
+MAX_BATCH = 512
+
+
+@dataclass(eq=False, slots=True)
+class Op:
+    """One write waiting for the writer; ``done`` is set once it committed or failed."""
+
+    kind: str
+    args: tuple[Any, ...]
+    done: anyio.Event = field(default_factory=anyio.Event)
+    result: Any = None
+    error: BaseException | None = None
+
+
+class GroupWriter:
+    """The writer task and its mailbox; ``apply(batch)`` commits a batch in one transaction."""
+
+    def __init__(
+        self,
+        apply: Callable[[list[Op]], Awaitable[None]],
+        *,
+        mailbox: int,
+        observe: Callable[[str, dict[str, Any]], None],
+    ) -> None:
+        self._apply = apply
+        self._observe = observe
+        self._send, self._receive = anyio.create_memory_object_stream[Op](mailbox)
+        self._stats = {"commits": 0, "operations": 0, "batch_max": 0, "retried_batches": 0}
+
+    def statistics(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    async def submit(self, kind: str, *args: Any) -> Any:
+        op = Op(kind, args)
+        try:
+            await self._send.send(op)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise StoreClosed("the store is closed") from exc
+        await op.done.wait()
+        if op.error is not None:
+            raise op.error
+        return op.result
+
+    def close(self) -> None:
+        """No more operations: the writer settles what is queued, then ``run`` returns."""
+        self._send.close()
+
+    async def run(self) -> None:
+        receive: MemoryObjectReceiveStream[Op] = self._receive
+        async with receive:
+            async for first in receive:
+                batch = [first]
+                while len(batch) < MAX_BATCH:
+                    try:
+                        batch.append(receive.receive_nowait())
+                    except (anyio.WouldBlock, anyio.EndOfStream):
+                        break
+                with anyio.CancelScope(shield=True):
+                    await self._commit(batch)
+
+    async def _commit(self, batch: list[Op]) -> None:
+        started = time.perf_counter()
+        for op in batch:  # a retried operation starts clean
+            op.result, op.error = None, None
+        try:
+            await self._apply(batch)
+        except Exception as exc:
+            if len(batch) == 1:
+                op = batch[0]
+                op.result, op.error = None, StoreError(f"store write {op.kind!r} failed: {exc}")
+                op.error.__cause__ = exc
+                op.done.set()
+                return
+            # Settle each operation on its own so one bad row cannot sink the rest.
+            self._stats["retried_batches"] += 1
+            for op in batch:
+                await self._commit([op])
+            return
+        self._stats["commits"] += 1
+        self._stats["operations"] += len(batch)
+        self._stats["batch_max"] = max(self._stats["batch_max"], len(batch))
+        self._observe(
+            "store_commit",
+            {"seconds": time.perf_counter() - started, "operations": len(batch)},
+        )
+        for op in batch:
+            op.done.set()

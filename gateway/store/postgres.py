@@ -1,0 +1,664 @@
+"""The shared store: PostgreSQL through asyncpg, for one or several botmux nodes.
+
+The same :class:`~gateway.store.base.Store` as SQLite, with the same group commit (``_writer``:
+one writer connection per node, each batch one transaction, one round trip per statement kind),
+plus what lets several nodes share one database (the design is in docs/ARCHITECTURE.md):
+
+- Admission gives each user row a per-conversation sequence and places the conversation: it
+  stays with the node holding its lease, else this node claims it (owner, lease expiry, and a
+  fence number bumped at every claim). When another node holds it, that node is sent a NOTIFY
+  (ids only) in the same transaction, and the admission says ``local=False``.
+- The answer commit locks the conversation row and checks owner, fence and that the row is the
+  oldest pending one (its sequence): a node that lost its lease can never commit (fencing).
+- Leases are renewed by one batched heartbeat per node and claimed with ``FOR UPDATE SKIP
+  LOCKED`` (``_pg_leases``); :mod:`gateway.cluster` drives them.
+
+Times that decide leases come from the database's clock, so nodes' clocks need not agree.
+Connections are held per statement (a pool), never per turn, plus the writer's and one for
+LISTEN.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from itertools import groupby
+from typing import Any
+
+import anyio
+import asyncpg
+
+from gateway.errors import LeaseLost, StoreClosed, StoreError
+from gateway.messages import (
+    Admission,
+    ChunkState,
+    ConversationInfo,
+    Inbound,
+    MessageState,
+    OutboxChunk,
+    StoredMessage,
+    TurnOutcome,
+    TurnResult,
+)
+from gateway.store._pg_leases import NOW, LeasesMixin, Placement, place
+from gateway.store._pg_pairing import PgPairingMixin
+from gateway.store._pg_schema import MIGRATIONS
+from gateway.store._writer import GroupWriter, Op
+
+_MSG_COLUMNS = (
+    "id, conversation, role, content, state, created_at, platform, platform_message_id,"
+    " user_row_id, failure, reply_target"
+)
+_CHUNK_COLUMNS = (
+    "id, conversation, platform, message_id, user_row_id, seq, text, created_at, reply_target,"
+    " state"
+)
+_MIGRATION_LOCK = 0x626F746D7578  # "botmux": one node migrates, the others wait for it
+
+
+def default_node_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def channel(node: str) -> str:
+    """The LISTEN channel of one node."""
+    return f"botmux:{node}"
+
+
+def _message(r: asyncpg.Record) -> StoredMessage:
+    return StoredMessage(*r)
+
+
+def _chunk(r: asyncpg.Record) -> OutboxChunk:
+    return OutboxChunk(*r)
+
+
+class PostgresStore(PgPairingMixin, LeasesMixin):
+    """The :class:`~gateway.store.base.Store` on PostgreSQL; see :func:`open_postgres_store`."""
+
+    def __init__(
+        self,
+        url: str,
+        pool: asyncpg.Pool,
+        writer: asyncpg.Connection,
+        *,
+        node: str,
+        lease_s: float,
+        mailbox: int = 4096,
+        clock: Callable[[], float] = time.time,
+        observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+    ) -> None:
+        self.url = url
+        self.node = node
+        self.lease_s = lease_s
+        self._pool = pool
+        self._writer = writer
+        self._clock = clock
+        self._observe = observe
+        self._group = GroupWriter(self._commit, mailbox=mailbox, observe=observe)
+        self._after_commit: list[Callable[[], None]] = []
+        self.leases: dict[str, int] = {}  # conversations this node holds: key -> fence
+        self.named: dict[str, int] = {}  # named leases this node holds: name -> fence
+        self.claimed: Callable[[list[tuple[str, str | None]]], None] = lambda claims: None
+
+    def __repr__(self) -> str:
+        return f"<PostgresStore node={self.node} leases={len(self.leases)}>"
+
+    def statistics(self) -> dict[str, int]:
+        return {**self._group.statistics(), "leases": len(self.leases)}
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def _submit(self, kind: str, *args: Any) -> Any:
+        return await self._group.submit(kind, *args)
+
+    async def admit(self, inbound: Inbound) -> Admission:
+        result: Admission = await self._submit("admit", inbound)
+        return result
+
+    async def answer(
+        self, user_row: StoredMessage, result: TurnResult, chunks: Sequence[str]
+    ) -> TurnOutcome:
+        outcome: TurnOutcome = await self._submit("answer", user_row, result, tuple(chunks))
+        return outcome
+
+    async def cancel(self, user_row_id: int) -> None:
+        await self._submit("cancel", user_row_id)
+
+    async def reset(self, conversation: str) -> None:
+        await self._submit("reset", conversation)
+
+    async def mark_delivered(self, chunk_id: int, platform_message_id: str) -> None:
+        await self._submit("delivered", chunk_id, platform_message_id)
+
+    async def expire_chunks(self, chunk_ids: Sequence[int]) -> None:
+        if chunk_ids:
+            await self._submit("chunk_state", str(ChunkState.EXPIRED), tuple(chunk_ids), "pending")
+
+    async def chunk_failed(self, chunk_id: int) -> None:
+        await self._submit("chunk_state", str(ChunkState.FAILED), (chunk_id,), "pending")
+
+    async def mark_sending(self, chunk_id: int) -> None:
+        await self._submit("chunk_state", str(ChunkState.SENDING), (chunk_id,), "pending")
+
+    async def expire_in_flight(self, conversations: Sequence[str] | None = None) -> int:
+        """Chunks being sent when their node died are not sent again (``unrecorded_sends =
+        drop``). Several nodes: only those of ``conversations`` (taken over from a dead node)."""
+        count: int = await self._submit("expire_in_flight", conversations)
+        return count
+
+    async def _commit(self, batch: list[Op]) -> None:
+        self._after_commit.clear()
+        try:
+            async with self._writer.transaction():
+                for kind, run in groupby(batch, key=lambda op: op.kind):
+                    await _APPLY[kind](self, self._writer, list(run))
+        except asyncpg.InterfaceError as exc:
+            raise StoreClosed("the store is closed") from exc
+        for action in self._after_commit:
+            action()
+
+    async def _apply_admit(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+        now = self._clock()
+        inbound: list[Inbound] = [op.args[0] for op in ops]
+        platforms = {m.conversation: m.platform for m in inbound}
+        keys = sorted(platforms)
+        # New conversations first, then every row of the batch locked in key order: batches
+        # of different nodes lock in the same order, so they queue instead of deadlocking.
+        await db.execute(
+            "INSERT INTO conversations (key, platform, created_at, updated_at)"
+            " SELECT k, p, $3, $3 FROM unnest($1::text[], $2::text[]) AS u(k, p) ORDER BY k"
+            " ON CONFLICT (key) DO NOTHING",
+            keys,
+            [platforms[k] for k in keys],
+            now,
+        )
+        convs = await db.fetch(
+            f"SELECT key, owner, lease_until > {NOW} AS live, fence, next_seq FROM conversations"
+            " WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE",
+            keys,
+        )
+        ids = [
+            r[0]
+            for r in await db.fetch(
+                "SELECT nextval('messages_id_seq') FROM generate_series(1, $1)", len(ops)
+            )
+        ]
+        next_seq = {r["key"]: r["next_seq"] for r in convs}
+        seqs = []
+        for m in inbound:
+            next_seq[m.conversation] += 1
+            seqs.append(next_seq[m.conversation])
+        inserted = await db.fetch(
+            "INSERT INTO messages (id, conversation, role, content, state, platform,"
+            " platform_message_id, reply_target, sender, seq, received_by, created_at)"
+            " SELECT i, c, 'user', t, 'pending', p, pm, rt, s, sq, $9, $10"
+            " FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::text[],"
+            " $6::text[], $7::text[], $8::bigint[]) AS u(i, c, t, p, pm, rt, s, sq) ORDER BY i"
+            " ON CONFLICT (platform, platform_message_id) DO NOTHING RETURNING id",
+            ids,
+            [m.conversation for m in inbound],
+            [m.text for m in inbound],
+            [m.platform for m in inbound],
+            [m.platform_message_id for m in inbound],
+            [m.reply_target for m in inbound],
+            [m.sender for m in inbound],
+            seqs,
+            self.node,
+            now,
+        )
+        new_ids = {r[0] for r in inserted}
+        found = await db.fetch(
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE (platform, platform_message_id) IN"
+            " (SELECT * FROM unnest($1::text[], $2::text[]))",
+            [m.platform for m in inbound],
+            [m.platform_message_id for m in inbound],
+        )
+        stored = {(r["platform"], r["platform_message_id"]): _message(r) for r in found}
+        duplicates = [r.id for r in stored.values() if r.id not in new_ids and r.state == "pending"]
+        if duplicates:
+            # A retry (the peer API's Idempotency-Key) waits on this node now: send it the reply.
+            await db.execute(
+                "UPDATE messages SET received_by = $1 WHERE id = ANY($2::bigint[])",
+                self.node,
+                duplicates,
+            )
+        admitted = {stored[(m.platform, m.platform_message_id)].conversation for m in inbound}
+        placements = {
+            r["key"]: place(r["owner"], r["live"], self.node, r["key"] in self.leases)
+            for r in convs
+            if r["key"] in admitted
+        }
+        claims = sorted(k for k, p in placements.items() if p is Placement.CLAIM)
+        await db.execute(
+            "UPDATE conversations c SET updated_at = $1, next_seq = u.sq"
+            " FROM unnest($2::text[], $3::bigint[]) AS u(k, sq) WHERE c.key = u.k",
+            now,
+            keys,
+            [next_seq[k] for k in keys],
+        )
+        fences: dict[str, tuple[int, str | None]] = {}
+        if claims:
+            previous = {r["key"]: r["owner"] for r in convs}
+            rows = await db.fetch(
+                f"UPDATE conversations SET owner = $1, fence = fence + 1, lease_until = {NOW} + $2"
+                " WHERE key = ANY($3::text[]) RETURNING key, fence",
+                self.node,
+                self.lease_s,
+                claims,
+            )
+            fences = {r["key"]: (r["fence"], previous[r["key"]]) for r in rows}
+        remote = [
+            (r["owner"], r["key"]) for r in convs if placements.get(r["key"]) is Placement.REMOTE
+        ]
+        if remote:
+            await db.execute(
+                "SELECT pg_notify('botmux:' || o, 'pending:' || k)"
+                " FROM unnest($1::text[], $2::text[]) AS u(o, k)",
+                [o for o, _ in remote],
+                [k for _, k in remote],
+            )
+        for op, m, row_id in zip(ops, inbound, ids, strict=True):
+            msg = stored[(m.platform, m.platform_message_id)]
+            local = placements.get(msg.conversation) is not Placement.REMOTE
+            op.result = Admission(row=msg, duplicate=msg.id != row_id, local=local)
+        if fences:
+            self._after_commit.append(lambda: self._took(fences))
+
+    def _took(self, fences: dict[str, tuple[int, str | None]]) -> None:
+        for key, (fence, _) in fences.items():
+            self.leases[key] = fence
+        self.claimed([(key, previous) for key, (_, previous) in fences.items()])
+
+    async def _apply_answer(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+        now = self._clock()
+        users: list[StoredMessage] = [op.args[0] for op in ops]
+        keys = sorted({u.conversation for u in users})
+        owners = {
+            r["key"]: (r["owner"], r["fence"])
+            for r in await db.fetch(
+                "SELECT key, owner, fence FROM conversations WHERE key = ANY($1::text[])"
+                " ORDER BY key FOR UPDATE",
+                keys,
+            )
+        }
+        rows = {
+            r["id"]: r
+            for r in await db.fetch(
+                "SELECT id, state, seq, received_by FROM messages WHERE id = ANY($1::bigint[])"
+                " ORDER BY id FOR UPDATE",
+                [u.id for u in users],
+            )
+        }
+        oldest = {
+            r["conversation"]: r["seq"]
+            for r in await db.fetch(
+                "SELECT conversation, MIN(seq) AS seq FROM messages"
+                " WHERE conversation = ANY($1::text[]) AND state = 'pending' GROUP BY conversation",
+                keys,
+            )
+        }
+        accepted: list[Op] = []
+        for op, user in zip(ops, users, strict=True):
+            owner, fence = owners.get(user.conversation, (None, -1))
+            row = rows.get(user.id)
+            if owner != self.node or fence != self.leases.get(user.conversation):
+                op.error = LeaseLost(
+                    f"{user.conversation} is held by {owner or 'nobody'} now (fence {fence})",
+                    conversation=user.conversation,
+                )
+            elif (
+                row is None
+                or row["state"] != "pending"
+                or oldest.get(user.conversation) != row["seq"]
+            ):
+                op.error = LeaseLost(
+                    f"row {user.id} of {user.conversation} is not the oldest pending row",
+                    conversation=user.conversation,
+                )
+            else:
+                accepted.append(op)
+        if not accepted:
+            return
+        message_ids = await self._ids(db, "messages_id_seq", len(accepted))
+        chunk_count = sum(len(op.args[2]) for op in accepted)
+        chunk_ids = iter(await self._ids(db, "outbox_id_seq", chunk_count))
+        assistant: list[tuple[Any, ...]] = []
+        chunk_rows: list[OutboxChunk] = []
+        notify: list[tuple[str, int]] = []
+        for op, message_id in zip(accepted, message_ids, strict=True):
+            user_row: StoredMessage = op.args[0]
+            result: TurnResult = op.args[1]
+            failure = result.failure.reason if result.failure else None
+            state = MessageState.FAILED if result.failure else MessageState.ANSWERED
+            assistant.append(
+                (
+                    *(message_id, user_row.conversation, result.reply, user_row.platform),
+                    *(user_row.id, failure, result.model, str(state)),
+                )
+            )
+            chunks = tuple(
+                OutboxChunk(
+                    id=next(chunk_ids),
+                    conversation=user_row.conversation,
+                    platform=user_row.platform,
+                    message_id=message_id,
+                    user_row_id=user_row.id,
+                    seq=seq,
+                    text=text,
+                    created_at=now,
+                    reply_target=user_row.reply_target,
+                )
+                for seq, text in enumerate(op.args[2])
+            )
+            chunk_rows.extend(chunks)
+            receiver = rows[user_row.id]["received_by"]
+            if receiver and receiver != self.node:
+                notify.append((receiver, user_row.id))
+            op.result = TurnOutcome(
+                conversation=user_row.conversation,
+                user_row_id=user_row.id,
+                reply=result.reply,
+                failure=result.failure,
+                chunks=chunks,
+            )
+        columns = list(zip(*assistant, strict=True))
+        await db.execute(
+            "INSERT INTO messages (id, conversation, role, content, state, platform, user_row_id,"
+            " failure, model, created_at) SELECT i, c, 'assistant', t, 'final', p, u, f, m, $9"
+            " FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],"
+            " $6::text[], $7::text[], $8::text[]) AS x(i, c, t, p, u, f, m, s)",
+            *columns,
+            now,
+        )
+        await db.execute(
+            "UPDATE messages m SET state = x.s FROM unnest($1::bigint[], $2::text[]) AS x(i, s)"
+            " WHERE m.id = x.i",
+            columns[4],
+            columns[7],
+        )
+        if chunk_rows:
+            await db.executemany(
+                "INSERT INTO outbox (id, conversation, platform, message_id, user_row_id, seq,"
+                " text, reply_target, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                [
+                    (
+                        *(c.id, c.conversation, c.platform, c.message_id, c.user_row_id),
+                        *(c.seq, c.text, c.reply_target, now),
+                    )
+                    for c in chunk_rows
+                ],
+            )
+        await db.execute(
+            "UPDATE conversations SET updated_at = $1 WHERE key = ANY($2::text[])",
+            now,
+            sorted({op.args[0].conversation for op in accepted}),
+        )
+        await self._notify_replies(db, notify)
+
+    @staticmethod
+    async def _ids(db: asyncpg.Connection, sequence: str, count: int) -> list[int]:
+        if count == 0:
+            return []
+        rows = await db.fetch(f"SELECT nextval('{sequence}') FROM generate_series(1, $1)", count)
+        return sorted(r[0] for r in rows)
+
+    @staticmethod
+    async def _notify_replies(db: asyncpg.Connection, notify: list[tuple[str, int]]) -> None:
+        """Tell the nodes whose peer API request waits for these user rows that they settled."""
+        if notify:
+            await db.execute(
+                "SELECT pg_notify('botmux:' || n, 'reply:' || i)"
+                " FROM unnest($1::text[], $2::bigint[]) AS u(n, i)",
+                [n for n, _ in notify],
+                [i for _, i in notify],
+            )
+
+    async def _apply_cancel(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+        rows = await db.fetch(
+            "UPDATE messages SET state = 'cancelled' WHERE id = ANY($1::bigint[])"
+            " AND state = 'pending' RETURNING id, received_by",
+            [op.args[0] for op in ops],
+        )
+        await self._notify_replies(
+            db,
+            [
+                (r["received_by"], r["id"])
+                for r in rows
+                if r["received_by"] not in (None, self.node)
+            ],
+        )
+
+    async def _apply_reset(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+        for op in ops:
+            await db.execute(
+                "UPDATE conversations SET reset_after ="
+                " (SELECT COALESCE(MAX(id), 0) FROM messages WHERE conversation = $1)"
+                " WHERE key = $1",
+                op.args[0],
+            )
+
+    async def _apply_delivered(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+        await db.execute(
+            "UPDATE outbox o SET state = $1, platform_message_id = x.p, delivered_at = $2"
+            " FROM unnest($3::bigint[], $4::text[]) AS x(i, p) WHERE o.id = x.i",
+            str(ChunkState.DELIVERED),
+            self._clock(),
+            [op.args[0] for op in ops],
+            [op.args[1] for op in ops],
+        )
+
+    async def _apply_chunk_state(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+        for op in ops:
+            state, ids, only_from = op.args
+            await db.execute(
+                "UPDATE outbox SET state = $1 WHERE id = ANY($2::bigint[]) AND state = $3",
+                state,
+                list(ids),
+                only_from,
+            )
+
+    async def _apply_expire_in_flight(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+        for op in ops:
+            (conversations,) = op.args
+            status = await db.execute(
+                "UPDATE outbox SET state = $1 WHERE state = $2"
+                " AND ($3::text[] IS NULL OR conversation = ANY($3::text[]))",
+                str(ChunkState.EXPIRED),
+                str(ChunkState.SENDING),
+                None if conversations is None else list(conversations),
+            )
+            op.result = int(status.split()[-1])
+
+    @asynccontextmanager
+    async def listening(self, callback: Callable[[str], None]) -> AsyncIterator[asyncpg.Connection]:
+        """Deliver this node's notifications (``pending:<key>``, ``reply:<row id>``) to
+        ``callback`` on a connection of their own; yields it, to check it is still open."""
+        db = await asyncpg.connect(self.url)
+
+        def notified(connection: Any, pid: int, name: str, payload: object) -> None:
+            callback(str(payload))
+
+        try:
+            await db.add_listener(channel(self.node), notified)
+            yield db
+        finally:
+            with anyio.CancelScope(shield=True):
+                await db.close()
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def _fetch(self, sql: str, *params: Any) -> list[asyncpg.Record]:
+        try:
+            return list(await self._pool.fetch(sql, *params))
+        except (asyncpg.InterfaceError, anyio.ClosedResourceError) as exc:
+            raise StoreClosed("the store is closed") from exc
+        except (asyncpg.PostgresError, OSError) as exc:
+            raise StoreError(f"store read failed: {exc}") from exc
+
+    async def pending(self, conversation: str) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE conversation = $1 AND state = 'pending'"
+            " ORDER BY id",
+            conversation,
+        )
+        return [_message(r) for r in rows]
+
+    async def conversations_with_pending(self) -> list[str]:
+        rows = await self._fetch(
+            "SELECT conversation, MIN(id) FROM messages WHERE state = 'pending'"
+            " GROUP BY conversation ORDER BY MIN(id)"
+        )
+        return [r[0] for r in rows]
+
+    async def history(self, conversation: str, limit: int) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE conversation = $1"
+            " AND id > (SELECT reset_after FROM conversations WHERE key = $1)"
+            " AND ((role = 'user' AND state = 'answered')"
+            "      OR (role = 'assistant' AND failure IS NULL))"
+            " ORDER BY id DESC LIMIT $2",
+            conversation,
+            limit,
+        )
+        return [_message(r) for r in reversed(rows)]
+
+    async def transcript(self, conversation: str) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE conversation = $1 ORDER BY id",
+            conversation,
+        )
+        return [_message(r) for r in rows]
+
+    async def message(self, row_id: int) -> StoredMessage | None:
+        rows = await self._fetch(f"SELECT {_MSG_COLUMNS} FROM messages WHERE id = $1", row_id)
+        return _message(rows[0]) if rows else None
+
+    async def reply_to(self, user_row_id: int) -> StoredMessage | None:
+        rows = await self._fetch(
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE user_row_id = $1 AND role = 'assistant'"
+            " ORDER BY id LIMIT 1",
+            user_row_id,
+        )
+        return _message(rows[0]) if rows else None
+
+    async def undelivered(
+        self, platform: str | None = None, conversations: Sequence[str] | None = None
+    ) -> list[OutboxChunk]:
+        rows = await self._fetch(
+            f"SELECT {_CHUNK_COLUMNS} FROM outbox WHERE state = 'pending'"
+            " AND ($1::text IS NULL OR platform = $1)"
+            " AND ($2::text[] IS NULL OR conversation = ANY($2::text[])) ORDER BY id",
+            platform,
+            None if conversations is None else list(conversations),
+        )
+        return [_chunk(r) for r in rows]
+
+    async def recent_failures(self, limit: int) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE role = 'assistant' AND failure IS NOT NULL"
+            " ORDER BY id DESC LIMIT $1",
+            limit,
+        )
+        return [_message(r) for r in rows]
+
+    async def outbox_pending(self) -> dict[str, int]:
+        rows = await self._fetch(
+            "SELECT platform, COUNT(*) FROM outbox WHERE state = 'pending' GROUP BY platform"
+        )
+        return {r[0]: r[1] for r in rows}
+
+    async def conversations(self) -> list[ConversationInfo]:
+        rows = await self._fetch(
+            "SELECT c.key, c.platform, c.created_at, c.updated_at,"
+            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key),"
+            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key"
+            "  AND m.state = 'pending')"
+            " FROM conversations c ORDER BY c.updated_at DESC"
+        )
+        return [ConversationInfo(*r) for r in rows]
+
+
+_APPLY: dict[str, Callable[[PostgresStore, asyncpg.Connection, list[Op]], Any]] = {
+    "admit": PostgresStore._apply_admit,
+    "answer": PostgresStore._apply_answer,
+    "cancel": PostgresStore._apply_cancel,
+    "reset": PostgresStore._apply_reset,
+    "delivered": PostgresStore._apply_delivered,
+    "chunk_state": PostgresStore._apply_chunk_state,
+    "expire_in_flight": PostgresStore._apply_expire_in_flight,
+    "pair_request": PostgresStore._apply_pair_request,
+    "pair_approve": PostgresStore._apply_pair_approve,
+    "pair_revoke": PostgresStore._apply_pair_revoke,
+}
+
+
+async def _migrate(db: asyncpg.Connection) -> None:
+    async with db.transaction():
+        await db.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await db.execute("CREATE TABLE IF NOT EXISTS botmux_schema (version INTEGER NOT NULL)")
+        version = await db.fetchval("SELECT MAX(version) FROM botmux_schema") or 0
+        if version > len(MIGRATIONS):
+            raise StoreError(
+                f"the store's schema version {version} is newer than this botmux knows"
+                f" ({len(MIGRATIONS)}): upgrade botmux"
+            )
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            await db.execute(script)
+            await db.execute("INSERT INTO botmux_schema (version) VALUES ($1)", number)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    scheme, sep, rest = url.partition("://")
+    if "@" not in rest:
+        return url
+    credentials, _, host = rest.rpartition("@")
+    user = credentials.split(":", 1)[0]
+    return f"{scheme}{sep}{user}:***@{host}" if ":" in credentials else f"{scheme}{sep}{rest}"
+
+
+@asynccontextmanager
+async def open_postgres_store(
+    url: str,
+    *,
+    node: str | None = None,
+    lease_s: float = 5.0,
+    pool_size: int = 10,
+    mailbox: int = 4096,
+    observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+) -> AsyncIterator[PostgresStore]:
+    """Connect (migrating the schema as needed) to the database at ``url``; close on exit."""
+    try:
+        with anyio.fail_after(30):
+            writer = await asyncpg.connect(url)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        raise StoreError(f"cannot open the store at {redact(url)}: {exc}") from exc
+    pool: asyncpg.Pool | None = None
+    try:
+        await _migrate(writer)
+        pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size)
+        assert pool is not None
+        store = PostgresStore(
+            url,
+            pool,
+            writer,
+            node=node or default_node_id(),
+            lease_s=lease_s,
+            mailbox=mailbox,
+            observe=observe,
+        )
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(store._group.run)
+            try:
+                yield store
+            finally:
+                store._group.close()  # the writer settles what is queued, then ends
+    finally:
+        with anyio.CancelScope(shield=True):
+            if pool is not None:
+                await pool.close()
+            await writer.close()
