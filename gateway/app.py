@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from itertools import groupby
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -20,13 +19,16 @@ from agent import Agent, ClientPool
 from gateway.config import Config
 from gateway.failpoints import Failpoints
 from gateway.intake import GatewayIntake
-from gateway.messages import OutboxChunk, TurnOutcome
 from gateway.metrics import Metrics, Snapshot
 from gateway.ports import Intake, Outlet, PlatformAdapter
+from gateway.redelivery import redeliver
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
-from gateway.store import Store, open_sqlite_store
+from gateway.store import Store, describe, open_store
 from platforms.peer import PeerAdapter
+
+if TYPE_CHECKING:
+    from gateway.cluster import Cluster
 
 log = logging.getLogger("gateway")
 
@@ -79,27 +81,7 @@ async def resume_interrupted(
             extra={"count": in_flight},
         )
     chunks = await store.undelivered()
-    now = time.time()
-    expired = [c.id for c in chunks if now - c.created_at > max_age_s]
-    if expired:
-        log.warning(
-            "expired undelivered reply chunks",
-            extra={"count": len(expired), "max_age_s": max_age_s},
-        )
-        await store.expire_chunks(expired)
-    fresh = [c for c in chunks if now - c.created_at <= max_age_s]
-    redelivered = 0
-    for (platform, user_row_id), run in groupby(fresh, key=lambda c: (c.platform, c.user_row_id)):
-        outlet = outlets.get(platform)
-        parts: Sequence[OutboxChunk] = tuple(run)
-        if outlet is None:
-            log.warning("undelivered reply for a disabled platform", extra={"platform": platform})
-            continue
-        text = "".join(c.text for c in parts)
-        await outlet.deliver(
-            TurnOutcome(parts[0].conversation, user_row_id, text, None, tuple(parts))
-        )
-        redelivered += 1
+    redelivered, expired = await redeliver(store, outlets, chunks, max_age_s=max_age_s)
     pending = await store.conversations_with_pending()
     for key in pending:
         if key.split(":", 1)[0] in outlets:
@@ -107,9 +89,9 @@ async def resume_interrupted(
     if pending or redelivered:
         log.info(
             "resumed interrupted work",
-            extra={"conversations": len(pending), "replies": redelivered, "expired": len(expired)},
+            extra={"conversations": len(pending), "replies": redelivered, "expired": expired},
         )
-    return {"conversations": len(pending), "replies": redelivered, "expired": len(expired)}
+    return {"conversations": len(pending), "replies": redelivered, "expired": expired}
 
 
 def build_adapters(
@@ -145,6 +127,7 @@ class GatewayApp:
         self.stop = anyio.Event()
         self.peer: PeerAdapter | None = None
         self.router: Router | None = None
+        self.cluster: Cluster | None = None
         self.adapters: list[PlatformAdapter] = []
         self._ready = {"store": False, "peer": False, "accepting": False}
 
@@ -157,6 +140,35 @@ class GatewayApp:
             checks[adapter.platform] = adapter.connected
         return checks
 
+    def _cluster(
+        self,
+        store: Store,
+        router: Router,
+        outlets: dict[str, Outlet],
+        intake: GatewayIntake,
+        observe: Observer,
+    ) -> Cluster | None:
+        """This node's part in a cluster, on a PostgreSQL store (None on SQLite)."""
+        if not self.config.store.shared:
+            return None
+        from gateway.cluster import Cluster  # asyncpg: only with a PostgreSQL store
+        from gateway.store.postgres import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        self.cluster = Cluster(
+            store,
+            router,
+            outlets,
+            outcome=intake.outcome,
+            heartbeat_s=self.config.cluster.heartbeat_s,
+            claim_batch=self.config.cluster.claim_batch,
+            max_age_s=self.config.gateway.outbox_max_age_s,
+            at_most_once=self.config.gateway.unrecorded_sends == "drop",
+            observe=observe,
+            clock=self.clock,
+        )
+        return self.cluster
+
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
@@ -165,7 +177,7 @@ class GatewayApp:
         clients = ClientPool()
         agent = Agent(config.model, config.agent, clients, observe=observe, clock=self.clock)
         try:
-            async with open_sqlite_store(config.store.path, observe=observe) as store:
+            async with open_store(config, observe=observe) as store:
                 self._ready["store"] = True
                 outlets: dict[str, Outlet] = {}
                 deps = SessionDeps(
@@ -227,17 +239,24 @@ class GatewayApp:
                             router_done.set()
 
                     tg.start_soon(run_router)
+                    cluster = self._cluster(store, router, outlets, intake, observe)
                     await tg.start(peer.run)
                     self._ready["peer"] = True
                     for adapter in self.adapters:
                         await tg.start(adapter.run)
-                    await resume_interrupted(
-                        store, router, outlets, max_age_s=config.gateway.outbox_max_age_s
-                    )
+                    if cluster is not None:
+                        # Leases decide which node resumes what: the first heartbeat claims
+                        # what dead nodes (or this node's previous process) left.
+                        await tg.start(cluster.run)
+                    else:
+                        await resume_interrupted(
+                            store, router, outlets, max_age_s=config.gateway.outbox_max_age_s
+                        )
                     self._ready["accepting"] = True
-                    log.info(
-                        "botmux ready", extra={"config": config.source, "store": config.store.path}
-                    )
+                    fields = {"config": config.source, "store": describe(config)}
+                    if cluster is not None:
+                        fields["node"] = cluster.node
+                    log.info("botmux ready", extra=fields)
                     task_status.started()
                     await self.stop.wait()
                     log.info("draining", extra={"deadline_s": config.gateway.drain_timeout_s})

@@ -14,11 +14,20 @@ from typing import Any
 import anyio
 
 from gateway.errors import ConversationClosed, MailboxFull
-from gateway.messages import Admission, Inbound, StoredMessage
+from gateway.messages import (
+    STOPPED_REPLY,
+    Admission,
+    Failure,
+    Inbound,
+    MessageState,
+    StoredMessage,
+    TurnOutcome,
+)
 from gateway.ports import TurnRunner
 from gateway.router import Router
 from gateway.session import ResetContext, StopTurn
 from gateway.store.base import Store
+from policy import TRANSIENT
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +88,8 @@ class GatewayIntake:
         else:
             self._stats["admitted"] += 1
             self._observe("admitted", fields)
-            await self._router.deliver(admission.row)
+            if admission.local:  # else the node holding the conversation was notified
+                await self._router.deliver(admission.row)
         return admission
 
     async def command(self, platform: str, conversation: str, name: str) -> str:
@@ -153,6 +163,19 @@ class GatewayIntake:
                 extra={"platform": platform, "user": user_id, "max_pending": PAIRING_MAX_PENDING},
             )
         return code
+
+    async def outcome(self, user_row_id: int) -> TurnOutcome | None:
+        """How a user row's turn ended, read back from the store; None while it is pending."""
+        row = await self._store.message(user_row_id)
+        if row is None or row.state == MessageState.PENDING:
+            return None
+        if row.state == MessageState.CANCELLED:
+            return TurnOutcome(row.conversation, row.id, STOPPED_REPLY, None, ())
+        reply = await self._store.reply_to(user_row_id)
+        if reply is None:
+            return None
+        failure = Failure(reply.failure, reply.failure in TRANSIENT) if reply.failure else None
+        return TurnOutcome(row.conversation, row.id, reply.content, failure, ())
 
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         return await self._store.reply_to(user_row_id)

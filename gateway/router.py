@@ -15,9 +15,9 @@ from typing import Any
 
 import anyio
 
-from gateway.errors import ConversationClosed
+from gateway.errors import ConversationClosed, MailboxFull
 from gateway.messages import StoredMessage
-from gateway.session import SessionActor, SessionMessage, TurnAdmitted
+from gateway.session import LoadPending, SessionActor, SessionMessage, TurnAdmitted
 
 log = logging.getLogger(__name__)
 
@@ -45,13 +45,17 @@ class Router:
         self._actors: dict[str, SessionActor] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = anyio.Event()
-        self._stats = {"spawned": 0, "evicted": 0, "crashed": 0}
+        self._stats = {"spawned": 0, "evicted": 0, "crashed": 0, "lost": 0}
 
     def __repr__(self) -> str:
         return f"<Router live={len(self._actors)}>"
 
     def statistics(self) -> dict[str, int]:
         return {**self._stats, "live": len(self._actors)}
+
+    @property
+    def accepting(self) -> bool:
+        return self._tg is not None and not self._closed.is_set()
 
     def get(self, key: str) -> SessionActor | None:
         return self._actors.get(key)
@@ -81,6 +85,29 @@ class Router:
     def wake(self, key: str) -> None:
         """Make sure ``key`` has a live actor (which loads its pending rows from the store)."""
         self.actor(key)
+
+    def poll(self, key: str) -> None:
+        """Rows of ``key`` were admitted on another node: the live actor reads them from the
+        store, or a new actor starts (and reads them)."""
+        actor = self._actors.get(key)
+        if actor is None:
+            self.actor(key)
+            return
+        try:
+            actor.send_nowait(LoadPending())
+        except MailboxFull:
+            log.warning(
+                "mailbox full: pending rows wait for the next poll", extra={"conversation": key}
+            )
+
+    def lose(self, key: str) -> bool:
+        """Another node holds ``key`` now: abandon its actor (nothing is written or sent)."""
+        actor = self._actors.pop(key, None)
+        if actor is None:
+            return False
+        self._stats["lost"] += 1
+        actor.abandon()
+        return True
 
     async def _run_actor(self, actor: SessionActor) -> None:
         try:

@@ -23,7 +23,7 @@ from typing import Any, assert_never
 
 import anyio
 
-from gateway.errors import MailboxFull
+from gateway.errors import LeaseLost, MailboxFull
 from gateway.messages import (
     STOPPED_REPLY,
     ChatMessage,
@@ -56,7 +56,12 @@ class ResetContext:
     """Forget the cached history (``/new``); the store was reset already."""
 
 
-SessionMessage = TurnAdmitted | StopTurn | ResetContext
+@dataclass(frozen=True, slots=True)
+class LoadPending:
+    """Rows were admitted elsewhere (another node): queue the store's pending rows not queued."""
+
+
+SessionMessage = TurnAdmitted | StopTurn | ResetContext | LoadPending
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +81,9 @@ class SessionDeps:
 class SessionActor:
     # Slots: ten thousand idle conversations are ten thousand of these.
     __slots__ = (
+        "_abandoned",
         "_deps",
+        "_finished",
         "_floor",
         "_history",
         "_last_result",
@@ -112,6 +119,8 @@ class SessionActor:
         self._turn_scope: anyio.CancelScope | None = None
         self._running: StoredMessage | None = None
         self._last_result: TurnResult | None = None
+        self._finished = 0  # turns ended: a store read that overlapped one is read again
+        self._abandoned = False
         self.idle_since: float | None = deps.clock()
         self._stats = {"turns": 0, "failed": 0, "cancelled": 0, "reruns": 0}
 
@@ -147,6 +156,15 @@ class SessionActor:
         """Stop intake: the actor finishes its running turn, then ends."""
         self._send.close()
 
+    def abandon(self) -> None:
+        """Another node owns the conversation now (its lease was lost): stop the running turn
+        without writing or sending anything, drop the queue, end. The rows stay pending."""
+        self._abandoned = True
+        self._waiting.clear()
+        if self._turn_scope is not None:
+            self._turn_scope.cancel()
+        self._send.close()
+
     # -- the actor ---------------------------------------------------------------------------
 
     async def run(
@@ -179,8 +197,21 @@ class SessionActor:
                             self._turn_scope.cancel()
                     case ResetContext():
                         self._history = []
+                    case LoadPending():
+                        await self._load_pending()
                     case _:
                         assert_never(message)
+
+    async def _load_pending(self) -> None:
+        while True:
+            finished = self._finished
+            rows = await self._deps.store.pending(self.key)
+            if finished == self._finished:
+                break  # no turn ended during the read, so every row read is still pending
+        for row in rows:
+            if not self._is_queued(row.id) and not self._abandoned:
+                self._enqueue(row)
+                self._floor = max(self._floor, row.id)
 
     def _is_queued(self, row_id: int) -> bool:
         i = bisect.bisect_left(self._queued, row_id)
@@ -189,7 +220,8 @@ class SessionActor:
     def _enqueue(self, row: StoredMessage) -> None:
         bisect.insort(self._queued, row.id)
         self.idle_since = None
-        self._waiting.append(row)
+        # In id order: rows admitted together may reach the actor in any order.
+        bisect.insort(self._waiting, row, key=lambda r: r.id)
         if not self._working and self._tg is not None:
             self._working = True
             self._tg.start_soon(self._work)
@@ -202,6 +234,7 @@ class SessionActor:
                     await self._turn(row)
                 finally:
                     self._running = None
+                    self._finished += 1
                     self._queued.remove(row.id)
                     if not self._queued:
                         self.idle_since = self._deps.clock()
@@ -236,6 +269,9 @@ class SessionActor:
                     )
                     result = await self._run(history, row)
             self._turn_scope = None
+        if self._abandoned:
+            deps.observe("turn_abandoned", {"conversation": self.key, "row": row.id})
+            return
         if scope.cancelled_caught or result is None:
             self._stats["cancelled"] += 1
             await deps.store.cancel(row.id)
@@ -247,7 +283,18 @@ class SessionActor:
             # turn (a peer API request) learns how it ended.
             await self._outlet.deliver(TurnOutcome(self.key, row.id, STOPPED_REPLY, None, ()))
             return
-        outcome = await deps.store.answer(row, result, self._outlet.render(result.reply))
+        try:
+            outcome = await deps.store.answer(row, result, self._outlet.render(result.reply))
+        except LeaseLost as exc:
+            # Fenced: another node took the conversation over (this one was frozen or cut off)
+            # and runs the row itself. Nothing of this turn was stored or sent.
+            log.warning(
+                "lease lost: answer discarded",
+                extra={"conversation": self.key, "row": row.id, "reason": str(exc)},
+            )
+            deps.observe("turn_fenced", {"conversation": self.key, "row": row.id})
+            self.abandon()
+            return
         deps.observe(
             "answer_committed",
             {"conversation": self.key, "platform": self.platform, "row": row.id},

@@ -366,7 +366,13 @@ async def test_idle_actors_are_evicted_and_come_back_with_their_history(tmp_path
             clock.offset += 61
             assert app.router.evict_idle() == 2
             await anyio.wait_all_tasks_blocked()
-            assert app.router.statistics() == {"spawned": 2, "evicted": 2, "crashed": 0, "live": 0}
+            assert app.router.statistics() == {
+                "spawned": 2,
+                "evicted": 2,
+                "crashed": 0,
+                "lost": 0,
+                "live": 0,
+            }
             r = await http.post(f"{url}/api/sessions/e1/chat", json={"message": "second"})
             assert (await r.json())["message"]["content"] == "echo: second"
             assert app.router.statistics()["spawned"] == 3

@@ -303,8 +303,10 @@ async def test_heartbeat_renews_release_keeps_pending_and_orphans_are_claimed(
 ) -> None:
     async with two_nodes(postgres_url, lease_s=0.5) as (a, b):
         row = (await a.admit(inbound("one", "1"))).row
-        await a.answer(row, TurnResult(reply="r"), ["r"])
+        outcome = await a.answer(row, TurnResult(reply="r"), ["r"])
         await a.admit(inbound("q", "2", conversation="peer:busy"))
+        assert await a.release(["peer:a"]) == ["peer:a"]  # its reply is not delivered yet
+        await a.mark_delivered(outcome.chunks[0].id, "http:1")
         for _ in range(3):
             await anyio.sleep(0.2)
             renewal = await a.renew()

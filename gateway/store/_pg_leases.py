@@ -116,15 +116,19 @@ class LeasesMixin:
         return Renewal(lost, lost_named, tuple(r["key"] for r in rows if r["pending"]))
 
     async def release(self, keys: Sequence[str]) -> list[str]:
-        """Give up idle conversations; one with pending rows is kept (and returned)."""
+        """Give up idle conversations; one with pending rows or undelivered replies is kept
+        (and returned)."""
         held = sorted(k for k in keys if k in self.leases)
         if not held:
             return []
         rows = await self._pool.fetch(
             "UPDATE conversations c SET owner = NULL, lease_until = 0"
             " FROM unnest($2::text[], $3::bigint[]) AS h(k, f)"
-            " WHERE c.key = h.k AND c.fence = h.f AND c.owner = $1 AND NOT EXISTS"
-            " (SELECT 1 FROM messages m WHERE m.conversation = c.key AND m.state = 'pending')"
+            " WHERE c.key = h.k AND c.fence = h.f AND c.owner = $1"
+            " AND NOT EXISTS (SELECT 1 FROM messages m"
+            "  WHERE m.conversation = c.key AND m.state = 'pending')"
+            " AND NOT EXISTS (SELECT 1 FROM outbox o"
+            "  WHERE o.conversation = c.key AND o.state IN ('pending', 'sending'))"
             " RETURNING c.key",
             self.node,
             held,
@@ -136,10 +140,12 @@ class LeasesMixin:
         return [k for k in held if k not in released]
 
     async def claim_orphans(self, limit: int) -> list[tuple[str, str | None]]:
-        """Take conversations that have pending rows and no live lease: (key, previous owner)."""
+        """Take conversations with pending rows or undelivered replies and no live lease:
+        [(key, previous owner)]."""
         rows = await self._pool.fetch(
             "WITH orphan AS (SELECT c.key, c.owner AS previous FROM conversations c"
-            " WHERE c.key IN (SELECT DISTINCT conversation FROM messages WHERE state = 'pending')"
+            " WHERE c.key IN (SELECT conversation FROM messages WHERE state = 'pending'"
+            "  UNION SELECT conversation FROM outbox WHERE state IN ('pending', 'sending'))"
             f" AND (c.owner IS NULL OR c.lease_until < {NOW})"
             " ORDER BY c.key LIMIT $2 FOR UPDATE OF c SKIP LOCKED)"
             f" UPDATE conversations c SET owner = $1, fence = c.fence + 1, lease_until = {NOW} + $3"
@@ -154,6 +160,15 @@ class LeasesMixin:
         if claims:
             self.claimed(claims)
         return claims
+
+    async def disown_previous(self) -> list[str]:
+        """At start: conversations this node's name held before (a process that died) are
+        let go at once, for the sweep to claim as a takeover."""
+        rows = await self._pool.fetch(
+            "UPDATE conversations SET lease_until = 0 WHERE owner = $1 RETURNING key", self.node
+        )
+        self.leases.clear()
+        return [r["key"] for r in rows]
 
     async def acquire(self, key: str) -> bool:
         """Hold ``key`` (a notification named it): True when this node holds its lease now."""

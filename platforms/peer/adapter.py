@@ -24,7 +24,7 @@ from aiohttp import web
 
 from gateway.config import PeerConfig
 from gateway.errors import ConversationClosed
-from gateway.messages import CONTROL_COMMANDS, STOPPED_REPLY, Failure, Inbound, TurnOutcome
+from gateway.messages import CONTROL_COMMANDS, Failure, Inbound, TurnOutcome
 from gateway.ports import Intake
 from platforms.peer import convert, limits
 from platforms.peer.errors import error_middleware, json_error
@@ -32,6 +32,8 @@ from platforms.peer.openapi import build_openapi
 
 log = logging.getLogger(__name__)
 
+#: How often a waiting request also looks in the store for its turn's outcome.
+REPLY_CHECK_S = 2.0
 _OPEN_ROUTES = frozenset({"/healthz", "/readyz"})
 
 
@@ -218,17 +220,27 @@ class PeerAdapter:
             )
             row = admission.row
             if admission.duplicate and row.state != "pending":
-                stored = await self._intake.reply_to(row.id)
-                if stored is None:  # cancelled by /stop: no reply was written
-                    return row.id, STOPPED_REPLY, None
-                return row.id, stored.content, convert.failure_from_row(stored)
+                settled = await self._intake.outcome(row.id)
+                if settled is not None:
+                    return row.id, settled.reply, settled.failure
             self._pmids[row.id] = pmid
-            await event.wait()
+            await self._wait_outcome(pmid, row.id, event)
         finally:
             outcome = self._waiters.take(pmid, event)
         assert outcome is not None
         self._stats["turns"] += 1
         return outcome.user_row_id, outcome.reply, outcome.failure
+
+    async def _wait_outcome(self, pmid: str, row_id: int, event: anyio.Event) -> None:
+        """Until the turn's outcome arrives: delivered here (the turn ran on this node, or
+        its node notified this one), or, as a backstop for a lost notification or a node
+        that died after answering, found in the store."""
+        while not event.is_set():
+            with anyio.move_on_after(REPLY_CHECK_S):
+                await event.wait()
+            if not event.is_set() and (settled := await self._intake.outcome(row_id)):
+                self._pmids.pop(row_id, None)
+                self._waiters.resolve(pmid, settled)
 
     async def _chat(self, request: web.Request) -> web.Response:
         session_id = convert.check_session_id(request.match_info["session_id"])

@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.messages import Failure, StoredMessage
-from policy import TRANSIENT
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
@@ -159,12 +158,6 @@ def failure_json(failure: Failure | None) -> dict[str, Any] | None:
     if failure is None:
         return None
     return {"reason": failure.reason, "retryable": failure.retryable}
-
-
-def failure_from_row(reply: StoredMessage) -> Failure | None:
-    if reply.failure is None:
-        return None
-    return Failure(reply.failure, reply.failure in TRANSIENT)
 
 
 def chat_response(session_id: str, reply: str, failure: Failure | None) -> dict[str, Any]:

@@ -1,0 +1,272 @@
+"""This node's part in a cluster: several botmux nodes sharing one PostgreSQL store.
+
+The session actors stay in-process; PostgreSQL only decides which node hosts each
+conversation (a lease per conversation row, see ``gateway/store/_pg_leases.py``) and guards
+its commits (the fence). This actor keeps that true for one node:
+
+- it hears the node's notifications: ``pending:<key>`` (a row was admitted on another node
+  for a conversation held here, or held by nobody) and ``reply:<row id>`` (a peer API request
+  waiting here was answered on another node);
+- once per ``heartbeat_s`` it renews every lease in one statement, abandons conversations
+  it lost, releases idle ones, claims orphans (pending rows, no live lease: a dead node's),
+  and wakes held conversations with pending rows whose notification went missing;
+- when the database cannot be reached for 0.8 x the lease, it abandons every conversation
+  before its leases can expire, so no turn runs on two nodes at once;
+- conversations taken over from a dead node get their undelivered replies sent.
+
+Notifications are only hints: the heartbeat finds everything they would have said.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, assert_never
+
+import anyio
+import asyncpg
+
+from gateway.errors import GatewayError, StoreError
+from gateway.messages import TurnOutcome
+from gateway.ports import Outlet
+from gateway.redelivery import redeliver
+from gateway.router import Router
+from gateway.store.postgres import PostgresStore
+
+log = logging.getLogger(__name__)
+
+#: A node that has not renewed its leases for this share of the lease stops its turns.
+SELF_FENCE_AT = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class Notified:
+    payload: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """This node took conversations: (key, the node that held them before, if any)."""
+
+    claims: tuple[tuple[str, str | None], ...]
+
+
+ClusterMessage = Notified | Claimed
+
+
+class Cluster:
+    def __init__(
+        self,
+        store: PostgresStore,
+        router: Router,
+        outlets: dict[str, Outlet],
+        *,
+        outcome: Callable[[int], Awaitable[TurnOutcome | None]],
+        heartbeat_s: float,
+        claim_batch: int,
+        max_age_s: float,
+        at_most_once: bool,
+        observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._router = router
+        self._outlets = outlets
+        self._outcome = outcome
+        self._heartbeat_s = heartbeat_s
+        self._claim_batch = claim_batch
+        self._max_age_s = max_age_s
+        self._at_most_once = at_most_once
+        self._observe = observe
+        self._clock = clock
+        self._send, self._receive = anyio.create_memory_object_stream[ClusterMessage](10_000)
+        self._inherited: set[str] = set()  # held by this node's name before this process
+        self._last_renewal = clock()
+        self._stats = {
+            "heartbeats": 0,
+            "heartbeat_failures": 0,
+            "self_fenced": 0,
+            "lost": 0,
+            "claimed": 0,
+            "taken_over": 0,
+            "released": 0,
+            "notifications": 0,
+            "dropped_notifications": 0,
+        }
+
+    def __repr__(self) -> str:
+        return f"<Cluster node={self._store.node} leases={len(self._store.leases)}>"
+
+    def statistics(self) -> dict[str, int]:
+        return {**self._stats, "leases": len(self._store.leases)}
+
+    @property
+    def node(self) -> str:
+        return self._store.node
+
+    # -- inputs (synchronous: called from asyncpg's listener and the store's commit) ---------
+
+    def _post(self, message: ClusterMessage) -> None:
+        try:
+            self._send.send_nowait(message)
+        except anyio.WouldBlock:
+            # Only a hint is lost: the next heartbeat finds the pending rows and the claims.
+            self._stats["dropped_notifications"] += 1
+            log.warning("cluster mailbox full: a notification waits for the next heartbeat")
+
+    def _notified(self, payload: str) -> None:
+        self._stats["notifications"] += 1
+        self._post(Notified(payload))
+
+    def _claimed(self, claims: list[tuple[str, str | None]]) -> None:
+        self._post(Claimed(tuple(claims)))
+
+    # -- the actor ---------------------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        store = self._store
+        await store.register_node()
+        self._inherited = set(await store.disown_previous())
+        store.claimed = self._claimed
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._serve)
+                started = False
+                while True:
+                    async with store.listening(self._notified) as listener:
+                        if not started:
+                            await self._heartbeat()  # claims what a dead node left, at once
+                            task_status.started()
+                            started = True
+                        await self._beat_while_open(listener)
+                    log.warning("cluster: notification connection lost; reconnecting")
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                try:
+                    await store.release_all()
+                except (StoreError, asyncpg.PostgresError, OSError) as exc:
+                    log.warning("cluster: leases not released at stop", extra={"error": str(exc)})
+
+    async def _beat_while_open(self, listener: asyncpg.Connection) -> None:
+        while not listener.is_closed():
+            await anyio.sleep(self._heartbeat_s)
+            await self._heartbeat()
+
+    async def _serve(self) -> None:
+        async with self._receive:
+            async for message in self._receive:
+                try:
+                    await self._handle(message)
+                except GatewayError as exc:
+                    log.warning(
+                        "cluster: message not handled", extra={"error": str(exc), "what": message}
+                    )
+
+    async def _handle(self, message: ClusterMessage) -> None:
+        match message:
+            case Notified(payload=payload):
+                kind, _, what = payload.partition(":")
+                if kind == "pending":
+                    await self._pending_elsewhere(what)
+                elif kind == "reply":
+                    await self._reply_elsewhere(int(what))
+            case Claimed(claims=claims):
+                await self._took(claims)
+            case _:
+                assert_never(message)
+
+    async def _pending_elsewhere(self, key: str) -> None:
+        if key.split(":", 1)[0] not in self._outlets or not self._router.accepting:
+            return
+        if self._router.get(key) is not None or await self._store.acquire(key):
+            self._router.poll(key)
+
+    async def _reply_elsewhere(self, row_id: int) -> None:
+        outcome = await self._outcome(row_id)
+        if outcome is None:
+            return
+        outlet = self._outlets.get(outcome.conversation.split(":", 1)[0])
+        if outlet is not None:
+            await outlet.deliver(outcome)
+
+    async def _took(self, claims: Sequence[tuple[str, str | None]]) -> None:
+        takeovers = [
+            key
+            for key, previous in claims
+            if previous is not None and (previous != self.node or key in self._inherited)
+        ]
+        self._stats["claimed"] += len(claims)
+        if takeovers:
+            self._stats["taken_over"] += len(takeovers)
+            self._inherited.difference_update(takeovers)
+            log.info(
+                "took over conversations from a node that stopped",
+                extra={"count": len(takeovers), "node": self.node},
+            )
+            self._observe("takeover", {"conversations": len(takeovers)})
+            await self._redeliver(takeovers)
+        for key, _ in claims:
+            if key.split(":", 1)[0] in self._outlets and self._router.accepting:
+                self._router.poll(key)
+
+    async def _redeliver(self, keys: list[str]) -> None:
+        """Replies the dead node committed but had not delivered (as after a restart)."""
+        store = self._store
+        if self._at_most_once:
+            await store.expire_in_flight(keys)
+        chunks = await store.undelivered(conversations=keys)
+        await redeliver(store, self._outlets, chunks, max_age_s=self._max_age_s)
+
+    # -- the heartbeat -----------------------------------------------------------------------
+
+    async def _heartbeat(self) -> None:
+        store, router = self._store, self._router
+        lease_s = store.lease_s
+        try:
+            with anyio.fail_after(lease_s * (1 - SELF_FENCE_AT)):
+                renewal = await store.renew()
+        except (StoreError, asyncpg.PostgresError, OSError, TimeoutError) as exc:
+            self._stats["heartbeat_failures"] += 1
+            silent = self._clock() - self._last_renewal
+            log.warning(
+                "cluster: lease renewal failed",
+                extra={"error": str(exc) or type(exc).__name__, "since_s": round(silent, 2)},
+            )
+            if silent >= lease_s * SELF_FENCE_AT and store.leases:
+                self._self_fence()
+            return
+        self._last_renewal = self._clock()
+        self._stats["heartbeats"] += 1
+        for key in renewal.lost:
+            if router.lose(key):
+                self._stats["lost"] += 1
+                log.warning("cluster: lease lost to another node", extra={"conversation": key})
+        for key in renewal.with_pending:
+            actor = router.get(key)
+            if router.accepting and (actor is None or actor.idle_since is not None):
+                router.poll(key)  # a notification went missing, or a node released late
+        idle = [key for key in store.leases if router.get(key) is None]
+        kept = await store.release(idle)
+        self._stats["released"] += len(idle) - len(kept)
+        for key in kept:
+            if key.split(":", 1)[0] in self._outlets and router.accepting:
+                router.poll(key)
+        if router.accepting:  # not while draining: the other nodes take them
+            await store.claim_orphans(self._claim_batch)
+
+    def _self_fence(self) -> None:
+        """Cut off from the database for most of a lease: stop every turn here before another
+        node may take the conversations over."""
+        keys = list(self._store.leases)
+        self._stats["self_fenced"] += 1
+        log.error(
+            "cluster: cannot renew leases; stopping this node's turns",
+            extra={"conversations": len(keys)},
+        )
+        for key in keys:
+            self._router.lose(key)
+        self._store.leases.clear()
