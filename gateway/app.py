@@ -8,6 +8,7 @@ Turns that did not finish stay pending and are resumed at the next start.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -140,6 +141,9 @@ class GatewayApp:
             checks[adapter.platform] = adapter.connected
         return checks
 
+    async def _holds(self, key: str) -> bool:
+        return self.cluster is not None and await self.cluster.holds(key)
+
     def _cluster(
         self,
         store: Store,
@@ -190,6 +194,9 @@ class GatewayApp:
                     observe=observe,
                     clock=self.clock,
                 )
+                if config.store.shared:
+                    # Session actors ask the cluster (built below) before each model call.
+                    deps = dataclasses.replace(deps, holds=self._holds)
                 router = self.router = Router(
                     lambda key: SessionActor(key, deps),
                     idle_s=config.gateway.idle_evict_s,

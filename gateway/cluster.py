@@ -84,6 +84,7 @@ class Cluster:
         self._send, self._receive = anyio.create_memory_object_stream[ClusterMessage](10_000)
         self._inherited: set[str] = set()  # held by this node's name before this process
         self._last_renewal = clock()
+        self._renewed = anyio.Event()  # set (and replaced) at each successful heartbeat
         self._stats = {
             "heartbeats": 0,
             "heartbeat_failures": 0,
@@ -221,6 +222,17 @@ class Cluster:
         chunks = await store.undelivered(conversations=keys)
         await redeliver(store, self._outlets, chunks, max_age_s=self._max_age_s)
 
+    async def holds(self, key: str) -> bool:
+        """Whether this node holds ``key``'s lease now. After a silence (the process was
+        frozen, the database unreachable) that is only known after the next heartbeat."""
+        lease_s = self._store.lease_s
+        if self._clock() - self._last_renewal >= lease_s * SELF_FENCE_AT:
+            with anyio.move_on_after(lease_s):
+                await self._renewed.wait()
+            if self._clock() - self._last_renewal >= lease_s * SELF_FENCE_AT:
+                return False
+        return key in self._store.leases
+
     # -- the heartbeat -----------------------------------------------------------------------
 
     async def _heartbeat(self) -> None:
@@ -240,6 +252,8 @@ class Cluster:
                 self._self_fence()
             return
         self._last_renewal = self._clock()
+        self._renewed.set()
+        self._renewed = anyio.Event()
         self._stats["heartbeats"] += 1
         for key in renewal.lost:
             if router.lose(key):

@@ -1,10 +1,11 @@
-"""Failpoints: named places in the turn lifecycle where a test can crash the process.
+"""Failpoints: named places in the turn lifecycle where a test can crash or freeze the process.
 
 A testing aid, nothing more. Armed only by the environment variable ``BOTMUX_FAILPOINT``,
 read once when ``botmux run`` starts, for example::
 
     BOTMUX_FAILPOINT=after_answer_commit:kill        # SIGKILL at the first pass
     BOTMUX_FAILPOINT=between_chunks:kill@2           # at the second pass
+    BOTMUX_FAILPOINT=after_model_call:stop           # SIGSTOP: frozen until SIGCONT
 
 Each failpoint is an event the runtime already reports to its observer (the one sink that
 logs and counts), so an unarmed failpoint costs one dictionary lookup on an event that is
@@ -39,39 +40,42 @@ EVENTS = {
     "between_chunks": "chunk_recorded",
 }
 ENV = "BOTMUX_FAILPOINT"
+_SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 
 
 @dataclass(slots=True)
 class Failpoints:
-    """The armed failpoints, by event name: (failpoint, fire on the n-th pass)."""
+    """The armed failpoints, by event name: (failpoint, fire on the n-th pass, action)."""
 
-    armed: dict[str, tuple[str, int]] = field(default_factory=dict)
+    armed: dict[str, tuple[str, int, str]] = field(default_factory=dict)
     passes: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Failpoints:
         spec = env.get(ENV, "").strip()
-        armed: dict[str, tuple[str, int]] = {}
+        armed: dict[str, tuple[str, int, str]] = {}
         for item in filter(None, (part.strip() for part in spec.split(","))):
             name, _, action = item.partition(":")
             action, _, nth = action.partition("@")
-            if name not in EVENTS or action != "kill" or (nth and not nth.isdigit()):
+            if name not in EVENTS or action not in _SIGNALS or (nth and not nth.isdigit()):
                 raise ConfigError(
                     ENV,
-                    f"{item!r}: expected NAME:kill or NAME:kill@N, NAME one of {', '.join(EVENTS)}",
+                    f"{item!r}: expected NAME:ACTION or NAME:ACTION@N, ACTION kill or stop,"
+                    f" NAME one of {', '.join(EVENTS)}",
                 )
-            armed[EVENTS[name]] = (name, int(nth or 1))
+            armed[EVENTS[name]] = (name, int(nth or 1), action)
         return cls(armed)
 
     def __bool__(self) -> bool:
         return bool(self.armed)
 
     def passed(self, event: str, fields: Mapping[str, Any]) -> None:
-        """Called for every observed event; kills the process at an armed failpoint."""
+        """Called for every observed event; kills or freezes the process at an armed one."""
         point = self.armed.get(event)
         if point is None or (event == "model_call" and fields.get("outcome") != "ok"):
             return
         count = self.passes[event] = self.passes.get(event, 0) + 1
         if count == point[1]:
-            os.write(2, f"botmux: failpoint {point[0]} reached: SIGKILL\n".encode())
-            os.kill(os.getpid(), signal.SIGKILL)
+            sig = _SIGNALS[point[2]]
+            os.write(2, f"botmux: failpoint {point[0]} reached: {sig.name}\n".encode())
+            os.kill(os.getpid(), sig)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -76,6 +76,9 @@ class SessionDeps:
     mailbox_size: int
     observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None
     clock: Callable[[], float] = time.monotonic
+    # Several nodes: whether this node still holds the conversation's lease, asked right
+    # before each model call (a node frozen past its lease must not call the model again).
+    holds: Callable[[str], Awaitable[bool]] | None = None
 
 
 class SessionActor:
@@ -258,8 +261,12 @@ class SessionActor:
         async with deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:
                 self._turn_scope = scope
+                if not await self._may_run():
+                    return
                 result = await self._run(history, row)
                 if result.failure is not None and result.failure.retryable:
+                    if not await self._may_run():
+                        return
                     # Nothing of the failed attempt is visible yet (replies go out only after
                     # the answer commit), so the re-run adopts the same stored row.
                     self._stats["reruns"] += 1
@@ -317,6 +324,15 @@ class SessionActor:
             },
         )
         await self._outlet.deliver(outcome)
+
+    async def _may_run(self) -> bool:
+        """False (and the actor abandons the conversation) when another node may own it."""
+        holds = self._deps.holds
+        if holds is None or await holds(self.key):
+            return True
+        log.warning("lease not held: turn left to its new owner", extra={"conversation": self.key})
+        self.abandon()
+        return False
 
     async def _run(self, history: list[ChatMessage], row: StoredMessage) -> TurnResult:
         """The model turn; a bug in it fails this turn honestly instead of the whole gateway."""

@@ -41,8 +41,10 @@ def config_text(
     keys: tuple[str, ...] = ("sk-test-key-0001",),
     extra: str = "",
     model_extra: str = "",
+    store_url: str = "",
 ) -> str:
-    text = f'[store]\npath = "{store}"\n\n[peer]\nlisten = "{listen}"\n'
+    url = f'url = "{store_url}"\n' if store_url else ""
+    text = f'[store]\npath = "{store}"\n{url}\n[peer]\nlisten = "{listen}"\n'
     if model_url is not None:
         keys_toml = ", ".join(f'"{k}"' for k in keys)
         text += (

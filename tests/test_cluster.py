@@ -1,0 +1,267 @@
+"""Several botmux nodes on one PostgreSQL database, as real processes.
+
+- The run: 3 nodes, 100 conversations x 10 messages through the peer API, each message sent
+  to a different node than the one before; mid-run one node is SIGKILLed and another frozen
+  (SIGSTOP) for longer than the lease. Every message is answered exactly once, in order per
+  conversation, and no two turns of one conversation ever overlap in the model (the fake
+  model records each conversation's concurrency across all nodes).
+- Fencing: a node frozen past its lease right after its model call, then resumed, cannot
+  commit its late answer; the new owner's answer is the one stored and returned.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import time
+from collections import defaultdict
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import anyio
+import asyncpg
+import pytest
+
+from tests.fakes.openai_server import FakeModel, Ok, Sleep, open_fake_model
+from tests.harness import GatewayProcess, config_text, free_port
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+
+LEASE_S = 2.0
+HEARTBEAT_S = 0.4
+CONVERSATIONS = 100
+MESSAGES = 10
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[FakeModel]:
+    async with open_fake_model() as fake:
+        fake.session_of = lambda r: r.last_user.split("#")[0]
+        yield fake
+
+
+def node(tmp_path: Path, url: str, model_url: str, name: str) -> GatewayProcess:
+    port = free_port()
+    config = tmp_path / f"{name}.toml"
+    config.write_text(
+        config_text(
+            tmp_path / "unused.db",
+            model_url,
+            listen=f"127.0.0.1:{port}",
+            store_url=url,
+            extra=(
+                f'[cluster]\nnode_id = "{name}"\nlease_s = {LEASE_S}\nheartbeat_s = {HEARTBEAT_S}\n'
+                "[gateway]\nmax_concurrent_turns = 200\n"
+            ),
+        )
+    )
+    return GatewayProcess(config, port, tmp_path / f"{name}.log")
+
+
+async def fetch(url: str, sql: str) -> list[asyncpg.Record]:
+    db = await asyncpg.connect(url)
+    try:
+        return list(await db.fetch(sql))
+    finally:
+        await db.close()
+
+
+async def test_three_nodes_survive_a_kill_and_a_freeze(
+    tmp_path: Path, postgres_url: str, model: FakeModel
+) -> None:
+    model.default = lambda r: Sleep(0.03, Ok(f"echo: {r.last_user}"))
+    nodes = [node(tmp_path, postgres_url, model.base_url, f"n{i}") for i in range(3)]
+    for n in nodes:
+        await n.start()
+    killed, frozen = nodes[0], nodes[1]
+    replies: dict[str, list[str]] = defaultdict(list)
+    retries = 0
+    answered = 0
+    progress = anyio.Event()  # set when 30% are answered
+    halfway = anyio.Event()
+    killed_at = 0.0
+    orphaned: set[str] = set()  # conversations the killed node held at the kill
+    takeover: dict[str, float] = {}  # seconds from the kill to their next answer
+
+    async def send(http: aiohttp.ClientSession, conversation: int, n: int) -> None:
+        nonlocal retries, answered
+        key = f"c{conversation}-m{n}"
+        text = f"c{conversation}#{n}"
+        target = (conversation + n) % 3
+        while True:
+            gw = nodes[target]
+            try:
+                async with http.post(
+                    f"{gw.url}/api/sessions/c{conversation}/chat",
+                    json={"message": text},
+                    headers={"Idempotency-Key": key},
+                    timeout=aiohttp.ClientTimeout(total=4 * LEASE_S),
+                ) as r:
+                    if r.status == 200:
+                        body = await r.json()
+                        break
+            except (aiohttp.ClientError, TimeoutError):
+                pass
+            # The node died or froze: retry, with the same key, on the next node (a client
+            # behind a load balancer does the same).
+            retries += 1
+            target = (target + 1) % 3
+        if f"peer:c{conversation}" in orphaned:
+            takeover.setdefault(f"peer:c{conversation}", time.monotonic() - killed_at)
+        replies[f"c{conversation}"].append(body["message"]["content"])
+        answered += 1
+        if answered >= CONVERSATIONS * MESSAGES * 0.3:
+            progress.set()
+        if answered >= CONVERSATIONS * MESSAGES * 0.5:
+            halfway.set()
+
+    async def conversation(http: aiohttp.ClientSession, c: int) -> None:
+        for n in range(MESSAGES):  # each conversation's messages in order, one at a time
+            await send(http, c, n)
+
+    async def chaos() -> None:
+        nonlocal killed_at
+        await progress.wait()
+        killed_at = time.monotonic()
+        await killed.kill()  # SIGKILL
+        held = await fetch(
+            postgres_url,
+            "SELECT key FROM conversations WHERE owner = 'n0'"
+            " AND lease_until > extract(epoch from clock_timestamp())",
+        )
+        orphaned.update(r["key"] for r in held)
+        await halfway.wait()
+        frozen.signal(signal.SIGSTOP)
+        await anyio.sleep(LEASE_S * 1.75)  # longer than the lease
+        frozen.signal(signal.SIGCONT)
+
+    started = time.monotonic()
+    try:
+        async with aiohttp.ClientSession() as http, anyio.create_task_group() as tg:
+            tg.start_soon(chaos)
+            for c in range(CONVERSATIONS):
+                tg.start_soon(conversation, http, c)
+        elapsed = time.monotonic() - started
+        user_rows = await fetch(
+            postgres_url,
+            "SELECT conversation, content, state, id FROM messages WHERE role = 'user' ORDER BY id",
+        )
+        assistant_rows = await fetch(
+            postgres_url,
+            "SELECT u.content AS question, a.content AS answer, a.failure FROM messages a"
+            " JOIN messages u ON u.id = a.user_row_id WHERE a.role = 'assistant'",
+        )
+    finally:
+        frozen.signal(signal.SIGCONT)
+        for n in nodes[1:]:
+            n.signal(signal.SIGTERM)
+        for n in nodes[1:]:
+            with anyio.fail_after(20):
+                await n.wait()
+
+    # Every message answered exactly once, and the client saw that answer, in order.
+    for c in range(CONVERSATIONS):
+        assert replies[f"c{c}"] == [f"echo: c{c}#{n}" for n in range(MESSAGES)]
+    assert len(user_rows) == CONVERSATIONS * MESSAGES
+    assert {r["state"] for r in user_rows} == {"answered"}
+    assert len(assistant_rows) == CONVERSATIONS * MESSAGES
+    assert sorted(r["question"] for r in assistant_rows) == sorted(r["content"] for r in user_rows)
+    assert all(
+        r["failure"] is None and r["answer"] == f"echo: {r['question']}" for r in assistant_rows
+    )
+    # Order per conversation: admission order (ids) is the order the client sent, and the
+    # model saw each conversation's messages in that order (a turn re-run after a takeover
+    # repeats its message; nothing ran ahead of it).
+    by_conversation: dict[str, list[int]] = defaultdict(list)
+    for r in user_rows:
+        by_conversation[r["conversation"]].append(int(r["content"].split("#")[1]))
+    assert all(seq == list(range(MESSAGES)) for seq in by_conversation.values())
+    seen: dict[str, list[int]] = defaultdict(list)
+    for request in model.requests:
+        c, n = request.last_user.split("#")
+        if not seen[c] or seen[c][-1] != int(n):
+            seen[c].append(int(n))
+    assert all(seq == list(range(MESSAGES)) for seq in seen.values()), seen
+    # No two turns of one conversation overlapped, on any node.
+    assert set(model.max_concurrency.values()) == {1}
+    assert len(model.max_concurrency) == CONVERSATIONS
+    # The survivors took the dead node's conversations over.
+    logs = nodes[1].log() + nodes[2].log()
+    assert "took over conversations" in logs
+    assert takeover and len(takeover) == len(orphaned)
+    rerun = len(model.requests) - CONVERSATIONS * MESSAGES
+    report = {
+        "nodes": 3,
+        "messages": CONVERSATIONS * MESSAGES,
+        "seconds": round(elapsed, 1),
+        "client_retries": retries,
+        "model_calls_repeated_after_takeover": rerun,
+        "lease_s": LEASE_S,
+        "conversations_taken_over": len(takeover),
+        "takeover_s_median": round(statistics.median(takeover.values()), 2),
+        "takeover_s_max": round(max(takeover.values()), 2),
+    }
+    print("\ncluster run:", json.dumps(report))
+    out = os.environ.get("BOTMUX_CLUSTER_REPORT")
+    if out:
+        await anyio.Path(out).write_text(json.dumps(report, indent=2) + "\n")
+
+
+async def test_a_node_frozen_past_its_lease_cannot_commit_its_late_answer(
+    tmp_path: Path, postgres_url: str, model: FakeModel
+) -> None:
+    a = node(tmp_path, postgres_url, model.base_url, "a")
+    b = node(tmp_path, postgres_url, model.base_url, "b")
+    model.script(Ok("late answer from a"), Ok("answer from b"))
+    # a freezes itself right after the model answered, before its answer commit.
+    await a.start(env={"BOTMUX_FAILPOINT": "after_model_call:stop"})
+    await b.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async with anyio.create_task_group() as tg:
+                reply: dict[str, object] = {}
+
+                async def ask() -> None:
+                    async with http.post(
+                        f"{a.url}/api/sessions/s/chat",
+                        json={"message": "s#0"},
+                        headers={"Idempotency-Key": "k1"},
+                        timeout=aiohttp.ClientTimeout(total=30),
+                    ) as r:
+                        reply.update(status=r.status, body=await r.json())
+
+                tg.start_soon(ask)
+                with anyio.fail_after(20):
+                    await model.wait_for_completed(2)  # b took over and asked the model
+                    while not await fetch(  # noqa: ASYNC110 - another process: poll
+                        postgres_url, "SELECT 1 FROM messages WHERE role = 'assistant'"
+                    ):
+                        await anyio.sleep(0.05)
+                a.signal(signal.SIGCONT)  # a wakes up with its late answer
+            rows = await fetch(
+                postgres_url,
+                "SELECT role, content, state FROM messages ORDER BY id",
+            )
+            owner = await fetch(postgres_url, "SELECT owner, fence FROM conversations")
+        with anyio.fail_after(10):
+            while "lease lost" not in a.log():  # noqa: ASYNC110 - another process: poll
+                await anyio.sleep(0.05)
+    finally:
+        a.signal(signal.SIGCONT)
+        for gw in (a, b):
+            gw.signal(signal.SIGTERM)
+        for gw in (a, b):
+            with anyio.fail_after(20):
+                await gw.wait()
+    assert [(r["role"], r["content"], r["state"]) for r in rows] == [
+        ("user", "s#0", "answered"),
+        ("assistant", "answer from b", "final"),
+    ]
+    assert reply["status"] == 200
+    assert reply["body"]["message"]["content"] == "answer from b"  # type: ignore[index]
+    assert owner[0]["fence"] == 2  # claimed by a, then by b
+    assert "lease lost: answer discarded" in a.log()
+    assert "late answer from a" not in a.log() + b.log()
