@@ -21,7 +21,7 @@ from gateway.config import Config
 from gateway.failpoints import Failpoints
 from gateway.intake import GatewayIntake
 from gateway.metrics import Metrics, Snapshot
-from gateway.ports import Intake, Outlet, PlatformAdapter
+from gateway.ports import Intake, Leases, Outlet, PlatformAdapter
 from gateway.redelivery import redeliver
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
@@ -96,18 +96,22 @@ async def resume_interrupted(
 
 
 def build_adapters(
-    config: Config, intake: Intake, observe: Callable[[str, dict[str, Any]], None]
+    config: Config,
+    intake: Intake,
+    observe: Callable[[str, dict[str, Any]], None],
+    leases: Leases | None = None,
 ) -> list[PlatformAdapter]:
-    """The chat platform adapters the config turns on (imported only when on)."""
+    """The chat platform adapters the config turns on (imported only when on). ``leases``:
+    several nodes share the store, so what only one node may do is leased."""
     adapters: list[PlatformAdapter] = []
     if config.telegram is not None:
         from platforms.telegram import TelegramAdapter
 
-        adapters.append(TelegramAdapter(config.telegram, intake, observe=observe))
+        adapters.append(TelegramAdapter(config.telegram, intake, observe=observe, leases=leases))
     if config.discord is not None:
         from platforms.discord import DiscordAdapter
 
-        adapters.append(DiscordAdapter(config.discord, intake, observe=observe))
+        adapters.append(DiscordAdapter(config.discord, intake, observe=observe, leases=leases))
     return adapters
 
 
@@ -233,7 +237,8 @@ class GatewayApp:
                     clock=self.clock,
                 )
                 outlets["peer"] = peer
-                self.adapters = build_adapters(config, intake, observe)
+                cluster = self._cluster(store, router, outlets, intake, observe)
+                self.adapters = build_adapters(config, intake, observe, cluster)
                 for adapter in self.adapters:
                     outlets[adapter.platform] = adapter
                 async with anyio.create_task_group() as tg:
@@ -246,7 +251,6 @@ class GatewayApp:
                             router_done.set()
 
                     tg.start_soon(run_router)
-                    cluster = self._cluster(store, router, outlets, intake, observe)
                     await tg.start(peer.run)
                     self._ready["peer"] = True
                     for adapter in self.adapters:

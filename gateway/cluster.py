@@ -233,6 +233,30 @@ class Cluster:
                 return False
         return key in self._store.leases
 
+    # -- named leases (gateway.ports.Leases) --------------------------------------------------
+
+    @property
+    def period_s(self) -> float:
+        return self._heartbeat_s
+
+    async def hold(self, name: str) -> bool:
+        if not self._router.accepting:
+            return False  # draining: let another node take it
+        try:
+            return await self._store.try_named(name)
+        except (StoreError, asyncpg.PostgresError, OSError) as exc:
+            log.warning("cluster: lease not taken", extra={"lease": name, "error": str(exc)})
+            return False
+
+    def held(self, name: str) -> bool:
+        return name in self._store.named
+
+    async def release(self, name: str) -> None:
+        try:
+            await self._store.release_named(name)
+        except (StoreError, asyncpg.PostgresError, OSError) as exc:
+            log.warning("cluster: lease not released", extra={"lease": name, "error": str(exc)})
+
     # -- the heartbeat -----------------------------------------------------------------------
 
     async def _heartbeat(self) -> None:
@@ -248,13 +272,15 @@ class Cluster:
                 "cluster: lease renewal failed",
                 extra={"error": str(exc) or type(exc).__name__, "since_s": round(silent, 2)},
             )
-            if silent >= lease_s * SELF_FENCE_AT and store.leases:
+            if silent >= lease_s * SELF_FENCE_AT and (store.leases or store.named):
                 self._self_fence()
             return
         self._last_renewal = self._clock()
         self._renewed.set()
         self._renewed = anyio.Event()
         self._stats["heartbeats"] += 1
+        for name in renewal.lost_named:
+            log.warning("cluster: lease lost to another node", extra={"lease": name})
         for key in renewal.lost:
             if router.lose(key):
                 self._stats["lost"] += 1
@@ -284,3 +310,4 @@ class Cluster:
         for key in keys:
             self._router.lose(key)
         self._store.leases.clear()
+        self._store.named.clear()  # the adapters see it at their next look and stop

@@ -69,6 +69,34 @@ class PlatformAdapter(Outlet, Protocol):
         ...
 
 
+class Leases(Protocol):
+    """Named leases shared by the nodes of a cluster (PostgreSQL store): one holder at a time.
+
+    A platform adapter uses them for what only one node may do: poll Telegram's getUpdates
+    (``telegram:poller``), run a Discord shard (``discord:shard:<n>``). On a single node the
+    adapter is given none and does it all. A lease is kept by calling ``hold`` again every
+    ``period_s``; it is lost when its node stops renewing (dies, freezes, loses the database)
+    for ``lease_s``, and another node's ``hold`` then takes it.
+    """
+
+    @property
+    def period_s(self) -> float:
+        """How often to call ``hold`` (the cluster's heartbeat)."""
+        ...
+
+    async def hold(self, name: str) -> bool:
+        """Take ``name`` if no live node holds it, or keep it: True while this node holds it."""
+        ...
+
+    def held(self, name: str) -> bool:
+        """Whether this node held ``name`` at its last heartbeat (no I/O)."""
+        ...
+
+    async def release(self, name: str) -> None:
+        """Give ``name`` up now (a clean stop), so another node takes it at once."""
+        ...
+
+
 class Intake(Protocol):
     """What a platform adapter may ask of the runtime."""
 

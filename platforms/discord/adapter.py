@@ -29,7 +29,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from gateway.config import DiscordConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError
 from gateway.messages import OutboxChunk, TurnOutcome
-from gateway.ports import Intake
+from gateway.ports import Intake, Leases
 from platforms._courier import Courier
 from platforms._typing import keep_typing
 from platforms.discord import convert
@@ -75,8 +75,10 @@ class DiscordAdapter:
         *,
         observe: Observe = lambda event, fields: None,
         mailbox: int = 1024,
+        leases: Leases | None = None,
     ) -> None:
         self._config = config
+        self._leases = leases  # several nodes: each runs the shards it holds
         self._intake = intake
         self._observe = observe
         self._mailbox = mailbox

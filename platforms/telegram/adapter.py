@@ -52,7 +52,7 @@ from telegram.ext import Application, ExtBot
 from gateway.config import TelegramConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError
 from gateway.messages import OutboxChunk, TurnOutcome
-from gateway.ports import Intake
+from gateway.ports import Intake, Leases
 from platforms._courier import Courier
 from platforms._typing import keep_typing
 from platforms.telegram import convert, errors, render
@@ -139,8 +139,16 @@ class _UpdateQueue(asyncio.Queue[object]):
 class TelegramAdapter:
     platform = PLATFORM
 
-    def __init__(self, config: TelegramConfig, intake: Intake, *, observe: Observe) -> None:
+    def __init__(
+        self,
+        config: TelegramConfig,
+        intake: Intake,
+        *,
+        observe: Observe,
+        leases: Leases | None = None,
+    ) -> None:
         self._config = config
+        self._leases = leases  # several nodes: only the holder of "telegram:poller" polls
         self._intake = intake
         self._observe = observe
         self._courier = Courier(PLATFORM, self._send_chunk, intake, observe=observe)
