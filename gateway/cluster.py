@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 #: A node that has not renewed its leases for this share of the lease stops its turns.
 SELF_FENCE_AT = 0.8
+_UNREACHABLE = (StoreError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,15 +137,19 @@ class Cluster:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._serve)
-                started = False
+                async with store.listening(self._notified) as listener:
+                    await self._heartbeat()  # claims what a dead node left, at once
+                    task_status.started()
+                    await self._beat_while_open(listener)
                 while True:
-                    async with store.listening(self._notified) as listener:
-                        if not started:
-                            await self._heartbeat()  # claims what a dead node left, at once
-                            task_status.started()
-                            started = True
-                        await self._beat_while_open(listener)
+                    # Notifications sent meanwhile are lost; heartbeats find their work.
                     log.warning("cluster: notification connection lost; reconnecting")
+                    try:
+                        async with store.listening(self._notified) as listener:
+                            await self._beat_while_open(listener)
+                    except _UNREACHABLE:
+                        await self._heartbeat()
+                        await anyio.sleep(self._heartbeat_s)
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 try:
@@ -265,7 +270,7 @@ class Cluster:
         try:
             with anyio.fail_after(lease_s * (1 - SELF_FENCE_AT)):
                 renewal = await store.renew()
-        except (StoreError, asyncpg.PostgresError, OSError, TimeoutError) as exc:
+        except _UNREACHABLE as exc:
             self._stats["heartbeat_failures"] += 1
             silent = self._clock() - self._last_renewal
             log.warning(
@@ -289,6 +294,15 @@ class Cluster:
             actor = router.get(key)
             if router.accepting and (actor is None or actor.idle_since is not None):
                 router.poll(key)  # a notification went missing, or a node released late
+        try:
+            with anyio.fail_after(lease_s):
+                await self._tidy()
+        except _UNREACHABLE as exc:
+            log.warning("cluster: release or claim failed", extra={"error": str(exc)})
+
+    async def _tidy(self) -> None:
+        """Release conversations with no live actor here; claim what dead nodes left."""
+        store, router = self._store, self._router
         idle = [key for key in store.leases if router.get(key) is None]
         kept = await store.release(idle)
         self._stats["released"] += len(idle) - len(kept)

@@ -69,8 +69,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start(base: Path) -> str:
-    """Create and start a cluster under ``base``; return its URL (database ``botmux``)."""
+def start(base: Path, *, durable: bool = False) -> str:
+    """Create and start a cluster under ``base``; return its URL (database ``botmux``).
+
+    Tests run it without fsync (nothing here must survive a power cut); ``durable`` keeps
+    PostgreSQL's defaults, for benchmarks."""
     bindir = _bindir()
     base.mkdir(parents=True, exist_ok=True)
     data, sockets = base / "data", base / "sockets"
@@ -100,10 +103,9 @@ def start(base: Path) -> str:
             "UTF8",
             "--locale=C",
         )
-    options = (
-        f"-p {port} -c listen_addresses=127.0.0.1 -k {sockets} -c max_connections=200"
-        " -c fsync=off -c synchronous_commit=on -c full_page_writes=off"
-    )
+    options = f"-p {port} -c listen_addresses=127.0.0.1 -k {sockets} -c max_connections=200"
+    if not durable:
+        options += " -c fsync=off -c full_page_writes=off"
     run(str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", options, "-w", "start")
     url = f"postgresql://botmux@127.0.0.1:{port}/postgres"
     run(str(bindir / "createdb"), "-h", "127.0.0.1", "-p", str(port), "-U", "botmux", "botmux")

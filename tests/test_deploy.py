@@ -44,12 +44,30 @@ def test_the_dockerfile_passes_hadolint() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_compose_file_matches_the_compose_spec() -> None:
+@pytest.mark.parametrize("compose", ["compose.yaml", "cluster/compose.yaml"])
+def test_the_compose_files_match_the_compose_spec(compose: str) -> None:
     checker = shutil.which("check-jsonschema", path=str(BIN)) or shutil.which("check-jsonschema")
     if checker is None:
         pytest.skip("check-jsonschema is not installed")
-    result = run(checker, "--builtin-schema", "vendor.compose-spec", str(DEPLOY / "compose.yaml"))
+    result = run(checker, "--builtin-schema", "vendor.compose-spec", str(DEPLOY / compose))
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_cluster_config_passes_check(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "POSTGRES_PASSWORD": "example-db-password",
+        "BOTMUX_NODE_ID": "node2",
+        "OPENAI_API_KEY": "sk-example-000000000000",
+        "BOTMUX_PEER_TOKEN": "example-peer-token-0000",
+    }
+    config = tmp_path / "botmux.toml"
+    config.write_text((DEPLOY / "cluster" / "botmux.toml").read_text())
+    config.chmod(0o600)
+    result = run(sys.executable, "-m", "gateway", "check", "--config", str(config), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "PostgreSQL at postgresql://botmux:***@postgres:5432/botmux, node node2" in result.stdout
+    assert "example-db-password" not in result.stdout
 
 
 def test_the_systemd_unit_verifies(tmp_path: Path) -> None:

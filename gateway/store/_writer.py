@@ -88,6 +88,13 @@ class GroupWriter:
             op.result, op.error = None, None
         try:
             await self._apply(batch)
+        except StoreError as exc:
+            # The backend lost its connection: whether the batch committed is unknown, so it
+            # is not re-applied piecemeal. Each operation fails; callers retry as after a crash.
+            for op in batch:
+                op.result, op.error = None, exc
+                op.done.set()
+            return
         except Exception as exc:
             if len(batch) == 1:
                 op = batch[0]

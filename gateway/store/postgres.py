@@ -20,6 +20,7 @@ LISTEN.
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -47,6 +48,8 @@ from gateway.store._pg_leases import NOW, LeasesMixin, Placement, place
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_schema import MIGRATIONS
 from gateway.store._writer import GroupWriter, Op
+
+log = logging.getLogger(__name__)
 
 _MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
@@ -100,6 +103,7 @@ class PostgresStore(PgPairingMixin, LeasesMixin):
         self._observe = observe
         self._group = GroupWriter(self._commit, mailbox=mailbox, observe=observe)
         self._after_commit: list[Callable[[], None]] = []
+        self._closing = False
         self.leases: dict[str, int] = {}  # conversations this node holds: key -> fence
         self.named: dict[str, int] = {}  # named leases this node holds: name -> fence
         self.claimed: Callable[[list[tuple[str, str | None]]], None] = lambda claims: None
@@ -152,14 +156,27 @@ class PostgresStore(PgPairingMixin, LeasesMixin):
 
     async def _commit(self, batch: list[Op]) -> None:
         self._after_commit.clear()
+        if self._writer.is_closed():
+            await self._reconnect_writer()
         try:
             async with self._writer.transaction():
                 for kind, run in groupby(batch, key=lambda op: op.kind):
                     await _APPLY[kind](self, self._writer, list(run))
-        except asyncpg.InterfaceError as exc:
-            raise StoreClosed("the store is closed") from exc
+        except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError) as exc:
+            if self._closing:
+                raise StoreClosed("the store is closed") from exc
+            self._writer.terminate()  # reconnected before the next batch
+            raise StoreError(f"the database connection was lost: {exc}") from exc
         for action in self._after_commit:
             action()
+
+    async def _reconnect_writer(self) -> None:
+        try:
+            with anyio.fail_after(self.lease_s):
+                self._writer = await asyncpg.connect(self.url)
+        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+            raise StoreError(f"cannot reach the database: {exc}") from exc
+        log.warning("store: reconnected to the database")
 
     async def _apply_admit(self, db: asyncpg.Connection, ops: list[Op]) -> None:
         now = self._clock()
@@ -477,7 +494,8 @@ class PostgresStore(PgPairingMixin, LeasesMixin):
     async def listening(self, callback: Callable[[str], None]) -> AsyncIterator[asyncpg.Connection]:
         """Deliver this node's notifications (``pending:<key>``, ``reply:<row id>``) to
         ``callback`` on a connection of their own; yields it, to check it is still open."""
-        db = await asyncpg.connect(self.url)
+        with anyio.fail_after(self.lease_s):
+            db = await asyncpg.connect(self.url)
 
         def notified(connection: Any, pid: int, name: str, payload: object) -> None:
             callback(str(payload))
@@ -638,6 +656,7 @@ async def open_postgres_store(
     except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
         raise StoreError(f"cannot open the store at {redact(url)}: {exc}") from exc
     pool: asyncpg.Pool | None = None
+    store: PostgresStore | None = None
     try:
         await _migrate(writer)
         pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size)
@@ -659,6 +678,9 @@ async def open_postgres_store(
                 store._group.close()  # the writer settles what is queued, then ends
     finally:
         with anyio.CancelScope(shield=True):
+            if store is not None:
+                store._closing = True
+                writer = store._writer  # reconnected, perhaps
             if pool is not None:
                 await pool.close()
             await writer.close()

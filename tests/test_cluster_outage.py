@@ -1,0 +1,138 @@
+"""A node cut off from PostgreSQL: it stops its own turns before its leases can expire, and
+carries on once the database is back.
+
+botmux runs in-process here, talking to PostgreSQL through a TCP proxy the test can cut.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import aiohttp
+import anyio
+import asyncpg
+import pytest
+
+from tests.fakes.openai_server import Hold, open_fake_model
+from tests.harness import make_config, running_gateway
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+
+
+class Proxy:
+    """TCP on 127.0.0.1 to PostgreSQL; ``cut`` drops every connection and refuses new ones."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = 0
+        self.up = True
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._server: asyncio.Server | None = None
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.up:
+            writer.transport.abort()
+            return
+        upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
+        self._writers.update((writer, upstream_writer))
+        await asyncio.gather(
+            self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer)
+        )
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def cut(self) -> None:
+        self.up = False
+        for writer in self._writers:
+            writer.transport.abort()
+        self._writers.clear()
+
+    def restore(self) -> None:
+        self.up = True
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+
+
+@asynccontextmanager
+async def proxy_to(url: str) -> AsyncIterator[Proxy]:
+    parts = urlsplit(url)
+    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 5432))
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.close()
+
+
+async def test_a_node_cut_off_from_the_database_stops_its_turns_and_recovers(
+    tmp_path: Path, postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    async with open_fake_model() as model, proxy_to(postgres_url) as proxy:
+        model.script(Hold())  # the first call waits until released
+        via_proxy = postgres_url.replace(f":{urlsplit(postgres_url).port}/", f":{proxy.port}/")
+        config = make_config(
+            tmp_path / "unused.db",
+            model.base_url,
+            store_url=via_proxy,
+            extra='[cluster]\nnode_id = "solo"\nlease_s = 1.0\nheartbeat_s = 0.25\n',
+        )
+        async with running_gateway(config) as (app, url), aiohttp.ClientSession() as http:
+            reply: dict[str, object] = {}
+
+            async def ask() -> None:
+                async with http.post(
+                    f"{url}/api/sessions/s/chat",
+                    json={"message": "hello"},
+                    headers={"Idempotency-Key": "k1"},
+                ) as r:
+                    reply.update(status=r.status, body=await r.json())
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask)
+                with anyio.fail_after(10):
+                    await model.wait_for_requests(1)
+                proxy.cut()
+                # Within 0.8 x the lease the node gives up the turn: the model call is
+                # abandoned (the fake sees it end) and nothing is written.
+                with anyio.fail_after(10):
+                    await model.wait_for_completed(1)
+                assert app.cluster is not None
+                assert app.cluster.statistics()["self_fenced"] == 1
+                assert "cannot renew leases" in caplog.text
+                proxy.restore()
+                model.release()
+                # Back online: the row is still pending; the node claims it again and runs
+                # it; the waiting request gets the answer.
+        db = await asyncpg.connect(postgres_url)
+        try:
+            rows = await db.fetch("SELECT role, content, state FROM messages ORDER BY id")
+        finally:
+            await db.close()
+    assert reply["status"] == 200
+    assert reply["body"]["message"]["content"] == "echo: hello"  # type: ignore[index]
+    assert [(r["role"], r["content"], r["state"]) for r in rows] == [
+        ("user", "hello", "answered"),
+        ("assistant", "echo: hello", "final"),
+    ]
+    assert len(model.requests) == 2  # the abandoned call and the re-run
