@@ -120,6 +120,12 @@ async def test_a_node_cut_off_from_the_database_stops_its_turns_and_recovers(
                 assert app.cluster is not None
                 assert app.cluster.statistics()["self_fenced"] == 1
                 assert "cannot renew leases" in caplog.text
+                # New messages cannot be admitted meanwhile: a clear 503, nothing stored.
+                async with http.post(
+                    f"{url}/api/sessions/other/chat", json={"message": "while down"}
+                ) as r:
+                    assert r.status == 503 and r.headers["Retry-After"] == "2"
+                    assert (await r.json())["error"]["code"] == "store_unavailable"
                 proxy.restore()
                 model.release()
                 # Back online: the row is still pending; the node claims it again and runs

@@ -1,7 +1,8 @@
 """Every error of the peer API becomes a JSON body with the right status, in one table.
 
-Bad input is 400 (413 for a body over the limit), unknown routes 404, a draining gateway 503
-with Retry-After, and anything unexpected 500 with nothing of the exception leaked.
+Bad input is 400 (413 for a body over the limit), unknown routes 404, a draining gateway or an
+unreachable store 503 with Retry-After, and anything unexpected 500 with nothing of the
+exception leaked.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway.errors import ConversationClosed, StoreClosed
+from gateway.errors import ConversationClosed, StoreClosed, StoreError
 from platforms.peer.convert import BadRequest, error_json
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,13 @@ async def error_middleware(
     except (ConversationClosed, StoreClosed):
         response = json_error(503, "botmux is shutting down; retry shortly", "draining")
         response.headers["Retry-After"] = "5"
+        return response
+    except StoreError as exc:
+        # The database is unreachable (several nodes on PostgreSQL): nothing was admitted,
+        # or the retry (same Idempotency-Key) finds what was.
+        log.warning("peer API: the store failed", extra={"path": request.path, "error": str(exc)})
+        response = json_error(503, "the store is unavailable; retry shortly", "store_unavailable")
+        response.headers["Retry-After"] = "2"
         return response
     except Exception:
         log.exception("peer API request failed", extra={"path": request.path})
