@@ -143,6 +143,8 @@ class GatewayApp:
         checks = dict(self._ready)
         for adapter in self.adapters:
             checks[adapter.platform] = adapter.connected
+        if self.cluster is not None:
+            checks["cluster"] = self.cluster.healthy  # leases renewed lately
         return checks
 
     async def _holds(self, key: str) -> bool:

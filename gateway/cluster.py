@@ -108,6 +108,11 @@ class Cluster:
     def node(self) -> str:
         return self._store.node
 
+    @property
+    def healthy(self) -> bool:
+        """Leases renewed within 0.8 x the lease: this node may run turns (for /readyz)."""
+        return self._clock() - self._last_renewal < self._store.lease_s * SELF_FENCE_AT
+
     # -- inputs (synchronous: called from asyncpg's listener and the store's commit) ---------
 
     def _post(self, message: ClusterMessage) -> None:

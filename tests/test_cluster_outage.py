@@ -120,6 +120,9 @@ async def test_a_node_cut_off_from_the_database_stops_its_turns_and_recovers(
                 assert app.cluster is not None
                 assert app.cluster.statistics()["self_fenced"] == 1
                 assert "cannot renew leases" in caplog.text
+                async with http.get(f"{url}/readyz") as r:  # a balancer routes around it
+                    assert r.status == 503
+                    assert (await r.json())["checks"]["cluster"] is False
                 # New messages cannot be admitted meanwhile: a clear 503, nothing stored.
                 async with http.post(
                     f"{url}/api/sessions/other/chat", json={"message": "while down"}
@@ -130,6 +133,8 @@ async def test_a_node_cut_off_from_the_database_stops_its_turns_and_recovers(
                 model.release()
                 # Back online: the row is still pending; the node claims it again and runs
                 # it; the waiting request gets the answer.
+            async with http.get(f"{url}/readyz") as r:
+                assert r.status == 200
         db = await asyncpg.connect(postgres_url)
         try:
             rows = await db.fetch("SELECT role, content, state FROM messages ORDER BY id")
