@@ -83,9 +83,9 @@ class Cluster:
         self._observe = observe
         self._clock = clock
         self._send, self._receive = anyio.create_memory_object_stream[ClusterMessage](10_000)
-        self._inherited: set[str] = set()  # held by this node's name before this process
         self._last_renewal = clock()
         self._renewed = anyio.Event()  # set (and replaced) at each successful heartbeat
+        self._fenced = False  # turns stopped for want of a heartbeat, until the next one
         self._stats = {
             "heartbeats": 0,
             "heartbeat_failures": 0,
@@ -137,13 +137,17 @@ class Cluster:
     ) -> None:
         store = self._store
         await store.register_node()
-        self._inherited = set(await store.disown_previous())
         store.claimed = self._claimed
+        inherited = await store.inherit_previous()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._serve)
                 async with store.listening(self._notified) as listener:
-                    await self._heartbeat()  # claims what a dead node left, at once
+                    if inherited:  # what this node's previous process left: resume it
+                        await self._took(inherited, takeover=True)
+                    await self._heartbeat()
+                    await self._tidy_now()  # claims what dead nodes left, at once
+                    tg.start_soon(self._tidy_forever)
                     task_status.started()
                     await self._beat_while_open(listener)
                 while True:
@@ -166,6 +170,20 @@ class Cluster:
         while not listener.is_closed():
             await anyio.sleep(self._heartbeat_s)
             await self._heartbeat()
+
+    async def _tidy_forever(self) -> None:
+        """Releases and claims, on their own loop: however long they wait on row locks, the
+        heartbeat (and so every lease of this node) is never late because of them."""
+        while True:
+            await anyio.sleep(self._heartbeat_s)
+            await self._tidy_now()
+
+    async def _tidy_now(self) -> None:
+        try:
+            with anyio.fail_after(self._store.lease_s):
+                await self._tidy()
+        except _UNREACHABLE as exc:
+            log.warning("cluster: release or claim failed", extra={"error": str(exc)})
 
     async def _serve(self) -> None:
         async with self._receive:
@@ -204,16 +222,18 @@ class Cluster:
         if outlet is not None:
             await outlet.deliver(outcome)
 
-    async def _took(self, claims: Sequence[tuple[str, str | None]]) -> None:
+    async def _took(
+        self, claims: Sequence[tuple[str, str | None]], *, takeover: bool = False
+    ) -> None:
+        """Claims were made (at admission, by the sweep, at start): run what they hold; for
+        those taken from another node (or this node's previous process), first send the
+        replies it committed but had not delivered."""
         takeovers = [
-            key
-            for key, previous in claims
-            if previous is not None and (previous != self.node or key in self._inherited)
+            key for key, previous in claims if takeover or previous not in (None, self.node)
         ]
         self._stats["claimed"] += len(claims)
         if takeovers:
             self._stats["taken_over"] += len(takeovers)
-            self._inherited.difference_update(takeovers)
             log.info(
                 "took over conversations from a node that stopped",
                 extra={"count": len(takeovers), "node": self.node},
@@ -272,8 +292,10 @@ class Cluster:
     async def _heartbeat(self) -> None:
         store, router = self._store, self._router
         lease_s = store.lease_s
+        # The attempt may take until this node would stop its turns anyway.
+        left = lease_s * SELF_FENCE_AT - (self._clock() - self._last_renewal)
         try:
-            with anyio.fail_after(lease_s * (1 - SELF_FENCE_AT)):
+            with anyio.fail_after(max(left, self._heartbeat_s / 2)):
                 renewal = await store.renew()
         except _UNREACHABLE as exc:
             self._stats["heartbeat_failures"] += 1
@@ -282,10 +304,11 @@ class Cluster:
                 "cluster: lease renewal failed",
                 extra={"error": str(exc) or type(exc).__name__, "since_s": round(silent, 2)},
             )
-            if silent >= lease_s * SELF_FENCE_AT and (store.leases or store.named):
+            if silent >= lease_s * SELF_FENCE_AT and not self._fenced:
                 self._self_fence()
             return
         self._last_renewal = self._clock()
+        self._fenced = False
         self._renewed.set()
         self._renewed = anyio.Event()
         self._stats["heartbeats"] += 1
@@ -299,11 +322,6 @@ class Cluster:
             actor = router.get(key)
             if router.accepting and (actor is None or actor.idle_since is not None):
                 router.poll(key)  # a notification went missing, or a node released late
-        try:
-            with anyio.fail_after(lease_s):
-                await self._tidy()
-        except _UNREACHABLE as exc:
-            log.warning("cluster: release or claim failed", extra={"error": str(exc)})
 
     async def _tidy(self) -> None:
         """Release conversations with no live actor here; claim what dead nodes left."""
@@ -321,6 +339,7 @@ class Cluster:
         """Cut off from the database for most of a lease: stop every turn here before another
         node may take the conversations over."""
         keys = list(self._store.leases)
+        self._fenced = True
         self._stats["self_fenced"] += 1
         log.error(
             "cluster: cannot renew leases; stopping this node's turns",
@@ -328,5 +347,6 @@ class Cluster:
         )
         for key in keys:
             self._router.lose(key)
-        self._store.leases.clear()
+        # The leases stay recorded: the next heartbeat that gets through says which are still
+        # this node's (nobody took them), and those resume here.
         self._store.named.clear()  # the adapters see it at their next look and stop

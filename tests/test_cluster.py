@@ -81,10 +81,9 @@ async def test_three_nodes_survive_a_kill_and_a_freeze(
     retries = 0
     answered = 0
     progress = anyio.Event()  # set when 30% are answered
-    halfway = anyio.Event()
-    killed_at = 0.0
+    later = anyio.Event()  # 60%
+    killed_at = 0.0  # wall clock: compared with the rows' created_at
     orphaned: set[str] = set()  # conversations the killed node held at the kill
-    takeover: dict[str, float] = {}  # seconds from the kill to their next answer
 
     async def send(http: aiohttp.ClientSession, conversation: int, n: int) -> None:
         nonlocal retries, answered
@@ -109,14 +108,12 @@ async def test_three_nodes_survive_a_kill_and_a_freeze(
             # behind a load balancer does the same).
             retries += 1
             target = (target + 1) % 3
-        if f"peer:c{conversation}" in orphaned:
-            takeover.setdefault(f"peer:c{conversation}", time.monotonic() - killed_at)
         replies[f"c{conversation}"].append(body["message"]["content"])
         answered += 1
         if answered >= CONVERSATIONS * MESSAGES * 0.3:
             progress.set()
-        if answered >= CONVERSATIONS * MESSAGES * 0.5:
-            halfway.set()
+        if answered >= CONVERSATIONS * MESSAGES * 0.6:
+            later.set()
 
     async def conversation(http: aiohttp.ClientSession, c: int) -> None:
         for n in range(MESSAGES):  # each conversation's messages in order, one at a time
@@ -125,15 +122,14 @@ async def test_three_nodes_survive_a_kill_and_a_freeze(
     async def chaos() -> None:
         nonlocal killed_at
         await progress.wait()
-        killed_at = time.monotonic()
+        killed_at = time.time()
         await killed.kill()  # SIGKILL
         held = await fetch(
             postgres_url,
-            "SELECT key FROM conversations WHERE owner = 'n0'"
-            " AND lease_until > extract(epoch from clock_timestamp())",
+            "SELECT key FROM conversations WHERE owner = 'n0'",
         )
         orphaned.update(r["key"] for r in held)
-        await halfway.wait()
+        await later.wait()
         frozen.signal(signal.SIGSTOP)
         await anyio.sleep(LEASE_S * 1.75)  # longer than the lease
         frozen.signal(signal.SIGCONT)
@@ -151,8 +147,9 @@ async def test_three_nodes_survive_a_kill_and_a_freeze(
         )
         assistant_rows = await fetch(
             postgres_url,
-            "SELECT u.content AS question, a.content AS answer, a.failure FROM messages a"
-            " JOIN messages u ON u.id = a.user_row_id WHERE a.role = 'assistant'",
+            "SELECT u.content AS question, a.content AS answer, a.failure, a.conversation,"
+            " a.created_at FROM messages a JOIN messages u ON u.id = a.user_row_id"
+            " WHERE a.role = 'assistant'",
         )
     finally:
         frozen.signal(signal.SIGCONT)
@@ -191,7 +188,14 @@ async def test_three_nodes_survive_a_kill_and_a_freeze(
     # The survivors took the dead node's conversations over.
     logs = nodes[1].log() + nodes[2].log()
     assert "took over conversations" in logs
-    assert takeover and len(takeover) == len(orphaned)
+    # Takeover time: from the kill to the first answer the new owner committed for each
+    # conversation the dead node held.
+    takeover: dict[str, float] = {}
+    for r in assistant_rows:
+        if r["conversation"] in orphaned and r["created_at"] > killed_at:
+            seconds = r["created_at"] - killed_at
+            takeover[r["conversation"]] = min(takeover.get(r["conversation"], seconds), seconds)
+    assert orphaned and len(takeover) == len(orphaned)
     rerun = len(model.requests) - CONVERSATIONS * MESSAGES
     report = {
         "nodes": 3,

@@ -326,6 +326,7 @@ async def test_named_leases_and_unique_node_names(postgres_url: str) -> None:
         await anyio.sleep(0.4)
         assert await b.try_named("telegram:poller")
         assert (await a.renew()).lost_named == ("telegram:poller",)
+        await b.renew()  # b's heartbeat: alive
         async with open_postgres_store(postgres_url, node="b") as twin:
             with pytest.raises(StoreError, match="another botmux node named 'b'"):
                 await twin.register_node()

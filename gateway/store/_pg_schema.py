@@ -1,10 +1,11 @@
 """The PostgreSQL schema and its forward migrations.
 
 The same tables as SQLite (``_schema``) with the columns several nodes need: a conversation's
-lease (``owner``, ``lease_until``, ``fence``) and its admission sequence (``next_seq``), the node
-that received a user row (``received_by``, for the peer API's reply), the nodes, and named
-leases (the Telegram poller, Discord shards). ``botmux_schema`` holds the version; migrations
-run under an advisory lock, so nodes starting together migrate once. Append-only, as in SQLite.
+owner and fence (its lease lasts while the owner node's heartbeat in ``nodes`` is fresh) and
+its admission sequence (``next_seq``), the node that received a user row (``received_by``, for
+the peer API's reply), the nodes, and named leases (the Telegram poller, Discord shards).
+``botmux_schema`` holds the version; migrations run under an advisory lock, so nodes starting
+together migrate once. Append-only, as in SQLite.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at   DOUBLE PRECISION NOT NULL,
         reset_after  BIGINT NOT NULL DEFAULT 0,
         owner        TEXT,
-        lease_until  DOUBLE PRECISION NOT NULL DEFAULT 0,
         fence        BIGINT NOT NULL DEFAULT 0,
         next_seq     BIGINT NOT NULL DEFAULT 0
     );
@@ -82,7 +82,8 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE TABLE nodes (
         node        TEXT PRIMARY KEY,
         started_at  DOUBLE PRECISION NOT NULL,
-        last_seen   DOUBLE PRECISION NOT NULL
+        last_seen   DOUBLE PRECISION NOT NULL,
+        lease_s     DOUBLE PRECISION NOT NULL
     );
     CREATE TABLE leases (
         name        TEXT PRIMARY KEY,

@@ -5,13 +5,13 @@ one writer connection per node, each batch one transaction, one round trip per s
 plus what lets several nodes share one database (the design is in docs/ARCHITECTURE.md):
 
 - Admission gives each user row a per-conversation sequence and places the conversation: it
-  stays with the node holding its lease, else this node claims it (owner, lease expiry, and a
-  fence number bumped at every claim). When another node holds it, that node is sent a NOTIFY
+  stays with the live node holding its lease, else this node claims it (owner, and a fence
+  number bumped at every claim). When another node holds it, that node is sent a NOTIFY
   (ids only) in the same transaction, and the admission says ``local=False``.
 - The answer commit locks the conversation row and checks owner, fence and that the row is the
   oldest pending one (its sequence): a node that lost its lease can never commit (fencing).
-- Leases are renewed by one batched heartbeat per node and claimed with ``FOR UPDATE SKIP
-  LOCKED`` (``_pg_leases``); :mod:`gateway.cluster` drives them.
+- A lease lasts while its node's heartbeat is fresh (one row per node), and is claimed with
+  ``FOR UPDATE SKIP LOCKED`` (``_pg_leases``); :mod:`gateway.cluster` drives them.
 
 Times that decide leases come from the database's clock, so nodes' clocks need not agree.
 Connections are held per statement (a pool), never per turn, plus the writer's and one for
@@ -44,7 +44,7 @@ from gateway.messages import (
     TurnOutcome,
     TurnResult,
 )
-from gateway.store._pg_leases import NOW, LeasesMixin, Placement, place
+from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_schema import MIGRATIONS
 from gateway.store._writer import GroupWriter, Op
@@ -194,10 +194,32 @@ class PostgresStore(PgPairingMixin, LeasesMixin):
             now,
         )
         convs = await db.fetch(
-            f"SELECT key, owner, lease_until > {NOW} AS live, fence, next_seq FROM conversations"
+            "SELECT key, owner, fence, next_seq FROM conversations"
             " WHERE key = ANY($1::text[]) ORDER BY key FOR UPDATE",
             keys,
         )
+        # Whether each owner is alive. The rows of owners that look dead are locked FOR SHARE
+        # (and read again): such a node's heartbeat, if it comes back, waits for this commit
+        # and then sees what was claimed from it. Live owners are not locked: nothing is
+        # claimed from them, and their heartbeats must never wait on admissions.
+        owners = sorted({r["owner"] for r in convs if r["owner"] is not None})
+        alive: dict[str, bool] = {}
+        if owners:
+            alive = {
+                r["node"]: r["alive"]
+                for r in await db.fetch(
+                    f"SELECT node, {ALIVE} AS alive FROM nodes n WHERE node = ANY($1::text[])",
+                    owners,
+                )
+            }
+            looks_dead = sorted(o for o in owners if not alive.get(o, False))
+            if looks_dead:
+                for r in await db.fetch(
+                    f"SELECT node, {ALIVE} AS alive FROM nodes n WHERE node = ANY($1::text[])"
+                    " ORDER BY node FOR SHARE",
+                    looks_dead,
+                ):
+                    alive[r["node"]] = r["alive"]
         ids = [
             r[0]
             for r in await db.fetch(
@@ -245,7 +267,9 @@ class PostgresStore(PgPairingMixin, LeasesMixin):
             )
         admitted = {stored[(m.platform, m.platform_message_id)].conversation for m in inbound}
         placements = {
-            r["key"]: place(r["owner"], r["live"], self.node, r["key"] in self.leases)
+            r["key"]: place(
+                r["owner"], alive.get(r["owner"], False), self.node, r["key"] in self.leases
+            )
             for r in convs
             if r["key"] in admitted
         }
@@ -261,10 +285,9 @@ class PostgresStore(PgPairingMixin, LeasesMixin):
         if claims:
             previous = {r["key"]: r["owner"] for r in convs}
             rows = await db.fetch(
-                f"UPDATE conversations SET owner = $1, fence = fence + 1, lease_until = {NOW} + $2"
-                " WHERE key = ANY($3::text[]) RETURNING key, fence",
+                "UPDATE conversations SET owner = $1, fence = fence + 1"
+                " WHERE key = ANY($2::text[]) RETURNING key, fence",
                 self.node,
-                self.lease_s,
                 claims,
             )
             fences = {r["key"]: (r["fence"], previous[r["key"]]) for r in rows}
