@@ -58,6 +58,12 @@ class Observer:
 # Per-operation events are counted but logged only at debug level; decisions always show.
 _QUIET = frozenset(
     {
+        # The cluster and the session actor log their own lines for these:
+        "heartbeat_failed",
+        "lease_lost",
+        "self_fenced",
+        "takeover",
+        "turn_fenced",
         "store_commit",
         "model_call",
         "chunk_sent",
@@ -227,6 +233,7 @@ class GatewayApp:
                             queued=queued,
                             outbox_pending=await store.outbox_pending(),
                             benched=agent.benched_keys(),
+                            leases=self.cluster.statistics()["leases"] if self.cluster else None,
                         )
                     )
                     return self.metrics.render()

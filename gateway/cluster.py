@@ -299,6 +299,7 @@ class Cluster:
                 renewal = await store.renew()
         except _UNREACHABLE as exc:
             self._stats["heartbeat_failures"] += 1
+            self._observe("heartbeat_failed", {})
             silent = self._clock() - self._last_renewal
             log.warning(
                 "cluster: lease renewal failed",
@@ -317,6 +318,7 @@ class Cluster:
         for key in renewal.lost:
             if router.lose(key):
                 self._stats["lost"] += 1
+                self._observe("lease_lost", {"conversation": key})
                 log.warning("cluster: lease lost to another node", extra={"conversation": key})
         for key in renewal.with_pending:
             actor = router.get(key)
@@ -341,6 +343,7 @@ class Cluster:
         keys = list(self._store.leases)
         self._fenced = True
         self._stats["self_fenced"] += 1
+        self._observe("self_fenced", {"conversations": len(keys)})
         log.error(
             "cluster: cannot renew leases; stopping this node's turns",
             extra={"conversations": len(keys)},

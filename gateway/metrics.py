@@ -26,6 +26,7 @@ class Snapshot:
     queued: dict[str, int] = field(default_factory=dict)  # platform -> queued turns
     outbox_pending: dict[str, int] = field(default_factory=dict)  # platform -> chunks
     benched: Iterable[tuple[str, str, str, float]] = ()  # (model, masked key, reason, seconds)
+    leases: int | None = None  # conversations this node holds (several nodes only)
 
 
 class Metrics:
@@ -86,6 +87,16 @@ class Metrics:
             "botmux_outbox_pending", "Reply chunks not yet delivered", ["platform"], registry=r
         )
         self.live_sessions = Gauge("botmux_live_sessions", "Live session actors", registry=r)
+        self.cluster = Counter(
+            "botmux_cluster_events",
+            "Several nodes: conversations taken over, leases lost, answers fenced, turns"
+            " abandoned, heartbeats failed, self-fencing",
+            ["event"],
+            registry=r,
+        )
+        self.leases = Gauge(
+            "botmux_cluster_leases", "Conversations whose lease this node holds", registry=r
+        )
         self.store_commit = Histogram(
             "botmux_store_commit_seconds",
             "One group commit of the store",
@@ -134,9 +145,17 @@ class Metrics:
             case "store_commit":
                 self.store_commit.observe(float(fields["seconds"]))
                 self.store_batch.observe(float(fields["operations"]))
+            case "takeover":
+                self.cluster.labels("takeover").inc(float(fields.get("conversations", 1)))
+            case "lease_lost" | "turn_fenced" | "turn_abandoned" | "heartbeat_failed":
+                self.cluster.labels(event).inc()
+            case "self_fenced":
+                self.cluster.labels(event).inc()
 
     def update(self, snapshot: Snapshot) -> None:
         self.live_sessions.set(snapshot.live_sessions)
+        if snapshot.leases is not None:
+            self.leases.set(snapshot.leases)
         for platform, count in snapshot.queued.items():
             self.queue_depth.labels(platform).set(count)
         for platform, count in snapshot.outbox_pending.items():

@@ -135,6 +135,11 @@ async def test_a_node_cut_off_from_the_database_stops_its_turns_and_recovers(
                 # it; the waiting request gets the answer.
             async with http.get(f"{url}/readyz") as r:
                 assert r.status == 200
+            async with http.get(f"{url}/metrics") as r:
+                metrics = await r.text()
+            assert 'botmux_cluster_events_total{event="self_fenced"} 1.0' in metrics
+            assert 'botmux_cluster_events_total{event="heartbeat_failed"}' in metrics
+            assert "botmux_cluster_leases 1.0" in metrics
         db = await asyncpg.connect(postgres_url)
         try:
             rows = await db.fetch("SELECT role, content, state FROM messages ORDER BY id")
