@@ -153,6 +153,9 @@ class GatewayApp:
             checks["cluster"] = self.cluster.healthy  # leases renewed lately
         return checks
 
+    async def _control_elsewhere(self, key: str, command: str) -> bool:
+        return self.cluster is not None and await self.cluster.control(key, command)
+
     async def _holds(self, key: str) -> bool:
         return self.cluster is not None and await self.cluster.holds(key)
 
@@ -220,6 +223,7 @@ class GatewayApp:
                     agent,
                     observe=observe,
                     at_most_once=config.gateway.unrecorded_sends == "drop",
+                    elsewhere=self._control_elsewhere if config.store.shared else None,
                 )
 
                 async def render_metrics() -> bytes:

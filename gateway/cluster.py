@@ -28,11 +28,12 @@ from typing import Any, assert_never
 import anyio
 import asyncpg
 
-from gateway.errors import GatewayError, StoreError
+from gateway.errors import GatewayError, MailboxFull, StoreError
 from gateway.messages import TurnOutcome
 from gateway.ports import Outlet
 from gateway.redelivery import redeliver
 from gateway.router import Router
+from gateway.session import ResetContext, StopTurn
 from gateway.store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)
@@ -203,6 +204,9 @@ class Cluster:
                     await self._pending_elsewhere(what)
                 elif kind == "reply":
                     await self._reply_elsewhere(int(what))
+                elif kind == "control":
+                    command, _, key = what.partition(":")
+                    self._control_here(key, command)
             case Claimed(claims=claims):
                 await self._took(claims)
             case _:
@@ -213,6 +217,21 @@ class Cluster:
             return
         if self._router.get(key) is not None or await self._store.acquire(key):
             self._router.poll(key)
+
+    async def control(self, key: str, command: str) -> bool:
+        """``/stop`` or ``/new`` for a conversation another node runs: tell that node."""
+        try:
+            return await self._store.notify_owner(key, f"control:{command}:{key}")
+        except _UNREACHABLE as exc:
+            log.warning("cluster: control not sent", extra={"conversation": key, "error": str(exc)})
+            return False
+
+    def _control_here(self, key: str, command: str) -> None:
+        message = StopTurn() if command == "stop" else ResetContext()
+        try:
+            self._router.send_nowait(key, message)
+        except MailboxFull:
+            log.warning("control message refused: mailbox full", extra={"conversation": key})
 
     async def _reply_elsewhere(self, row_id: int) -> None:
         outcome = await self._outcome(row_id)

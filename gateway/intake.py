@@ -8,7 +8,7 @@ found by its platform id and queues nothing. Control commands skip the conversat
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -51,7 +51,11 @@ class GatewayIntake:
         *,
         observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
         at_most_once: bool = False,
+        elsewhere: Callable[[str, str], Awaitable[bool]] | None = None,
     ) -> None:
+        # Several nodes: send a control command to the node running the conversation (True
+        # when another node holds it and was told).
+        self._elsewhere = elsewhere
         self._at_most_once = at_most_once  # gateway.unrecorded_sends == "drop"
         self._store = store
         self._router = router
@@ -97,17 +101,27 @@ class GatewayIntake:
             case "help" | "start":
                 return HELP
             case "status":
-                return self._status(conversation)
+                return await self._status(conversation)
             case "new":
                 await self._store.reset(conversation)
-                self._send_control(conversation, ResetContext())
+                if self._router.get(conversation) is not None:
+                    self._send_control(conversation, ResetContext())
+                elif self._elsewhere is not None:  # its node drops its cached history
+                    await self._elsewhere(conversation, "new")
                 return "Started a fresh context: earlier messages no longer count."
             case "stop":
                 actor = self._router.get(conversation)
-                if actor is None or actor.statistics()["running"] is None:
-                    return "Nothing is running."
-                self._send_control(conversation, StopTurn())
-                return "Stopping the current reply."
+                if actor is not None and actor.statistics()["running"] is not None:
+                    self._send_control(conversation, StopTurn())
+                    return "Stopping the current reply."
+                if (
+                    actor is None
+                    and self._elsewhere is not None
+                    and await self._store.pending(conversation)
+                    and await self._elsewhere(conversation, "stop")
+                ):
+                    return "Stopping the current reply."
+                return "Nothing is running."
             case _:
                 return f"Unknown command /{name}. " + HELP
 
@@ -119,10 +133,13 @@ class GatewayIntake:
                 "control message refused: mailbox full", extra={"conversation": conversation}
             )
 
-    def _status(self, conversation: str) -> str:
+    async def _status(self, conversation: str) -> str:
         status: dict[str, Any] = self._runner.status()
         actor = self._router.get(conversation)
-        stats = actor.statistics() if actor else {"queued": 0, "last_fell_back": False}
+        if actor is not None:
+            stats = actor.statistics()
+        else:  # evicted, or running on another node: the store knows what is queued
+            stats = {"queued": len(await self._store.pending(conversation))}
         lines = [f"Model: {status.get('model') or 'not configured'}"]
         for line in status.get("lines", []):
             lines.append(str(line))

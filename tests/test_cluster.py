@@ -7,6 +7,7 @@
   model records each conversation's concurrency across all nodes).
 - Fencing: a node frozen past its lease right after its model call, then resumed, cannot
   commit its late answer; the new owner's answer is the one stored and returned.
+- Control commands sent to a node that does not run the conversation reach the one that does.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import anyio
 import asyncpg
 import pytest
 
-from tests.fakes.openai_server import FakeModel, Ok, Sleep, open_fake_model
+from tests.fakes.openai_server import FakeModel, Hold, Ok, Sleep, open_fake_model
 from tests.harness import GatewayProcess, config_text, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
@@ -269,3 +270,54 @@ async def test_a_node_frozen_past_its_lease_cannot_commit_its_late_answer(
     assert owner[0]["fence"] == 2  # claimed by a, then by b
     assert "lease lost: answer discarded" in a.log()
     assert "late answer from a" not in a.log() + b.log()
+
+
+async def test_stop_and_new_reach_the_node_running_the_conversation(
+    tmp_path: Path, postgres_url: str, model: FakeModel
+) -> None:
+    a = node(tmp_path, postgres_url, model.base_url, "a")
+    b = node(tmp_path, postgres_url, model.base_url, "b")
+    await a.start()
+    await b.start()
+
+    async def chat(http: aiohttp.ClientSession, gw: GatewayProcess, text: str) -> str:
+        async with http.post(f"{gw.url}/api/sessions/s/chat", json={"message": text}) as r:
+            assert r.status == 200
+            return str((await r.json())["message"]["content"])
+
+    try:
+        async with aiohttp.ClientSession() as http:
+            assert await chat(http, a, "s#0") == "echo: s#0"  # a holds peer:s now
+            model.script(Hold())
+            async with anyio.create_task_group() as tg:
+                stopped: list[str] = []
+
+                async def held_turn() -> None:
+                    stopped.append(await chat(http, a, "s#1"))
+
+                tg.start_soon(held_turn)
+                with anyio.fail_after(10):
+                    await model.wait_for_requests(2)
+                # /stop arrives at b, which does not run the conversation: a stops the turn.
+                assert await chat(http, b, "/stop") == "Stopping the current reply."
+            assert stopped == ["The turn was stopped before it answered."]
+            # /new at b: a forgets its cached history, so the next turn has none.
+            assert await chat(http, b, "/new") == (
+                "Started a fresh context: earlier messages no longer count."
+            )
+            assert await chat(http, a, "s#2") == "echo: s#2"
+            assert await chat(http, b, "/stop") == "Nothing is running."
+    finally:
+        for gw in (a, b):
+            gw.signal(signal.SIGTERM)
+        for gw in (a, b):
+            with anyio.fail_after(20):
+                await gw.wait()
+    last = model.requests[-1]
+    assert [m["content"] for m in last.messages if m["role"] != "system"] == ["s#2"]
+    rows = await fetch(postgres_url, "SELECT content, state FROM messages WHERE role = 'user'")
+    assert [(r["content"], r["state"]) for r in rows] == [
+        ("s#0", "answered"),
+        ("s#1", "cancelled"),
+        ("s#2", "answered"),
+    ]

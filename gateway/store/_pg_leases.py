@@ -225,6 +225,17 @@ class LeasesMixin:
         self.leases[key] = row["fence"]
         return True
 
+    async def notify_owner(self, key: str, payload: str) -> bool:
+        """NOTIFY the node holding ``key``, if another node does: True when one was told."""
+        row = await self._pool.fetchrow(
+            "SELECT owner, pg_notify('botmux:' || owner, $2)::text FROM conversations"
+            " WHERE key = $1 AND owner IS NOT NULL AND owner <> $3",
+            key,
+            payload,
+            self.node,
+        )
+        return row is not None
+
     async def try_named(self, name: str) -> bool:
         """Take the named lease if nobody holds it live (or we do): True when we hold it."""
         async with self._pool.acquire() as db, db.transaction():
