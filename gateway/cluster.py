@@ -348,7 +348,8 @@ class Cluster:
         """Release conversations with no live actor here; claim what dead nodes left."""
         store, router = self._store, self._router
         idle = [key for key in store.leases if router.get(key) is None]
-        kept = await store.release(idle)
+        # Draining: what this node will not run goes to the others now, not at the stop.
+        kept = await store.release(idle, keep_pending=router.accepting)
         self._stats["released"] += len(idle) - len(kept)
         for key in kept:
             if key.split(":", 1)[0] in self._outlets and router.accepting:

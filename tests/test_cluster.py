@@ -321,3 +321,69 @@ async def test_stop_and_new_reach_the_node_running_the_conversation(
         ("s#1", "cancelled"),
         ("s#2", "answered"),
     ]
+
+
+async def test_a_draining_node_hands_queued_work_to_the_others_at_once(
+    tmp_path: Path, postgres_url: str, model: FakeModel
+) -> None:
+    a = node(tmp_path, postgres_url, model.base_url, "a")
+    b = node(tmp_path, postgres_url, model.base_url, "b")
+    await a.start()
+    await b.start()
+    answers: dict[str, str] = {}
+    seen: list[str] = []
+
+    async def chat(http: aiohttp.ClientSession, session: str, text: str) -> None:
+        for gw in (a, b):  # a client retries on the next node when one goes away
+            try:
+                async with http.post(
+                    f"{gw.url}/api/sessions/{session}/chat",
+                    json={"message": text},
+                    headers={"Idempotency-Key": text},
+                ) as r:
+                    if r.status == 200:
+                        answers[text] = (await r.json())["message"]["content"]
+                        return
+                    seen.append(f"{text} at {gw.url}: {r.status} {await r.text()}")
+            except aiohttp.ClientError as exc:
+                seen.append(f"{text} at {gw.url}: {exc!r}")
+        raise AssertionError(f"{text} was not answered: {seen}")
+
+    try:
+        async with aiohttp.ClientSession() as http, anyio.create_task_group() as tg:
+            await chat(http, "long", "long#0")
+            await chat(http, "short", "short#0")  # a holds both conversations
+            model.script(Hold(), model=None)
+            tg.start_soon(chat, http, "long", "long#1")  # runs until released
+            with anyio.fail_after(10):
+                await model.wait_for_requests(3)
+            model.script(Sleep(0.3, Ok("short#1 done")))
+            tg.start_soon(chat, http, "short", "short#1")
+            with anyio.fail_after(10):
+                await model.wait_for_requests(4)
+            tg.start_soon(chat, http, "short", "short#2")  # queued behind short#1
+            with anyio.fail_after(10):
+                while not await fetch(  # noqa: ASYNC110 - another process: poll
+                    postgres_url, "SELECT 1 FROM messages WHERE content = 'short#2'"
+                ):
+                    await anyio.sleep(0.02)
+            a.signal(signal.SIGTERM)  # a drains: long#1 keeps running, short#2 is not started
+            with anyio.fail_after(10):
+                while "short#2" not in answers:  # noqa: ASYNC110 - answered by b
+                    await anyio.sleep(0.02)
+            assert "long#1" not in answers  # a is still draining its long turn
+            model.release()
+        with anyio.fail_after(20):
+            assert await a.wait() == 0
+    finally:
+        for gw in (a, b):
+            if gw.proc is not None and gw.proc.returncode is None:
+                gw.signal(signal.SIGTERM)
+        with anyio.fail_after(20):
+            await b.wait()
+    assert answers["short#1"] == "short#1 done"
+    assert answers["short#2"] == "echo: short#2"
+    assert answers["long#1"] == "echo: long#1"
+    assert "turn_completed  conversation=peer:short" in b.log()  # short#2 ran on b
+    rows = await fetch(postgres_url, "SELECT state FROM messages WHERE role = 'user'")
+    assert {r["state"] for r in rows} == {"answered"} and len(rows) == 5

@@ -156,9 +156,10 @@ class LeasesMixin:
         with_pending = tuple(r[0] for r in pending if r[0] in self.leases)
         return Renewal(lost, lost_named, with_pending)
 
-    async def release(self, keys: Sequence[str]) -> list[str]:
-        """Give up idle conversations; one with pending rows or undelivered replies is kept
-        (and returned)."""
+    async def release(self, keys: Sequence[str], *, keep_pending: bool = True) -> list[str]:
+        """Give up idle conversations; one with undelivered replies (this node's couriers are
+        sending them) is kept, and so is one with pending rows unless ``keep_pending`` is
+        False (draining: another node runs them). Returns the keys kept."""
         held = sorted(k for k in keys if k in self.leases)
         if not held:
             return []
@@ -166,14 +167,15 @@ class LeasesMixin:
             "UPDATE conversations c SET owner = NULL"
             " FROM unnest($2::text[], $3::bigint[]) AS h(k, f)"
             " WHERE c.key = h.k AND c.fence = h.f AND c.owner = $1"
-            " AND NOT EXISTS (SELECT 1 FROM messages m"
-            "  WHERE m.conversation = c.key AND m.state = 'pending')"
+            " AND ($4 OR NOT EXISTS (SELECT 1 FROM messages m"
+            "  WHERE m.conversation = c.key AND m.state = 'pending'))"
             " AND NOT EXISTS (SELECT 1 FROM outbox o"
             "  WHERE o.conversation = c.key AND o.state IN ('pending', 'sending'))"
             " RETURNING c.key",
             self.node,
             held,
             [self.leases[k] for k in held],
+            not keep_pending,
         )
         released = {r["key"] for r in rows}
         for key in released:
