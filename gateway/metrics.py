@@ -89,13 +89,13 @@ class Metrics:
         self.live_sessions = Gauge("botmux_live_sessions", "Live session actors", registry=r)
         self.cluster = Counter(
             "botmux_cluster_events",
-            "Several nodes: conversations taken over, leases lost, answers fenced, turns"
-            " abandoned, heartbeats failed, self-fencing",
+            "Several nodes: takeovers, lost leases, fenced answers, abandoned turns, failed"
+            " heartbeats, self-fencing",
             ["event"],
             registry=r,
         )
         self.leases = Gauge(
-            "botmux_cluster_leases", "Conversations whose lease this node holds", registry=r
+            "botmux_cluster_leases", "Chat leases this node holds (several nodes)", registry=r
         )
         self.store_commit = Histogram(
             "botmux_store_commit_seconds",
