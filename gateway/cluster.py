@@ -298,7 +298,8 @@ class Cluster:
             return False
 
     def held(self, name: str) -> bool:
-        return name in self._store.named
+        # After a silence (frozen, cut off) only the next heartbeat can say: not held till then.
+        return self.healthy and name in self._store.named
 
     async def release(self, name: str) -> None:
         try:

@@ -269,10 +269,10 @@ class LeasesMixin:
             )
 
     async def release_all(self) -> None:
-        """At a clean stop: give up every lease at once. This node's conversations stay
-        marked as its own, so whoever takes them next knows to send what is undelivered."""
-        for name in list(self.named):
-            await self.release_named(name)
+        """At a clean stop: give up every conversation lease at once. They stay marked as
+        this node's, so whoever takes them next knows to send what is undelivered. Named
+        leases are released by the adapters holding them, once they stopped using them (a
+        poller released before it stopped would poll beside the next one); any left expire."""
         await self._pool.execute("UPDATE nodes SET last_seen = 0 WHERE node = $1", self.node)
         self.leases.clear()
 

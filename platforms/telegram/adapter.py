@@ -23,6 +23,20 @@ Webhook mode uses our own aiohttp listener (PTB's needs tornado): the same actor
 the answer to Telegram's POST is 200 only after the commit (503 otherwise, so Telegram retries;
 403 without the right secret token).
 
+Several nodes (a cluster on one PostgreSQL store, ``leases`` given): in polling mode only
+the node holding the named lease ``telegram:poller`` runs getUpdates; every node keeps its Bot
+API client, so the node that owns a conversation sends its replies. ``_poll_while_leased``
+calls ``Leases.hold`` every ``period_s``: it starts the updater when the lease is taken, stops
+it at the first look that finds the lease gone (``held`` false: this node froze or lost the
+database and another node took it), and on draining or a clean stop it stops the updater
+first and releases the lease after, so the next node starts at once. A takeover needs nothing
+more: the offset Telegram keeps is the old poller's last confirmed one, which only ever moved
+past committed rows, and the new poller's first getUpdates starts there; an update the old
+poller admitted but did not confirm comes again and is a duplicate (the store is unique on the
+update's message). Two pollers overlapping for a moment (a frozen node waking) only cost a 409
+and a duplicate admission. Webhook mode needs no lease: every node serves the webhook and
+calls the same ``setWebhook``, which is idempotent.
+
 Replies go through the shared outbox courier (ordered, retried only when that cannot
 duplicate), rendered to HTML by :mod:`platforms.telegram.render`. Command answers, pairing
 codes and "text only" notices are not turns: a small notice actor sends them directly.
@@ -31,6 +45,7 @@ codes and "text only" notices are not turns: a small notice actor sends them dir
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import hmac
 import json
@@ -47,7 +62,7 @@ from aiohttp import web
 from telegram import Bot, BotCommand, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Conflict, TelegramError
-from telegram.ext import Application, ExtBot
+from telegram.ext import Application, ExtBot, Updater
 
 from gateway.config import TelegramConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError
@@ -68,6 +83,15 @@ ALLOWED_UPDATES = ("message",)
 STOP_DEADLINE_S = 15.0  # shutting PTB down (final offset confirmation, closing clients)
 NOTICE_ATTEMPTS = 3
 NOTICE_MAX_WAIT_S = 30.0
+POLLER_LEASE = "telegram:poller"  # several nodes: the one that holds it polls
+
+
+class PollerStep(Enum):
+    """What the poller of one node of a cluster does next (see :func:`poller_step`)."""
+
+    START = "start"  # the lease is ours: poll
+    STOP_LOST = "lost"  # another node holds the lease now: stop at once
+    STOP_RELEASE = "release"  # draining: stop, then hand the lease over
 
 
 class Verdict(Enum):
@@ -136,6 +160,23 @@ class _UpdateQueue(asyncio.Queue[object]):
             await anyio.sleep_forever()  # until updater.stop() cancels the poll: no ack
 
 
+def poller_step(*, polling: bool, draining: bool, taken: bool, held: bool) -> PollerStep | None:
+    """Decide the poller's next step from one look at the lease.
+
+    ``taken``: the answer of ``Leases.hold`` (false too when the database did not answer);
+    ``held``: ``Leases.held`` after it, false only once the lease is known lost (renewals
+    failed for most of a lease, or another node took it). A failed ``hold`` alone keeps a
+    running poller: the heartbeat decides when the lease is gone.
+    """
+    if draining:
+        return PollerStep.STOP_RELEASE if polling else None
+    if polling and not held:
+        return PollerStep.STOP_LOST
+    if not polling and taken:
+        return PollerStep.START
+    return None
+
+
 class TelegramAdapter:
     platform = PLATFORM
 
@@ -160,7 +201,8 @@ class TelegramAdapter:
         self._bot: ExtBot[None] | None = None
         self._me = convert.BotIdentity(0, "")
         self._connected = False
-        self._reachable = True  # until a poll says otherwise
+        self._reachable = True  # until a poll (or, not polling in a cluster, a call) says otherwise
+        self._polling = False  # this node runs getUpdates now
         self.webhook_port: int | None = None
         self._stats = {
             "updates": 0,
@@ -174,16 +216,24 @@ class TelegramAdapter:
             "notices": 0,
             "plain_fallbacks": 0,
             "unreadable": 0,
+            "poller_started": 0,
+            "poller_lost": 0,
+            "poller_released": 0,
         }
 
     def __repr__(self) -> str:
-        return f"<TelegramAdapter {self._config.mode} @{self._me.username or '?'} {self._stats}>"
+        polling = " polling" if self._polling else ""
+        name = self._me.username or "?"
+        return f"<TelegramAdapter {self._config.mode}{polling} @{name} {self._stats}>"
 
     def statistics(self) -> dict[str, Any]:
-        return {**self._stats, "courier": self._courier.statistics()}
+        return {**self._stats, "polling": self._polling, "courier": self._courier.statistics()}
 
     @property
     def connected(self) -> bool:
+        """Started (getMe answered) and Telegram reachable as last seen: by this node's
+        getUpdates while it polls; in a cluster, by its other Bot API calls while another
+        node polls. A node that does not poll is ready: it sends its conversations' replies."""
         return self._connected and self._reachable
 
     # -- outlet --------------------------------------------------------------------------
@@ -287,7 +337,7 @@ class TelegramAdapter:
             .token(config.token)
             .base_url(f"{origin}/bot")
             .base_file_url(f"{origin}/file/bot")
-            .request(request(32))
+            .request(request(32, self._answered))
             .get_updates_request(request(2, self._polled, self._screen))
             .update_queue(self._queue)
             .concurrent_updates(False)
@@ -311,22 +361,20 @@ class TelegramAdapter:
                 tg.start_soon(self._notice_loop)
                 await tg.start(self._courier.run)
                 await self._register_commands(bot)
-                if application.updater is not None:
-                    await application.updater.start_polling(
-                        poll_interval=0,
-                        timeout=dt.timedelta(seconds=self._config.poll_timeout_s),
-                        allowed_updates=ALLOWED_UPDATES,
-                        bootstrap_retries=3,
-                        error_callback=self._poll_error,
-                    )
-                else:
+                updater = application.updater
+                if updater is None:
                     await tg.start(self._serve_webhook, bot)
+                elif self._leases is None:
+                    await self._start_polling(updater)
                 self._connected = True
                 log.info(
                     "telegram connected",
                     extra={"bot": bot.username, "mode": self._config.mode},
                 )
                 task_status.started()
+                if updater is not None and self._leases is not None:
+                    # Not waiting for the lease to be ready: this node sends either way.
+                    await self._poll_while_leased(updater, self._leases)
                 await anyio.sleep_forever()
             finally:
                 self._connected = False
@@ -336,11 +384,14 @@ class TelegramAdapter:
                 self._notices_tx.close()
 
     async def _stop(self, application: Application[Any, Any, Any, Any, Any, Any]) -> None:
-        """Stop PTB in order; the poller's last getUpdates confirms only admitted updates."""
+        """Stop PTB in order; the poller's last getUpdates confirms only admitted updates. In
+        a cluster the poller lease is released after the poller stopped, never before."""
         updater = application.updater
         steps: list[Callable[[], Awaitable[None]]] = []
         if updater is not None and updater.running:
             steps.append(updater.stop)
+        if updater is not None and self._leases is not None:
+            steps.append(self._release_poller)
         if application.running:
             steps.append(application.stop)
         steps.append(application.shutdown)
@@ -353,12 +404,84 @@ class TelegramAdapter:
                     extra={"step": getattr(step, "__qualname__", "?"), "error": repr(exc)},
                 )
 
+    async def _start_polling(self, updater: Updater) -> None:
+        await updater.start_polling(
+            poll_interval=0,
+            timeout=dt.timedelta(seconds=self._config.poll_timeout_s),
+            allowed_updates=ALLOWED_UPDATES,
+            bootstrap_retries=3,
+            error_callback=self._poll_error,
+        )
+
+    async def _poll_while_leased(self, updater: Updater, leases: Leases) -> None:
+        """Several nodes: poll while this node holds the poller lease (see the module docs)."""
+        while True:
+            draining = not self._intake.accepting
+            taken = False if draining else await leases.hold(POLLER_LEASE)
+            held = leases.held(POLLER_LEASE)
+            match poller_step(polling=updater.running, draining=draining, taken=taken, held=held):
+                case PollerStep.START:
+                    await self._start_leased(updater, leases)
+                case PollerStep.STOP_LOST:
+                    self._polling = False
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_DEADLINE_S):
+                        await updater.stop()
+                    self._stats["poller_lost"] += 1
+                    log.warning("telegram: this node stopped polling: lease lost")
+                case PollerStep.STOP_RELEASE:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_DEADLINE_S):
+                        await updater.stop()
+                        await self._release_poller()
+                case None:
+                    pass
+                case step:
+                    assert_never(step)
+            if not self._polling and not self._reachable:
+                with anyio.move_on_after(leases.period_s):  # never delays the next look
+                    await self._probe()
+            await anyio.sleep(leases.period_s)
+
+    async def _start_leased(self, updater: Updater, leases: Leases) -> None:
+        try:
+            await self._start_polling(updater)
+        except TelegramError as exc:  # another node may fare better: let it try
+            log.warning(
+                "telegram: polling did not start; poller lease released",
+                extra={"error": repr(errors.translate(exc))},
+            )
+            await leases.release(POLLER_LEASE)
+            return
+        self._polling = True
+        self._stats["poller_started"] += 1
+        log.info("telegram: this node polls now")
+
+    async def _release_poller(self) -> None:
+        """Hand the poller lease over (after the poller stopped), saying so if we polled."""
+        assert self._leases is not None
+        was_polling, self._polling = self._polling, False
+        await self._leases.release(POLLER_LEASE)
+        if was_polling:
+            self._stats["poller_released"] += 1
+            log.info("telegram: this node stopped polling: released")
+
     async def _register_commands(self, bot: Bot) -> None:
         commands = [BotCommand(name, text) for name, text in convert.COMMAND_DESCRIPTIONS]
         try:
             await bot.set_my_commands(commands)
         except TelegramError as exc:  # the menu is a convenience: commands work without it
             log.warning("setMyCommands failed", extra={"error": repr(errors.translate(exc))})
+
+    def _answered(self, reached: bool) -> None:
+        """Another Bot API call came back (or failed): in a cluster, a node that does not poll
+        learns from its own calls (sends, typing) whether Telegram is reachable."""
+        if self._leases is not None and self._config.mode == "polling" and not self._polling:
+            self._polled(reached)
+
+    async def _probe(self) -> None:
+        """Not polling, and Telegram looked unreachable: a getMe, so ``/readyz`` recovers
+        without waiting for this node's next send (its answer goes through ``_answered``)."""
+        with contextlib.suppress(TelegramError):
+            await self._running_bot().get_me()
 
     def _polled(self, reached: bool) -> None:
         """A getUpdates came back (or failed): Telegram's reachability, for ``/readyz``."""
@@ -373,6 +496,13 @@ class TelegramAdapter:
         """PTB's poll loop hit an error; it polls again by itself (with backoff)."""
         if isinstance(exc, AdmissionDeferred):
             return  # already logged when the admission failed
+        if isinstance(exc, Conflict) and self._leases is not None:
+            log.warning(
+                "another getUpdates ran with this bot token (Telegram 409): a node that lost"
+                " the poller lease, or a process outside this cluster",
+                extra={"error": str(exc)},
+            )
+            return
         if isinstance(exc, Conflict):
             log.warning(
                 "another process is polling with this bot token (Telegram 409);"

@@ -21,13 +21,18 @@ under ``filterwarnings=error``) while building ``RetryAfter`` for a 429.
   its ``offset`` confirms (drops) lower updates, so a redelivered update reaches only a poller
   whose offset is not past it (a restarted bot). A newer concurrent ``getUpdates`` makes the
   older one answer 409, as Telegram does.
+- Several clients (the nodes of a cluster): each may use a path prefix of its own as its API
+  origin (``f"{fake.origin}/n1"``, served as ``/n1/bot<token>/<method>``); its calls carry
+  ``client="n1"``. ``polls`` records every getUpdates as a ``Poll`` (client, start, end,
+  status), ``polling_clients()`` those running now, ``overlapping_polls()`` any two clients'
+  getUpdates that ran at the same time (Telegram would have answered one of them 409).
 - Scripted outcomes per method, consumed in order before the method runs: ``fail_next(method,
   status=, description=, retry_after=)``, ``drop_next(method)`` (connection closed, no
   response), ``hang_next(method)`` (no answer until the client gives up or the fake closes).
 - Records: ``calls`` / ``calls_to(method)`` (every request as a ``Call``; params decoded),
   ``sent_messages(chat_id)`` (texts as the user saw them), ``bot_messages(chat_id)`` (Message
   objects as they are now, after edits), ``chat_actions(chat_id)``, ``commands(...)``,
-  ``webhook_url`` / ``webhook_secret``, ``statistics()``.
+  ``webhook_url`` / ``webhook_secret``, ``polls``, ``statistics()``.
 - Waiting, event-driven (wrap in ``anyio.fail_after``): ``wait_until(predicate)``,
   ``wait_for_calls(method, count)``, ``wait_for_sent(count, chat_id)``, ``wait_for_poller()``,
   ``wait_for_confirmed(update_id)``.
@@ -102,11 +107,30 @@ _BOT_COMMAND_RE = re.compile(r"^/[A-Za-z0-9_]+(?:@\w+)?")
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """One request the fake received for its bot: method name, decoded params, monotonic time."""
+    """One request the fake received for its bot: method name, decoded params, monotonic time,
+    and the client's path prefix ("" without one)."""
 
     method: str
     params: dict[str, Any]
     at: float
+    client: str = ""
+
+
+@dataclass(slots=True)
+class Poll:
+    """One getUpdates, from its arrival to its answer (``ended`` None while it runs). A client
+    that went away ends it too, with ``status`` None."""
+
+    client: str
+    started: float
+    ended: float | None = None
+    status: int | None = None
+
+    def overlaps(self, other: Poll) -> bool:
+        def end(poll: Poll) -> float:
+            return float("inf") if poll.ended is None else poll.ended
+
+        return self.started < end(other) and other.started < end(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +258,7 @@ class FakeTelegram:
             "can_read_all_group_messages": False, "supports_inline_queries": False,
         }  # fmt: skip
         self.calls: list[Call] = []
+        self.polls: list[Poll] = []
         self.origin = ""
         self.webhook_url = ""
         self.webhook_secret: str | None = None
@@ -279,6 +304,7 @@ class FakeTelegram:
     async def start(self) -> None:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
+        app.router.add_route("*", "/{client}/bot{token}/{method}", self._handle)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         # handler_cancellation: a long poll whose client went away must not outlive it.
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2)
@@ -411,6 +437,19 @@ class FakeTelegram:
     def commands(self, *, scope: JSON | None = None, language_code: str = "") -> list[JSON]:
         return copy.deepcopy(self._commands.get(_command_key(scope, language_code), []))
 
+    def polling_clients(self) -> set[str]:
+        """The clients with a getUpdates running now."""
+        return {poll.client for poll in self.polls if poll.ended is None}
+
+    def overlapping_polls(self) -> list[tuple[Poll, Poll]]:
+        """Pairs of getUpdates from different clients that ran at the same time."""
+        return [
+            (a, b)
+            for i, a in enumerate(self.polls)
+            for b in self.polls[i + 1 :]
+            if a.client != b.client and a.overlaps(b)
+        ]
+
     def statistics(self) -> FakeTelegramStatistics:
         return FakeTelegramStatistics(
             len(self.calls), len(self._pending), self._waiting_pollers, len(self._sent)
@@ -470,6 +509,19 @@ class FakeTelegram:
         return _error(404, "Not Found")
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info["method"].lower() != "getupdates":
+            return await self._answer(request)
+        poll = Poll(request.match_info.get("client", ""), time.monotonic())
+        self.polls.append(poll)
+        try:
+            response = await self._answer(request)
+            poll.status = response.status
+            return response
+        finally:
+            poll.ended = time.monotonic()
+            self._notify()
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["token"] != self.token:
             return _error(401, "Unauthorized")
         try:
@@ -478,7 +530,9 @@ class FakeTelegram:
             return _error(400, "Bad Request: can't parse request body")
         requested = request.match_info["method"]
         name, handler = self._methods.get(requested.lower(), (requested, None))
-        self.calls.append(Call(name, params, time.monotonic()))
+        self.calls.append(
+            Call(name, params, time.monotonic(), request.match_info.get("client", ""))
+        )
         self._notify()
         script = self._scripts.get(requested.lower())
         outcome = script.popleft() if script else None
