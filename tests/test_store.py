@@ -332,3 +332,22 @@ async def test_named_leases_and_unique_node_names(postgres_url: str) -> None:
                 await twin.register_node()
         nodes = {n["node"]: n for n in await a.nodes()}
         assert set(nodes) == {"a", "b"}
+
+
+@pytest.mark.parametrize(
+    ("owner", "live", "held", "placement"),
+    [
+        (None, False, False, "claim"),  # nobody holds it
+        ("n1", True, True, "mine"),
+        ("n1", True, False, "claim"),  # recorded as ours, but not by this process: new fence
+        ("n1", False, True, "claim"),  # our lease lapsed (frozen): claim again, new fence
+        ("n2", True, False, "remote"),  # another live node: notify it
+        ("n2", False, False, "claim"),  # a dead node's
+    ],
+)
+def test_placement_of_an_admitted_row(
+    owner: str | None, live: bool, held: bool, placement: str
+) -> None:
+    from gateway.store._pg_leases import place
+
+    assert place(owner, live, "n1", held).value == placement
