@@ -110,7 +110,11 @@ class LeasesMixin:
     async def renew(self) -> Renewal:
         """One heartbeat: every conversation lease at once (this node's row), then the named
         leases. When the heartbeat came too late, also which conversations were taken."""
-        names = sorted(self.named)
+        # The named leases as they are now: one released or taken anew (a new fence) while this
+        # heartbeat runs is neither renewed by it nor lost.
+        fences = dict(self.named)
+        names = sorted(fences)
+        held = dict(self.leases)  # likewise for conversations claimed meanwhile
         async with self._pool.acquire() as db, db.transaction():
             was_alive = await db.fetchval(
                 f"WITH old AS (SELECT {ALIVE} AS alive FROM nodes n WHERE node = $1 FOR UPDATE)"
@@ -132,14 +136,14 @@ class LeasesMixin:
                     "SELECT key, fence FROM conversations WHERE owner = $1", self.node
                 )
                 still = {r["key"]: r["fence"] for r in rows}
-                lost = tuple(k for k, f in self.leases.items() if still.get(k) != f)
+                lost = tuple(k for k, f in held.items() if still.get(k) != f)
             named = await db.fetch(
                 f"UPDATE leases SET lease_until = {NOW} + $3 FROM unnest($2::text[], $4::bigint[])"
                 " AS h(n, f) WHERE name = h.n AND fence = h.f AND owner = $1 RETURNING name",
                 self.node,
                 names,
                 self.lease_s,
-                [self.named[n] for n in names],
+                [fences[n] for n in names],
             )
             pending = await db.fetch(
                 "SELECT DISTINCT m.conversation FROM messages m"
@@ -148,7 +152,11 @@ class LeasesMixin:
                 self.node,
             )
         kept_named = {r["name"] for r in named}
-        lost_named = tuple(n for n in names if n not in kept_named)
+        lost_named = tuple(
+            n for n in names if n not in kept_named and self.named.get(n) == fences[n]
+        )
+        # Lost, unless claimed anew (a new fence) while this ran.
+        lost = tuple(k for k in lost if self.leases.get(k) == held[k])
         for key in lost:
             self.leases.pop(key, None)
         for name in lost_named:
