@@ -32,8 +32,10 @@ from platforms.peer.openapi import build_openapi
 
 log = logging.getLogger(__name__)
 
-#: How often a waiting request also looks in the store for its turn's outcome.
+#: When a waiting request also looks in the store for its turn's outcome: after 2 s, then
+#: twice as long each time, at most every 30 s.
 REPLY_CHECK_S = 2.0
+REPLY_CHECK_MAX_S = 30.0
 _OPEN_ROUTES = frozenset({"/healthz", "/readyz"})
 
 
@@ -235,9 +237,11 @@ class PeerAdapter:
         """Until the turn's outcome arrives: delivered here (the turn ran on this node, or
         its node notified this one), or, as a backstop for a lost notification or a node
         that died after answering, found in the store."""
+        wait_s = REPLY_CHECK_S
         while not event.is_set():
-            with anyio.move_on_after(REPLY_CHECK_S):
+            with anyio.move_on_after(wait_s):
                 await event.wait()
+            wait_s = min(wait_s * 2, REPLY_CHECK_MAX_S)  # a long turn costs few reads
             if not event.is_set() and (settled := await self._intake.outcome(row_id)):
                 self._pmids.pop(row_id, None)
                 self._waiters.resolve(pmid, settled)
