@@ -297,6 +297,14 @@ class Cluster:
             log.warning("cluster: lease not taken", extra={"lease": name, "error": str(exc)})
             return False
 
+    async def live_nodes(self) -> list[str]:
+        try:
+            nodes = await self._store.live_nodes()
+        except _UNREACHABLE as exc:
+            log.warning("cluster: nodes not counted", extra={"error": str(exc)})
+            return [self.node]
+        return nodes if self.node in nodes else sorted([*nodes, self.node])
+
     def held(self, name: str) -> bool:
         # After a silence (frozen, cut off) only the next heartbeat can say: not held till then.
         return self.healthy and name in self._store.named

@@ -233,6 +233,7 @@ class DiscordConfig:
     )
     typing_deadline_s: float = _opt(300.0, _positive)
     connect_timeout_s: float = _opt(60.0, _positive)
+    shard_count: int = _opt(1, _positive)  # gateway shards; several nodes share them (leases)
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,15 @@ class Leases(Protocol):
         """Give ``name`` up now (a clean stop), so another node takes it at once."""
         ...
 
+    @property
+    def node(self) -> str:
+        """This node's name."""
+        ...
+
+    async def live_nodes(self) -> list[str]:
+        """The names of the nodes alive now (heartbeats fresh), sorted; this one included."""
+        ...
+
 
 class Intake(Protocol):
     """What a platform adapter may ask of the runtime."""

@@ -284,6 +284,10 @@ class LeasesMixin:
         await self._pool.execute("UPDATE nodes SET last_seen = 0 WHERE node = $1", self.node)
         self.leases.clear()
 
+    async def live_nodes(self) -> list[str]:
+        rows = await self._pool.fetch(f"SELECT node FROM nodes n WHERE {ALIVE} ORDER BY node")
+        return [r["node"] for r in rows]
+
     async def nodes(self) -> list[dict[str, Any]]:
         """Every node seen, with whether it is alive and how many conversations it holds."""
         rows = await self._pool.fetch(

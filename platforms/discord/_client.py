@@ -86,32 +86,42 @@ def point_at(client: discord.Client, *, api_base: str, gateway_url: str) -> None
 class SessionStarted:
     """READY: a new gateway session (the first, or one after a refused RESUME)."""
 
+    source: BotClient
+
 
 @dataclass(frozen=True, slots=True)
 class GuildsLoaded:
     """on_ready: the session's guilds arrived (after ``guild_ready_timeout``)."""
+
+    source: BotClient
 
 
 @dataclass(frozen=True, slots=True)
 class SessionResumed:
     """RESUMED: the session continued; Discord replays what we missed."""
 
+    source: BotClient
+
 
 @dataclass(frozen=True, slots=True)
 class Disconnected:
-    pass
+    source: BotClient
 
 
 @dataclass(frozen=True, slots=True)
 class MessageReceived:
     message: discord.Message
+    source: BotClient
 
 
 @dataclass(frozen=True, slots=True)
 class InteractionReceived:
     interaction: discord.Interaction[discord.Client]
+    source: BotClient
 
 
+#: Every event names the client it came from: with several shards there is one per shard, and
+#: an event still queued from a shard this node has stopped must not be taken for its successor's.
 ClientEvent = (
     SessionStarted
     | GuildsLoaded
@@ -123,7 +133,12 @@ ClientEvent = (
 
 
 class BotClient(discord.Client):
-    """discord.py's client, reduced to posting its events to the adapter's mailbox."""
+    """discord.py's client, reduced to posting its events to the adapter's mailbox.
+
+    One per gateway connection: the only one on a single unsharded node (it also makes the
+    REST calls), else one per shard this node runs (``shard_id``, ``shard_count``) beside a
+    client that is only logged in, for REST.
+    """
 
     def __init__(
         self, mailbox: MemoryObjectSendStream[ClientEvent], *, identify_delay_s: float, **kw: Any
@@ -135,6 +150,10 @@ class BotClient(discord.Client):
         parsers = self._connection.parsers  # the dict the gateway reader looks events up in
         for event, parse in list(parsers.items()):
             parsers[event] = self._guarded(event, parse)
+
+    def __repr__(self) -> str:
+        shard = "" if self.shard_id is None else f" shard={self.shard_id}/{self.shard_count}"
+        return f"<BotClient{shard} closed={self.is_closed()}>"
 
     def _guarded(self, event: str, parse: Callable[[Any], None]) -> Callable[[Any], None]:
         """``parse`` (discord.py's handler for one dispatch) made to skip what it cannot read.
@@ -183,19 +202,19 @@ class BotClient(discord.Client):
             pass  # the adapter is stopping: nothing is admitted any more
 
     async def on_connect(self) -> None:
-        await self._post(SessionStarted())
+        await self._post(SessionStarted(self))
 
     async def on_ready(self) -> None:
-        await self._post(GuildsLoaded())
+        await self._post(GuildsLoaded(self))
 
     async def on_resumed(self) -> None:
-        await self._post(SessionResumed())
+        await self._post(SessionResumed(self))
 
     async def on_disconnect(self) -> None:
-        await self._post(Disconnected())
+        await self._post(Disconnected(self))
 
     async def on_message(self, message: discord.Message) -> None:
-        await self._post(MessageReceived(message))
+        await self._post(MessageReceived(message, self))
 
     async def on_interaction(self, interaction: discord.Interaction[discord.Client]) -> None:
-        await self._post(InteractionReceived(interaction))
+        await self._post(InteractionReceived(interaction, self))

@@ -11,20 +11,29 @@ When the gateway had to start a new session (a READY that is not the first, beca
 RESUME was refused), whatever was said meanwhile was never dispatched to us: the actor
 reads the recent history of the conversations it has been active in (bounded) and runs
 every message through the same path, where admission drops what was already seen.
+
+Shards (``shard_count``) and several nodes (``leases`` given: a cluster on one PostgreSQL
+store): each shard's gateway connection is a client of its own (``_shards.Links``), beside a
+REST client that is only logged in; every node sends replies and typing through REST, whether
+it runs a shard or not. In a cluster ``_shards.ShardKeeper`` decides which shards this node
+runs. A shard that starts here may have been silent for a while (its previous holder died, or
+handed it over): its live messages wait until its guilds are loaded, then the adapter reads
+back the channels of those guilds active since this node started, and the DM conversations it
+knows on shard 0, and only then handles the live ones, so a conversation keeps its order. A
+single unsharded node runs one client for both, as before shards existed.
 """
 
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, assert_never
 
 import anyio
 import discord
 from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.config import DiscordConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError
@@ -33,6 +42,7 @@ from gateway.ports import Intake, Leases
 from platforms._courier import Courier
 from platforms._typing import keep_typing
 from platforms.discord import convert
+from platforms.discord._backfill import Recent, Watched, answered_by
 from platforms.discord._client import (
     BotClient,
     ClientEvent,
@@ -44,6 +54,7 @@ from platforms.discord._client import (
     SessionStarted,
     point_at,
 )
+from platforms.discord._shards import Link, Links, ShardKeeper
 from platforms.discord.errors import TRANSLATED, translate
 
 log = logging.getLogger(__name__)
@@ -51,15 +62,6 @@ log = logging.getLogger(__name__)
 Observe = Callable[[str, dict[str, Any]], None]
 # Replies never ping @everyone or roles, whatever the model writes; the reply pings its asker.
 _MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True)
-
-
-@dataclass(slots=True)
-class _Watched:
-    """A conversation we answered in: the newest message id seen there, for backfill."""
-
-    last_id: int
-    guild_id: int | None
-    parent_id: int | None
 
 
 # -- the actor ---------------------------------------------------------------------------
@@ -83,13 +85,19 @@ class DiscordAdapter:
         self._observe = observe
         self._mailbox = mailbox
         self._courier = Courier(self.platform, self._send_chunk, intake, observe=observe)
-        self._client: BotClient | None = None
+        self._client: BotClient | None = None  # REST (and, unsharded on one node, the gateway)
+        self._events: MemoryObjectSendStream[ClientEvent] | None = None
+        self._links = Links(
+            self._new_client, self._serve, connect_timeout_s=config.connect_timeout_s
+        )
+        self._keeper: ShardKeeper | None = None
         self._tg: TaskGroup | None = None
-        self._connected = False
+        self._logged_in = False
+        self._since = 0  # this adapter's start, as a snowflake: how far a new shard reads back
         self._ready = anyio.Event()
-        self._sessions = 0
         self._commands_synced = False
-        self._watched: OrderedDict[int, _Watched] = OrderedDict()
+        backfilled = config.backfill_channels if config.backfill_messages > 0 else 0
+        self._recent = Recent(backfilled)  # conversations we were active in, for backfill
         self._stats = {
             "seen": 0,
             "admitted": 0,
@@ -103,20 +111,38 @@ class DiscordAdapter:
         }
 
     def __repr__(self) -> str:
-        return f"<DiscordAdapter connected={self._connected} watched={len(self._watched)}>"
+        shards = sorted(self._links.shards)
+        return (
+            f"<DiscordAdapter connected={self.connected} shards={shards}"
+            f" watched={len(self._recent)}>"
+        )
 
     def statistics(self) -> dict[str, int]:
-        unreadable = self._client.unreadable_events if self._client is not None else 0
+        clients = {link.client for link in self._links}
+        if self._client is not None:
+            clients.add(self._client)
+        links = {f"links_{k}": v for k, v in self._links.statistics().items()}
+        keeper = self._keeper.statistics() if self._keeper is not None else {}
         return {
             **self._stats,
-            "watched": len(self._watched),
-            "unreadable_events": unreadable,
+            "watched": len(self._recent),
+            "unreadable_events": sum(c.unreadable_events for c in clients),
+            **links,
+            **{f"shards_{k}": v for k, v in keeper.items()},
             **self._courier.statistics(),
         }
 
     @property
     def connected(self) -> bool:
-        return self._connected
+        """For ``/readyz``. One unsharded client (a single node): its gateway session is up.
+        Shards: the REST client is logged in and every shard this node runs has its session
+        up; a node of a cluster that runs no shard is ready, as it sends its replies."""
+        links = list(self._links)
+        return (
+            self._logged_in
+            and all(link.connected for link in links)
+            and (bool(links) or self._keeper is not None)
+        )
 
     # -- outlet ----------------------------------------------------------------------------
 
@@ -176,39 +202,89 @@ class DiscordAdapter:
     # -- the actor ---------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        config = self._config
         send, receive = anyio.create_memory_object_stream[ClientEvent](self._mailbox)
-        intents = discord.Intents.none()
-        intents.guilds = intents.guild_messages = intents.dm_messages = True
-        intents.message_content = True
-        client = self._client = BotClient(
-            send,
-            identify_delay_s=config.identify_delay_s,
-            intents=intents,
-            guild_ready_timeout=config.guild_ready_timeout_s,
-            max_ratelimit_timeout=config.rate_limit_wait_s,
-            allowed_mentions=_MENTIONS,
-        )
+        self._events = send
+        self._since = discord.utils.time_snowflake(discord.utils.utcnow())
         # Here, before any task is spawned: they all inherit the interaction-response context.
-        point_at(client, api_base=config.api_base, gateway_url=config.gateway_url)
+        client = self._client = self._new_client(None)
         try:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 await tg.start(self._courier.run)
-                tg.start_soon(self._serve, client)
-                tg.start_soon(self._startup_deadline)
+                await tg.start(self._links.run)
+                await self._connect(client, tg)
+                started = self._ready.is_set()
+                if started:
+                    task_status.started()
                 async with receive:
-                    started = False
                     async for event in receive:
                         await self._handle(event, tg)
                         if not started and self._ready.is_set():
                             started = True
                             task_status.started()
         finally:
-            self._connected = False
             send.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await client.close()
+
+    def _new_client(self, shard: int | None) -> BotClient:
+        """A discord.py client posting to our mailbox: ``shard`` None for REST (and for the
+        one gateway connection of a single unsharded node)."""
+        assert self._events is not None
+        config = self._config
+        intents = discord.Intents.none()
+        intents.guilds = intents.guild_messages = intents.dm_messages = True
+        intents.message_content = True
+        client = BotClient(
+            self._events,
+            identify_delay_s=config.identify_delay_s,
+            intents=intents,
+            guild_ready_timeout=config.guild_ready_timeout_s,
+            max_ratelimit_timeout=config.rate_limit_wait_s,
+            allowed_mentions=_MENTIONS,
+            shard_id=shard,
+            shard_count=None if shard is None else config.shard_count,
+        )
+        point_at(client, api_base=config.api_base, gateway_url=config.gateway_url)
+        return client
+
+    async def _connect(self, client: BotClient, tg: TaskGroup) -> None:
+        """Start the gateway connections this node runs (see the module docstring)."""
+        config = self._config
+        if self._leases is None and config.shard_count == 1:
+            self._logged_in = True  # client.start logs in, then connects
+            self._links.start(None, client=client)
+            return
+        await self._login(client)
+        if self._leases is None:  # one node runs every shard
+            for shard in range(config.shard_count):
+                self._links.start(shard, delay=shard * config.identify_delay_s)
+                log.info("discord shard started", extra={"shard": shard})
+            return
+        self._keeper = ShardKeeper(
+            self._leases,
+            self._links,
+            shard_count=config.shard_count,
+            accepting=lambda: self._intake.accepting,
+            identify_delay_s=config.identify_delay_s,
+        )
+        await tg.start(self._keeper.run)
+        self._ready.set()  # REST works: this node can send, with or without a shard
+        log.info("discord connected for sending", extra={"shards": sorted(self._links.shards)})
+
+    async def _login(self, client: BotClient) -> None:
+        """Log the REST client in (no gateway connection)."""
+        timeout = self._config.connect_timeout_s
+        try:
+            with anyio.fail_after(timeout):
+                await client.login(self._config.token)
+        except discord.LoginFailure as exc:
+            raise PlatformError("discord refused the bot token (401)", status=401) from exc
+        except TimeoutError as exc:
+            raise PlatformError(f"discord: not logged in after {timeout:g} s", status=0) from exc
+        except TRANSLATED as exc:
+            raise translate(exc) from exc
+        self._logged_in = True
 
     async def _serve(self, client: BotClient) -> None:
         """``client.start`` in a task we own; it returns only when the client was closed."""
@@ -226,59 +302,99 @@ class DiscordAdapter:
             raise translate(exc) from exc
         raise PlatformError("the discord client stopped on its own", status=0)
 
-    async def _startup_deadline(self) -> None:
-        with anyio.move_on_after(self._config.connect_timeout_s):
-            await self._ready.wait()
-        if not self._ready.is_set():
-            raise PlatformError(
-                f"discord: not connected after {self._config.connect_timeout_s:g} s", status=0
-            )
-
     async def _handle(self, event: ClientEvent, tg: TaskGroup) -> None:
         match event:
-            case SessionStarted():
-                self._sessions += 1
+            case SessionStarted(source=source):
+                link = self._links.of(source)
+                if link is None:
+                    return  # from a shard stopped since: its successor reports for itself
+                link.sessions += 1
                 self._stats["sessions"] += 1
-                self._connected = True
-                if self._sessions > 1:
+                link.connected = True
+                if link.sessions > 1:
                     # A RESUME was refused: what was said meanwhile was never dispatched.
-                    await self._backfill()
-            case GuildsLoaded():
-                self._connected = True
-                if not self._ready.is_set():
-                    self._ready.set()
-                    log.info("discord connected", extra={"sessions": self._sessions})
-                    if self._config.slash_commands and not self._commands_synced:
-                        self._commands_synced = True
-                        tg.start_soon(self._register_commands)
-            case SessionResumed():
-                self._connected = True
+                    await self._backfill(link.shard, reason="session_lost")
+                elif self._leases is not None:
+                    link.waiting = []  # a shard starting on this node: see _catch_up
+            case GuildsLoaded(source=source):
+                link = self._links.of(source)
+                if link is None:
+                    return
+                link.connected = True
+                if not link.loaded.is_set():
+                    await self._loaded(link, tg)
+                if link.waiting is not None:
+                    await self._catch_up(link)
+            case SessionResumed(source=source):
+                link = self._links.of(source)
+                if link is not None:
+                    link.connected = True
                 self._stats["resumes"] += 1
-                log.info("discord session resumed")
-            case Disconnected():
-                self._connected = False
-            case MessageReceived(message=message):
-                try:
-                    await self._on_message(message)
-                except GatewayError:  # the store: not this message's fault
-                    raise
-                except Exception:
-                    # A bug on one message must not stop the gateway (as on Telegram): log it
-                    # loudly and go on with the next event.
-                    log.exception(
-                        "discord message skipped: could not handle it",
-                        extra={"message_id": getattr(message, "id", None)},
-                    )
+                log.info("discord session resumed", extra={"shard": link.shard if link else None})
+            case Disconnected(source=source):
+                link = self._links.of(source)
+                if link is not None:
+                    link.connected = False
+            case MessageReceived(message=message, source=source):
+                link = self._links.of(source)
+                if link is not None and link.waiting is not None:
+                    link.waiting.append(message)
+                    if len(link.waiting) >= self._mailbox:
+                        await self._catch_up(link)  # not later: with the guilds loaded so far
+                    return
+                await self._on_message_guarded(message)
             case InteractionReceived(interaction=interaction):
                 tg.start_soon(self._answer_interaction, interaction)
             case _:
                 assert_never(event)
 
+    async def _loaded(self, link: Link, tg: TaskGroup) -> None:
+        """A connection's first session has its guilds: it is up."""
+        link.loaded.set()
+        log.info("discord connected", extra={"shard": link.shard, "sessions": link.sessions})
+        if link.shard in (None, 0) and self._config.slash_commands and not self._commands_synced:
+            self._commands_synced = True  # once, by the node running shard 0
+            tg.start_soon(self._register_commands)
+        if self._keeper is None and all(other.loaded.is_set() for other in self._links):
+            self._ready.set()
+
+    async def _catch_up(self, link: Link) -> None:
+        """A shard started on this node of a cluster: read back what its channels got while no
+        node ran it, then handle the live messages that waited, in order."""
+        waiting, link.waiting = link.waiting or [], None
+        await self._backfill(link.shard, reason="shard_started", guilds=link.client.guilds)
+        for message in waiting:
+            await self._on_message_guarded(message)
+
+    async def _on_message_guarded(
+        self,
+        message: discord.Message,
+        hint: Watched | None = None,
+        answered: Collection[int] = (),
+    ) -> None:
+        try:
+            await self._on_message(message, hint, answered)
+        except GatewayError:  # the store: not this message's fault
+            raise
+        except Exception:
+            # A bug on one message must not stop the gateway (as on Telegram): log it
+            # loudly and go on with the next event.
+            log.exception(
+                "discord message skipped: could not handle it",
+                extra={"message_id": getattr(message, "id", None)},
+            )
+
     # -- incoming messages -----------------------------------------------------------------
 
-    async def _on_message(self, message: discord.Message, hint: _Watched | None = None) -> None:
+    async def _on_message(
+        self,
+        message: discord.Message,
+        hint: Watched | None = None,
+        answered: Collection[int] = (),
+    ) -> None:
         """One message from the gateway, or from history (``hint``: what we knew of its
-        channel, which a history page does not say)."""
+        channel, which a history page does not say; ``answered``: the messages the bot replied
+        to there, so that a command already answered is not run twice)."""
         client = self._live_client()
         assert client.user is not None
         bot_id = client.user.id
@@ -293,9 +409,7 @@ class DiscordAdapter:
             self._stats["ignored"] += 1
             log.warning("discord message unreadable: ignored", extra={"message_id": message.id})
             return
-        watched = self._watched.get(seen.channel_id)
-        if watched is not None and seen.message_id > watched.last_id:
-            watched.last_id = seen.message_id
+        self._recent.saw(seen.channel_id, seen.message_id)
         decision = convert.decide(seen, self._config, bot_id)
         if isinstance(decision, convert.Ignore):
             self._stats["ignored"] += 1
@@ -306,7 +420,10 @@ class DiscordAdapter:
         key = convert.conversation_key(seen.channel_id)
         match decision:
             case convert.Command(name=name):
-                self._watch(seen)
+                self._recent.watch(seen)
+                if seen.message_id in answered:
+                    self._stats["duplicates"] += 1
+                    return
                 self._stats["commands"] += 1
                 assert self._tg is not None
                 self._tg.start_soon(self._run_command, key, name, seen)
@@ -318,7 +435,7 @@ class DiscordAdapter:
                     admission = await self._intake.admit(convert.inbound(seen, text))
                 except ConversationClosed:
                     return
-                self._watch(seen)
+                self._recent.watch(seen)
                 if admission.duplicate:
                     self._stats["duplicates"] += 1
                 else:
@@ -350,34 +467,33 @@ class DiscordAdapter:
                 )
         return False
 
-    def _watch(self, seen: convert.Seen) -> None:
-        """Remember a conversation we act in (bounded, most recent first) for backfill."""
-        limit = self._config.backfill_channels
-        if limit <= 0 or self._config.backfill_messages <= 0:
-            return
-        watched = self._watched.get(seen.channel_id)
-        if watched is None:
-            self._watched[seen.channel_id] = _Watched(
-                seen.message_id, seen.guild_id, seen.parent_id
-            )
-        else:
-            watched.last_id = max(watched.last_id, seen.message_id)
-            self._watched.move_to_end(seen.channel_id)
-        while len(self._watched) > limit:
-            self._watched.popitem(last=False)
+    async def _backfill(
+        self, shard: int | None, *, reason: str, guilds: Sequence[discord.Guild] = ()
+    ) -> None:
+        """Run what was said while no session of ``shard`` was alive through the usual path,
+        oldest first.
 
-    async def _backfill(self) -> None:
-        """Run what was said while no session was alive through the usual path, oldest first.
-
-        Per watched conversation, the newest ``backfill_messages`` of its history that are
-        newer than the last message we saw there; admission drops any we already had.
+        Per conversation, the newest ``backfill_messages`` of its history that are newer than
+        the last message we saw there (the conversations we were active in), or, for the
+        channels of ``guilds`` (a shard starting on this node of a cluster), newer than this
+        adapter's start; admission drops any we already had, and a command the bot already
+        replied to is not run again.
         """
         client = self._live_client()
-        limit = self._config.backfill_messages
-        for channel_id, watched in list(self._watched.items()):
-            key = convert.conversation_key(channel_id)
-            channel = client.get_partial_messageable(channel_id, guild_id=watched.guild_id)
-            since = watched.last_id
+        assert client.user is not None
+        config = self._config
+        limit = config.backfill_messages
+        targets = self._recent.targets(
+            shard,
+            config.shard_count,
+            guilds,
+            since=self._since,
+            allow_guilds=config.allow_guilds,
+        )
+        for target in targets:
+            since, hint = target.since, target.hint
+            key = convert.conversation_key(target.channel_id)
+            channel = client.get_partial_messageable(target.channel_id, guild_id=hint.guild_id)
             try:
                 recent = [m async for m in channel.history(limit=limit)]
             except TRANSLATED as exc:
@@ -389,20 +505,21 @@ class DiscordAdapter:
             missed = sorted((m for m in recent if m.id > since), key=lambda m: m.id)
             if not missed:
                 continue
+            answered = answered_by(client.user.id, recent)
             truncated = len(missed) == len(recent) == limit
             self._stats["backfilled"] += len(missed)
             self._observe(
                 "decision",
                 {
                     "decision": "discord_backfill",
-                    "reason": "session_lost",
+                    "reason": reason,
                     "conversation": key,
                     "messages": len(missed),
                     "truncated": truncated,
                 },
             )
             for message in missed:
-                await self._on_message(message, hint=watched)
+                await self._on_message_guarded(message, hint, answered)
 
     # -- commands ------------------------------------------------------------------------------
 

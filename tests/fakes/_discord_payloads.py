@@ -64,6 +64,11 @@ class Snowflakes:
         return self._last
 
 
+def shard_of(guild_id: int | str | None, shard_count: int) -> int:
+    """The shard a guild's events go to (Discord's rule); DMs (no guild) go to shard 0."""
+    return 0 if guild_id is None else (int(guild_id) >> 22) % shard_count
+
+
 def timestamp_of(snowflake: int) -> str:
     ms = (snowflake >> 22) + DISCORD_EPOCH_MS
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat()

@@ -63,6 +63,16 @@ Real Discord behaviour the fake keeps, which an adapter must cope with:
   is too long), an empty message, and a reply to an unknown message.
 * Dispatches while the socket is down are replayed on RESUME; once the session is
   invalidated they are gone, and only channel history has the messages.
+* Shards: an IDENTIFY with `shard: [id, count]` opens that shard's session (one current
+  session per shard, the latest IDENTIFY's); its READY and GUILD_CREATEs list only its
+  guilds, and each dispatch goes to the session of its guild's shard,
+  `(guild_id >> 22) % count` (DMs to shard 0). An IDENTIFY without `shard` is shard 0 of 1.
+
+Several clients (the nodes of a cluster) can each use a path prefix of their own:
+`api_base = f"http://127.0.0.1:{port}/n1/api/v10"` and `gateway_url = ws://.../n1/gateway`
+(`client_urls("n1")` gives both). REST calls record `client="n1"`, and each gateway
+connection records its client, its shard and when it was opened, identified and closed
+(`shard_connections`, `overlapping_shard_connections`).
 
 Use::
 
@@ -85,6 +95,7 @@ import contextlib
 import copy
 import json
 import socket
+import time
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
@@ -141,6 +152,8 @@ class RestCall:
     json: Any
     headers: dict[str, str]
     status: int
+    client: str = ""  # the client's path prefix ("" without one)
+    at: float = 0.0  # time.monotonic() when it was answered
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +171,18 @@ class GatewayConnection:
     path: str  # /gateway, or /resume-gateway when discord.py used READY's resume_gateway_url
     query: dict[str, str]
     close_code: int | None = None
+    client: str = ""  # the client's path prefix ("" without one)
+    shard: int | None = None  # the shard its IDENTIFY (or RESUME) named; 0 when unsharded
+    opened: float = 0.0  # time.monotonic() of each step
+    identified: float | None = None  # IDENTIFY or RESUME accepted
+    closed: float | None = None
+
+    def overlaps(self, other: GatewayConnection) -> bool:
+        """Both had a session up at the same moment."""
+        if self.identified is None or other.identified is None:
+            return False
+        end, other_end = self.closed or float("inf"), other.closed or float("inf")
+        return self.identified < other_end and other.identified < end
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,6 +226,8 @@ class _Session:
     frames: list[JSON] = field(default_factory=list)  # every dispatch; frames[i] has seq i+1
     conn: _Connection | None = None
     resumable: bool = True
+    shard: int = 0
+    shard_count: int = 1
 
 
 class FakeDiscord:
@@ -239,7 +266,8 @@ class FakeDiscord:
         self.interaction_responses: list[JSON] = []  # callbacks the bot POSTed, in order
         self._interactions: dict[int, JSON] = {}
         self._scripts: list[_Scripted] = []
-        self._session: _Session | None = None
+        self._session: _Session | None = None  # the latest IDENTIFY's
+        self._shard_sessions: dict[int, _Session] = {}  # shard -> its current session
         self._sessions = 0
         self._live: list[_Connection] = []
         self._accepting = asyncio.Event()
@@ -262,13 +290,19 @@ class FakeDiscord:
     def resume_gateway_url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/resume-gateway"
 
+    def client_urls(self, client: str) -> tuple[str, str]:
+        """(api_base, gateway_url) for a client that calls itself `client`."""
+        origin = f"127.0.0.1:{self.port}/{client}"
+        return f"http://{origin}{API_PREFIX}", f"ws://{origin}/gateway"
+
     async def start(self) -> None:
         app = web.Application(middlewares=[self._middleware])
-        app.router.add_get("/gateway", self._gateway)
-        app.router.add_get("/resume-gateway", self._gateway)
-        for method, path, handler in self._rest_routes():
-            app.router.add_route(method, API_PREFIX + path, handler)
-        app.router.add_route("*", API_PREFIX + "/{tail:.*}", self._not_found)
+        for prefix in ("", "/{client}"):
+            app.router.add_get(prefix + "/gateway", self._gateway)
+            app.router.add_get(prefix + "/resume-gateway", self._gateway)
+            for method, path, handler in self._rest_routes():
+                app.router.add_route(method, prefix + API_PREFIX + path, handler)
+            app.router.add_route("*", prefix + API_PREFIX + "/{tail:.*}", self._not_found)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=2.0)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -347,6 +381,29 @@ class FakeDiscord:
 
     def ops(self, op: int) -> list[GatewayOp]:
         return [o for o in self.gateway_ops if o.op == op]
+
+    def shard_connections(self, shard: int | None = None) -> list[GatewayConnection]:
+        """Connections that identified (or resumed) a session, of one shard or all."""
+        return [
+            c
+            for c in self.connections
+            if c.identified is not None and (shard is None or c.shard == shard)
+        ]
+
+    def shard_holders(self) -> dict[int, str]:
+        """shard -> the client whose session of it is up now."""
+        live = [c for c in self.shard_connections() if c.closed is None and c.shard is not None]
+        return {c.shard: c.client for c in live if c.shard is not None}
+
+    def overlapping_shard_connections(self) -> list[tuple[GatewayConnection, GatewayConnection]]:
+        """Pairs of connections of one shard that had a session up at the same moment."""
+        found = self.shard_connections()
+        return [
+            (a, b)
+            for i, a in enumerate(found)
+            for b in found[i + 1 :]
+            if a.shard == b.shard and a.overlaps(b)
+        ]
 
     def sent_messages(self, channel_id: int | None = None) -> list[JSON]:
         """Messages the bot created over REST (current versions, deleted ones left out)."""
@@ -545,10 +602,28 @@ class FakeDiscord:
         self._dispatched_ids.append(int(message["id"]))
         await self._dispatch("MESSAGE_CREATE", message)
 
+    def _session_for(self, event: str, data: JSON) -> _Session | None:
+        """The session a dispatch goes to: its guild's shard's (DMs, and payloads without a
+        readable guild id, which tests send on purpose: shard 0's)."""
+        guild_id: Any = None
+        if isinstance(data, dict):
+            guild_id = data.get("id") if event == "GUILD_CREATE" else data.get("guild_id")
+        if not (
+            isinstance(guild_id, int | str) and str(guild_id).isascii() and str(guild_id).isdigit()
+        ):
+            guild_id = None
+        for session in self._shard_sessions.values():
+            if p.shard_of(guild_id, session.shard_count) == session.shard:
+                return session
+        return None
+
     async def _dispatch(self, event: str, data: JSON) -> int | None:
-        session = self._session
+        session = self._session_for(event, data)
         if session is None or not session.resumable:
             return None  # nobody to tell: the event exists only in REST state
+        return await self._dispatch_to(session, event, data)
+
+    async def _dispatch_to(self, session: _Session, event: str, data: JSON) -> int | None:
         payload = p.visible_to_session(event, data, intents=session.intents, bot_id=self.bot.id)
         if payload is None:
             return None
@@ -580,7 +655,11 @@ class FakeDiscord:
     async def _gateway(self, request: web.Request) -> web.StreamResponse:
         ws = web.WebSocketResponse(timeout=5.0)
         await ws.prepare(request)
-        record = GatewayConnection(len(self.connections), request.path, dict(request.query))
+        client = request.match_info.get("client", "")
+        path = request.path[len(client) + 1 :] if client else request.path
+        record = GatewayConnection(
+            len(self.connections), path, dict(request.query), client=client, opened=_now()
+        )
         self.connections.append(record)
         conn = _Connection(ws, record)
         self._live.append(conn)
@@ -594,11 +673,12 @@ class FakeDiscord:
         finally:
             self._live.remove(conn)
             record.close_code = ws.close_code
-            session = self._session
-            if session is not None and session.conn is conn:
-                session.conn = None
-                if ws.close_code in (1000, 1001):
-                    session.resumable = False  # a clean close ends the session, as on Discord
+            record.closed = _now()
+            for session in self._shard_sessions.values():
+                if session.conn is conn:
+                    session.conn = None
+                    if ws.close_code in (1000, 1001):
+                        session.resumable = False  # a clean close ends the session (Discord)
             self._notify()
         return ws
 
@@ -621,33 +701,42 @@ class FakeDiscord:
         if d.get("token") != self.token:
             await conn.ws.close(code=4004, message=b"Authentication failed.")
             return
+        shard, count = d.get("shard") or (0, 1)
         self._sessions += 1
-        self._session = session = _Session(uuid.uuid4().hex, int(d.get("intents") or 0), conn=conn)
-        guilds = list(self.world.guilds.values())
+        session = _Session(uuid.uuid4().hex, int(d.get("intents") or 0), conn=conn)
+        session.shard, session.shard_count = int(shard), int(count)
+        self._session = self._shard_sessions[session.shard] = session
+        conn.record.shard, conn.record.identified = session.shard, _now()
+        guilds = [
+            g for g in self.world.guilds.values() if p.shard_of(g.id, session.shard_count) == shard
+        ]
+        client = conn.record.client
+        resume_url = (
+            f"ws://127.0.0.1:{self.port}/{client}/resume-gateway"
+            if client
+            else self.resume_gateway_url
+        )
         ready = p.ready_payload(
             self.bot,
             (g.id for g in guilds),
             session_id=session.id,
-            resume_url=self.resume_gateway_url,
+            resume_url=resume_url,
             app_id=self.world.app_id,
         )
-        await self._dispatch("READY", ready)
+        await self._dispatch_to(session, "READY", ready)
         for guild in guilds:
-            await self._dispatch("GUILD_CREATE", self.world.guild_create(guild))
+            await self._dispatch_to(session, "GUILD_CREATE", self.world.guild_create(guild))
 
     async def _resume(self, conn: _Connection, d: JSON) -> None:
-        session = self._session
-        if (
-            session is None
-            or not session.resumable
-            or session.id != d.get("session_id")
-            or d.get("token") != self.token
-        ):
+        found = [s for s in self._shard_sessions.values() if s.id == d.get("session_id")]
+        session = found[0] if found else None
+        if session is None or not session.resumable or d.get("token") != self.token:
             await self._send_op(conn, _INVALID_SESSION, False)
             return
         previous, session.conn = session.conn, conn
+        conn.record.shard, conn.record.identified = session.shard, _now()
         conn.sent_upto = min(int(d.get("seq") or 0), len(session.frames))
-        await self._dispatch("RESUMED", {})
+        await self._dispatch_to(session, "RESUMED", {})
         if previous is not None:
             await previous.ws.close(code=4000, message=b"session resumed elsewhere")
 
@@ -681,11 +770,14 @@ class FakeDiscord:
 
     @web.middleware
     async def _middleware(self, request: web.Request, handler: _Handler) -> web.StreamResponse:
-        if not request.path.startswith(API_PREFIX + "/"):
+        client = request.match_info.get("client", "")
+        prefix = f"/{client}{API_PREFIX}" if client else API_PREFIX
+        if not request.path.startswith(prefix + "/"):
             return await handler(request)
         resource = request.match_info.route.resource
-        route = resource.canonical[len(API_PREFIX) :] if resource is not None else request.path
-        path = request.path[len(API_PREFIX) :]
+        canonical = resource.canonical if resource is not None else request.path
+        route = canonical.split(API_PREFIX, 1)[1]
+        path = request.path[len(prefix) :]
         body, files = await p.read_body(request)
         request[_BODY], request[_FILES] = body, files
         response: web.StreamResponse
@@ -697,7 +789,15 @@ class FakeDiscord:
             response.headers.update(p.rate_limit_headers(route, remaining=4, reset_after=1.0))
         headers = {k: v for k, v in request.headers.items() if k in _RECORDED_HEADERS}
         call = RestCall(
-            request.method, path, route, dict(request.query), body, headers, response.status
+            request.method,
+            path,
+            route,
+            dict(request.query),
+            body,
+            headers,
+            response.status,
+            client,
+            _now(),
         )
         self.rest_calls.append(call)
         self._notify()
@@ -825,6 +925,10 @@ class FakeDiscord:
         guild_id = request.match_info.get("guild_id")
         guild = None if guild_id is None else int(guild_id)
         return p.json_response(200, self.world.put_commands(guild, request[_BODY] or []))
+
+
+def _now() -> float:
+    return time.monotonic()
 
 
 @contextlib.asynccontextmanager
