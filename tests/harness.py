@@ -19,6 +19,7 @@ from typing import Any
 
 import aiohttp
 import anyio
+import asyncpg
 
 from gateway.app import GatewayApp
 from gateway.config import Config, parse_config
@@ -128,3 +129,49 @@ class GatewayProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+# -- several nodes on one PostgreSQL database --------------------------------------------------
+
+
+def cluster_node(
+    tmp_path: Path,
+    postgres_url: str,
+    model_url: str | None,
+    name: str,
+    *,
+    lease_s: float,
+    heartbeat_s: float,
+    extra: str = "",
+) -> GatewayProcess:
+    """One botmux node of a cluster (not started): its config names the shared database and
+    the node; ``extra`` adds sections (a platform's, ``[gateway]``)."""
+    port = free_port()
+    config = tmp_path / f"{name}.toml"
+    cluster = f'[cluster]\nnode_id = "{name}"\nlease_s = {lease_s}\nheartbeat_s = {heartbeat_s}\n'
+    config.write_text(
+        config_text(
+            tmp_path / "unused.db",
+            model_url,
+            listen=f"127.0.0.1:{port}",
+            store_url=postgres_url,
+            extra=extra + cluster,
+        )
+    )
+    return GatewayProcess(config, port, tmp_path / f"{name}.log")
+
+
+async def start_all(nodes: list[GatewayProcess]) -> None:
+    """Start several nodes at once (each until its /readyz answers)."""
+    async with anyio.create_task_group() as group:
+        for node in nodes:
+            group.start_soon(node.start)
+
+
+async def pg_fetch(url: str, sql: str) -> list[asyncpg.Record]:
+    """The rows of one query, on a connection of its own (the test's view of the store)."""
+    db = await asyncpg.connect(url)
+    try:
+        return list(await db.fetch(sql))
+    finally:
+        await db.close()

@@ -23,11 +23,10 @@ from pathlib import Path
 
 import aiohttp
 import anyio
-import asyncpg
 import pytest
 
 from tests.fakes.openai_server import FakeModel, Hold, Ok, Sleep, open_fake_model
-from tests.harness import GatewayProcess, config_text, free_port
+from tests.harness import GatewayProcess, cluster_node, pg_fetch
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
 
@@ -45,29 +44,18 @@ async def model() -> AsyncIterator[FakeModel]:
 
 
 def node(tmp_path: Path, url: str, model_url: str, name: str) -> GatewayProcess:
-    port = free_port()
-    config = tmp_path / f"{name}.toml"
-    config.write_text(
-        config_text(
-            tmp_path / "unused.db",
-            model_url,
-            listen=f"127.0.0.1:{port}",
-            store_url=url,
-            extra=(
-                f'[cluster]\nnode_id = "{name}"\nlease_s = {LEASE_S}\nheartbeat_s = {HEARTBEAT_S}\n'
-                "[gateway]\nmax_concurrent_turns = 200\n"
-            ),
-        )
+    return cluster_node(
+        tmp_path,
+        url,
+        model_url,
+        name,
+        lease_s=LEASE_S,
+        heartbeat_s=HEARTBEAT_S,
+        extra="[gateway]\nmax_concurrent_turns = 200\n",
     )
-    return GatewayProcess(config, port, tmp_path / f"{name}.log")
 
 
-async def fetch(url: str, sql: str) -> list[asyncpg.Record]:
-    db = await asyncpg.connect(url)
-    try:
-        return list(await db.fetch(sql))
-    finally:
-        await db.close()
+fetch = pg_fetch
 
 
 async def test_three_nodes_survive_a_kill_and_a_freeze(

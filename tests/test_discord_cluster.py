@@ -35,13 +35,12 @@ from pathlib import Path
 
 import aiohttp
 import anyio
-import asyncpg
 import pytest
 
 from platforms.discord._shards import candidates, fair_share, shard_of, surplus
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, Ok, Sleep, open_fake_model
-from tests.harness import GatewayProcess, config_text, free_port
+from tests.harness import GatewayProcess, cluster_node, pg_fetch, start_all
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -118,7 +117,6 @@ async def make_node(
     made: list[GatewayProcess] = []
 
     def make(name: str, shards: int = SHARDS) -> GatewayProcess:
-        port = free_port()
         api_base, gateway_url = dc.client_urls(name)
         section = (
             f'[discord]\ntoken = "{TOKEN}"\napi_base = "{api_base}"\n'
@@ -126,20 +124,15 @@ async def make_node(
             "guild_ready_timeout_s = 0.05\nidentify_delay_s = 0\nconnect_timeout_s = 10\n"
             f"shard_count = {shards}\n"
         )
-        cluster = (
-            f'[cluster]\nnode_id = "{name}"\nlease_s = {LEASE_S}\nheartbeat_s = {HEARTBEAT_S}\n'
+        node = cluster_node(
+            tmp_path,
+            postgres_url,
+            model.base_url,
+            name,
+            lease_s=LEASE_S,
+            heartbeat_s=HEARTBEAT_S,
+            extra=section,
         )
-        config = tmp_path / f"{name}.toml"
-        config.write_text(
-            config_text(
-                tmp_path / "unused.db",
-                model.base_url,
-                listen=f"127.0.0.1:{port}",
-                store_url=postgres_url,
-                extra=section + cluster,
-            )
-        )
-        node = GatewayProcess(config, port, tmp_path / f"{name}.log")
         made.append(node)
         return node
 
@@ -148,18 +141,7 @@ async def make_node(
         await node.kill()
 
 
-async def start_all(nodes: list[GatewayProcess]) -> None:
-    async with anyio.create_task_group() as group:
-        for node in nodes:
-            group.start_soon(node.start)
-
-
-async def fetch(url: str, sql: str) -> list[asyncpg.Record]:
-    db = await asyncpg.connect(url)
-    try:
-        return list(await db.fetch(sql))
-    finally:
-        await db.close()
+fetch = pg_fetch
 
 
 async def readiness(node: GatewayProcess) -> dict[str, bool]:

@@ -36,7 +36,6 @@ from pathlib import Path
 
 import aiohttp
 import anyio
-import asyncpg
 import pytest
 
 from gateway.config import TelegramConfig
@@ -44,7 +43,7 @@ from platforms.telegram import TelegramAdapter
 from platforms.telegram.adapter import PollerStep, poller_step
 from tests.fakes.openai_server import FakeModel, Hold, Ok, Sleep, open_fake_model
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import GatewayProcess, config_text, free_port
+from tests.harness import GatewayProcess, cluster_node, free_port, pg_fetch, start_all
 from tests.test_telegram_admission import HeldIntake
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -78,7 +77,6 @@ async def make_node(
     made: list[GatewayProcess] = []
 
     def make(name: str, *, webhook_port: int | None = None) -> GatewayProcess:
-        port = free_port()
         allow = ", ".join(str(c) for c in CHATS)
         section = (
             f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}/{name}"\n'
@@ -89,20 +87,15 @@ async def make_node(
                 f'mode = "webhook"\nwebhook_listen = "127.0.0.1:{webhook_port}"\n'
                 f'webhook_url = "{WEBHOOK_URL}"\nwebhook_secret = "{SECRET}"\n'
             )
-        cluster = (
-            f'[cluster]\nnode_id = "{name}"\nlease_s = {LEASE_S}\nheartbeat_s = {HEARTBEAT_S}\n'
+        node = cluster_node(
+            tmp_path,
+            postgres_url,
+            model.base_url,
+            name,
+            lease_s=LEASE_S,
+            heartbeat_s=HEARTBEAT_S,
+            extra=section,
         )
-        config = tmp_path / f"{name}.toml"
-        config.write_text(
-            config_text(
-                tmp_path / "unused.db",
-                model.base_url,
-                listen=f"127.0.0.1:{port}",
-                store_url=postgres_url,
-                extra=section + cluster,
-            )
-        )
-        node = GatewayProcess(config, port, tmp_path / f"{name}.log")
         made.append(node)
         return node
 
@@ -111,18 +104,7 @@ async def make_node(
         await node.kill()
 
 
-async def start_all(nodes: list[GatewayProcess]) -> None:
-    async with anyio.create_task_group() as group:
-        for node in nodes:
-            group.start_soon(node.start)
-
-
-async def fetch(url: str, sql: str) -> list[asyncpg.Record]:
-    db = await asyncpg.connect(url)
-    try:
-        return list(await db.fetch(sql))
-    finally:
-        await db.close()
+fetch = pg_fetch
 
 
 async def delivered(url: str) -> int:

@@ -15,27 +15,8 @@ from gateway.store._pairing import CODE_ALPHABET
 class PgPairingMixin:
     _clock: Callable[[], float]
 
-    async def _submit(self, kind: str, *args: Any) -> Any:
-        raise NotImplementedError
-
     async def _fetch(self, sql: str, *params: Any) -> list[asyncpg.Record]:
         raise NotImplementedError
-
-    async def request_pairing(
-        self, platform: str, user_id: str, label: str, *, ttl_s: float, max_pending: int
-    ) -> tuple[str | None, str]:
-        result: tuple[str | None, str] = await self._submit(
-            "pair_request", platform, user_id, label, ttl_s, max_pending
-        )
-        return result
-
-    async def approve_pairing(self, platform: str, code: str) -> str | None:
-        user: str | None = await self._submit("pair_approve", platform, code.strip().upper())
-        return user
-
-    async def revoke_user(self, platform: str, user_id: str) -> bool:
-        revoked: bool = await self._submit("pair_revoke", platform, user_id)
-        return revoked
 
     async def is_approved(self, platform: str, user_id: str) -> bool:
         rows = await self._fetch(

@@ -48,6 +48,7 @@ from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_schema import MIGRATIONS
 from gateway.store._writer import GroupWriter, Op
+from gateway.store._writes import QueuedWrites
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def _chunk(r: asyncpg.Record) -> OutboxChunk:
     return OutboxChunk(*r)
 
 
-class PostgresStore(PgPairingMixin, LeasesMixin):
+class PostgresStore(QueuedWrites, PgPairingMixin, LeasesMixin):
     """The :class:`~gateway.store.base.Store` on PostgreSQL; see :func:`open_postgres_store`."""
 
     def __init__(
@@ -114,39 +115,7 @@ class PostgresStore(PgPairingMixin, LeasesMixin):
     def statistics(self) -> dict[str, int]:
         return {**self._group.statistics(), "leases": len(self.leases)}
 
-    # -- writes ------------------------------------------------------------------------------
-
-    async def _submit(self, kind: str, *args: Any) -> Any:
-        return await self._group.submit(kind, *args)
-
-    async def admit(self, inbound: Inbound) -> Admission:
-        result: Admission = await self._submit("admit", inbound)
-        return result
-
-    async def answer(
-        self, user_row: StoredMessage, result: TurnResult, chunks: Sequence[str]
-    ) -> TurnOutcome:
-        outcome: TurnOutcome = await self._submit("answer", user_row, result, tuple(chunks))
-        return outcome
-
-    async def cancel(self, user_row_id: int) -> None:
-        await self._submit("cancel", user_row_id)
-
-    async def reset(self, conversation: str) -> None:
-        await self._submit("reset", conversation)
-
-    async def mark_delivered(self, chunk_id: int, platform_message_id: str) -> None:
-        await self._submit("delivered", chunk_id, platform_message_id)
-
-    async def expire_chunks(self, chunk_ids: Sequence[int]) -> None:
-        if chunk_ids:
-            await self._submit("chunk_state", str(ChunkState.EXPIRED), tuple(chunk_ids), "pending")
-
-    async def chunk_failed(self, chunk_id: int) -> None:
-        await self._submit("chunk_state", str(ChunkState.FAILED), (chunk_id,), "pending")
-
-    async def mark_sending(self, chunk_id: int) -> None:
-        await self._submit("chunk_state", str(ChunkState.SENDING), (chunk_id,), "pending")
+    # -- writes (``_writes.QueuedWrites``), and the one that differs ------------------------
 
     async def expire_in_flight(self, conversations: Sequence[str] | None = None) -> int:
         """Chunks being sent when their node died are not sent again (``unrecorded_sends =
@@ -491,15 +460,23 @@ class PostgresStore(PgPairingMixin, LeasesMixin):
             [op.args[1] for op in ops],
         )
 
-    async def _apply_chunk_state(self, db: asyncpg.Connection, ops: list[Op]) -> None:
-        for op in ops:
-            state, ids, only_from = op.args
-            await db.execute(
-                "UPDATE outbox SET state = $1 WHERE id = ANY($2::bigint[]) AND state = $3",
-                state,
-                list(ids),
-                only_from,
-            )
+    @staticmethod
+    async def _chunks_to(db: asyncpg.Connection, state: ChunkState, ids: list[int]) -> None:
+        """Pending chunks ``ids`` to ``state`` (a chunk already settled stays as it is)."""
+        await db.execute(
+            "UPDATE outbox SET state = $1 WHERE id = ANY($2::bigint[]) AND state = 'pending'",
+            str(state),
+            ids,
+        )
+
+    async def _apply_expire(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+        await self._chunks_to(db, ChunkState.EXPIRED, [i for op in ops for i in op.args[0]])
+
+    async def _apply_chunk_failed(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+        await self._chunks_to(db, ChunkState.FAILED, [op.args[0] for op in ops])
+
+    async def _apply_sending(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+        await self._chunks_to(db, ChunkState.SENDING, [op.args[0] for op in ops])
 
     async def _apply_expire_in_flight(self, db: asyncpg.Connection, ops: list[Op]) -> None:
         for op in ops:
@@ -629,7 +606,9 @@ _APPLY: dict[str, Callable[[PostgresStore, asyncpg.Connection, list[Op]], Any]] 
     "cancel": PostgresStore._apply_cancel,
     "reset": PostgresStore._apply_reset,
     "delivered": PostgresStore._apply_delivered,
-    "chunk_state": PostgresStore._apply_chunk_state,
+    "expire": PostgresStore._apply_expire,
+    "chunk_failed": PostgresStore._apply_chunk_failed,
+    "sending": PostgresStore._apply_sending,
     "expire_in_flight": PostgresStore._apply_expire_in_flight,
     "pair_request": PostgresStore._apply_pair_request,
     "pair_approve": PostgresStore._apply_pair_approve,

@@ -40,6 +40,7 @@ from gateway.store._pairing import PairingMixin
 from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._schema import MIGRATIONS
 from gateway.store._writer import GroupWriter, Op
+from gateway.store._writes import QueuedWrites
 
 _MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
@@ -78,7 +79,7 @@ def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
     )
 
 
-class SqliteStore(PairingMixin):
+class SqliteStore(QueuedWrites, PairingMixin):
     """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
 
     def __init__(
@@ -105,39 +106,7 @@ class SqliteStore(PairingMixin):
     def statistics(self) -> dict[str, int]:
         return self._group.statistics()
 
-    # -- writes: each one an operation for the writer task --------------------------------
-
-    async def _submit(self, kind: str, *args: Any) -> Any:
-        return await self._group.submit(kind, *args)
-
-    async def admit(self, inbound: Inbound) -> Admission:
-        result: Admission = await self._submit("admit", inbound)
-        return result
-
-    async def answer(
-        self, user_row: StoredMessage, result: TurnResult, chunks: Sequence[str]
-    ) -> TurnOutcome:
-        outcome: TurnOutcome = await self._submit("answer", user_row, result, tuple(chunks))
-        return outcome
-
-    async def cancel(self, user_row_id: int) -> None:
-        await self._submit("cancel", user_row_id)
-
-    async def reset(self, conversation: str) -> None:
-        await self._submit("reset", conversation)
-
-    async def mark_delivered(self, chunk_id: int, platform_message_id: str) -> None:
-        await self._submit("delivered", chunk_id, platform_message_id)
-
-    async def expire_chunks(self, chunk_ids: Sequence[int]) -> None:
-        if chunk_ids:
-            await self._submit("expire", tuple(chunk_ids))
-
-    async def chunk_failed(self, chunk_id: int) -> None:
-        await self._submit("chunk_failed", chunk_id)
-
-    async def mark_sending(self, chunk_id: int) -> None:
-        await self._submit("sending", chunk_id)
+    # -- writes (``_writes.QueuedWrites``), and the one that differs ------------------------
 
     async def expire_in_flight(self) -> int:
         count: int = await self._submit("expire_in_flight")
