@@ -67,6 +67,12 @@ def test_variables_are_expanded_and_a_missing_one_is_refused() -> None:
         ("[gateway]\nmax_concurrent_turns = true", "gateway.max_concurrent_turns"),
         ("[log]\nformat = 'xml'", "log.format"),
         ("store = 3", "store"),
+        ("[store]\nurl = 'mysql://x/db'", "store.url"),
+        ("[store]\npool_size = 0", "store.pool_size"),
+        ("[cluster]\nnode_id = 'has space'", "cluster.node_id"),
+        ("[cluster]\nlease_s = 3\nheartbeat_s = 2", "cluster.heartbeat_s"),
+        ("[cluster]\nlease_s = 0", "cluster.lease_s"),
+        ("[discord]\ntoken = 't'\nshard_count = 0", "discord.shard_count"),
     ],
 )
 def test_bad_values_are_refused_naming_the_key(text: str, path: str) -> None:
@@ -84,3 +90,14 @@ def test_non_loopback_listen_is_allowed_with_tokens() -> None:
 def test_invalid_toml_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="not valid TOML"):
         parse("[store\n")
+
+
+def test_a_postgresql_store_and_its_password_kept_secret() -> None:
+    config = parse(
+        '[store]\nurl = "postgresql://botmux:${PGPASS}@db:5432/botmux"\n'
+        '[cluster]\nnode_id = "n1"\nlease_s = 6\nheartbeat_s = 2\n',
+        {"PGPASS": "s3cret-password"},
+    )
+    assert config.store.shared and config.cluster.node_id == "n1"
+    assert "s3cret-password" in config.secrets()  # redacted from every log line
+    assert not parse("").store.shared  # SQLite stays the default
