@@ -64,7 +64,9 @@ _MIGRATION_LOCK = 0x626F746D7578  # "botmux": one node migrates, the others wait
 
 
 def default_node_id() -> str:
-    return f"{socket.gethostname()}-{os.getpid()}"
+    """hostname-pid, short enough for a channel name (PostgreSQL allows 63 bytes)."""
+    host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())
+    return f"{host[:40]}-{os.getpid()}"
 
 
 def channel(node: str) -> str:
