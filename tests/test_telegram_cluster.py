@@ -40,7 +40,7 @@ import pytest
 
 from gateway.config import TelegramConfig
 from platforms.telegram import TelegramAdapter
-from platforms.telegram.adapter import PollerStep, poller_step
+from platforms.telegram._poller import PollerStep, poller_step
 from tests.fakes.openai_server import FakeModel, Hold, Ok, Sleep, open_fake_model
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
 from tests.harness import GatewayProcess, cluster_node, free_port, pg_fetch, start_all

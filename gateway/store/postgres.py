@@ -36,7 +36,6 @@ from gateway.errors import LeaseLost, StoreClosed, StoreError
 from gateway.messages import (
     Admission,
     ChunkState,
-    ConversationInfo,
     Inbound,
     MessageState,
     OutboxChunk,
@@ -46,20 +45,13 @@ from gateway.messages import (
 )
 from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
 from gateway.store._pg_pairing import PgPairingMixin
+from gateway.store._pg_reads import MSG_COLUMNS, PgReadsMixin, to_message
 from gateway.store._pg_schema import MIGRATIONS
 from gateway.store._writer import GroupWriter, Op
 from gateway.store._writes import QueuedWrites
 
 log = logging.getLogger(__name__)
 
-_MSG_COLUMNS = (
-    "id, conversation, role, content, state, created_at, platform, platform_message_id,"
-    " user_row_id, failure, reply_target"
-)
-_CHUNK_COLUMNS = (
-    "id, conversation, platform, message_id, user_row_id, seq, text, created_at, reply_target,"
-    " state"
-)
 _MIGRATION_LOCK = 0x626F746D7578  # "botmux": one node migrates, the others wait for it
 
 
@@ -74,15 +66,7 @@ def channel(node: str) -> str:
     return f"botmux:{node}"
 
 
-def _message(r: asyncpg.Record) -> StoredMessage:
-    return StoredMessage(*r)
-
-
-def _chunk(r: asyncpg.Record) -> OutboxChunk:
-    return OutboxChunk(*r)
-
-
-class PostgresStore(QueuedWrites, PgPairingMixin, LeasesMixin):
+class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
     """The :class:`~gateway.store.base.Store` on PostgreSQL; see :func:`open_postgres_store`."""
 
     def __init__(
@@ -222,12 +206,12 @@ class PostgresStore(QueuedWrites, PgPairingMixin, LeasesMixin):
         )
         new_ids = {r[0] for r in inserted}
         found = await db.fetch(
-            f"SELECT {_MSG_COLUMNS} FROM messages WHERE (platform, platform_message_id) IN"
+            f"SELECT {MSG_COLUMNS} FROM messages WHERE (platform, platform_message_id) IN"
             " (SELECT * FROM unnest($1::text[], $2::text[]))",
             [m.platform for m in inbound],
             [m.platform_message_id for m in inbound],
         )
-        stored = {(r["platform"], r["platform_message_id"]): _message(r) for r in found}
+        stored = {(r["platform"], r["platform_message_id"]): to_message(r) for r in found}
         duplicates = [r.id for r in stored.values() if r.id not in new_ids and r.state == "pending"]
         if duplicates:
             # A retry (the peer API's Idempotency-Key) waits on this node now: send it the reply.
@@ -508,98 +492,6 @@ class PostgresStore(QueuedWrites, PgPairingMixin, LeasesMixin):
         finally:
             with anyio.CancelScope(shield=True):
                 await db.close()
-
-    # -- reads -------------------------------------------------------------------------------
-
-    async def _fetch(self, sql: str, *params: Any) -> list[asyncpg.Record]:
-        try:
-            return list(await self._pool.fetch(sql, *params))
-        except (asyncpg.InterfaceError, anyio.ClosedResourceError) as exc:
-            raise StoreClosed("the store is closed") from exc
-        except (asyncpg.PostgresError, OSError) as exc:
-            raise StoreError(f"store read failed: {exc}") from exc
-
-    async def pending(self, conversation: str) -> list[StoredMessage]:
-        rows = await self._fetch(
-            f"SELECT {_MSG_COLUMNS} FROM messages WHERE conversation = $1 AND state = 'pending'"
-            " ORDER BY id",
-            conversation,
-        )
-        return [_message(r) for r in rows]
-
-    async def conversations_with_pending(self) -> list[str]:
-        rows = await self._fetch(
-            "SELECT conversation, MIN(id) FROM messages WHERE state = 'pending'"
-            " GROUP BY conversation ORDER BY MIN(id)"
-        )
-        return [r[0] for r in rows]
-
-    async def history(self, conversation: str, limit: int) -> list[StoredMessage]:
-        rows = await self._fetch(
-            f"SELECT {_MSG_COLUMNS} FROM messages WHERE conversation = $1"
-            " AND id > (SELECT reset_after FROM conversations WHERE key = $1)"
-            " AND ((role = 'user' AND state = 'answered')"
-            "      OR (role = 'assistant' AND failure IS NULL))"
-            " ORDER BY id DESC LIMIT $2",
-            conversation,
-            limit,
-        )
-        return [_message(r) for r in reversed(rows)]
-
-    async def transcript(self, conversation: str) -> list[StoredMessage]:
-        rows = await self._fetch(
-            f"SELECT {_MSG_COLUMNS} FROM messages WHERE conversation = $1 ORDER BY id",
-            conversation,
-        )
-        return [_message(r) for r in rows]
-
-    async def message(self, row_id: int) -> StoredMessage | None:
-        rows = await self._fetch(f"SELECT {_MSG_COLUMNS} FROM messages WHERE id = $1", row_id)
-        return _message(rows[0]) if rows else None
-
-    async def reply_to(self, user_row_id: int) -> StoredMessage | None:
-        rows = await self._fetch(
-            f"SELECT {_MSG_COLUMNS} FROM messages WHERE user_row_id = $1 AND role = 'assistant'"
-            " ORDER BY id LIMIT 1",
-            user_row_id,
-        )
-        return _message(rows[0]) if rows else None
-
-    async def undelivered(
-        self, platform: str | None = None, conversations: Sequence[str] | None = None
-    ) -> list[OutboxChunk]:
-        rows = await self._fetch(
-            f"SELECT {_CHUNK_COLUMNS} FROM outbox WHERE state = 'pending'"
-            " AND ($1::text IS NULL OR platform = $1)"
-            " AND ($2::text[] IS NULL OR conversation = ANY($2::text[])) ORDER BY id",
-            platform,
-            None if conversations is None else list(conversations),
-        )
-        return [_chunk(r) for r in rows]
-
-    async def recent_failures(self, limit: int) -> list[StoredMessage]:
-        rows = await self._fetch(
-            f"SELECT {_MSG_COLUMNS} FROM messages WHERE role = 'assistant' AND failure IS NOT NULL"
-            " ORDER BY id DESC LIMIT $1",
-            limit,
-        )
-        return [_message(r) for r in rows]
-
-    async def outbox_pending(self) -> dict[str, int]:
-        rows = await self._fetch(
-            "SELECT platform, COUNT(*) FROM outbox WHERE state = 'pending' GROUP BY platform"
-        )
-        return {r[0]: r[1] for r in rows}
-
-    async def conversations(self) -> list[ConversationInfo]:
-        rows = await self._fetch(
-            "SELECT c.key, c.platform, c.created_at, c.updated_at,"
-            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key),"
-            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key"
-            "  AND m.state = 'pending')"
-            " FROM conversations c ORDER BY c.updated_at DESC"
-        )
-        return [ConversationInfo(*r) for r in rows]
 
 
 _APPLY: dict[str, Callable[[PostgresStore, asyncpg.Connection, list[Op]], Any]] = {

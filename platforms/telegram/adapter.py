@@ -1,41 +1,13 @@
 """The Telegram adapter: python-telegram-bot (PTB) driven inside botmux's task group.
 
-Exactly-once admission, and why it holds with PTB's own poller. PTB's ``Updater`` fetches a
-batch with ``getUpdates(offset)``, awaits ``update_queue.put(update)`` for each update in turn,
-and only then advances its offset (``last update_id + 1``), which Telegram takes as the
-acknowledgement on the next ``getUpdates``. We give PTB an update queue whose ``put`` *is* the
-admission: it hands the update to this adapter's intake actor and returns only once the user
-row is committed (or the update was found not to be a turn). So the offset can only move past
-an update after its row is in the store; a crash anywhere before that leaves the update
-unacknowledged, Telegram sends it again, and the store's unique (platform, message id) turns
-the second admission into a no-op. There is no window in which an update is acknowledged but
-not admitted. What we rely on, in PTB 22.x (``telegram/ext/_updater.py``): the offset is
-assigned after the puts of its batch; ``updater.stop()`` confirms only that offset. A test
-holds an admission and checks the update stays unconfirmed, so a PTB change would show up.
+Exactly-once admission: PTB's update queue is our admission (``_admission``, which says why
+the polling offset can never pass an update before its row is committed).
 
-When the update cannot be admitted now, ``put`` does not return normally: while botmux drains
-(``Intake.accepting`` is false) it waits until the poller is stopped, so nothing is
-acknowledged; when the store failed, it raises :class:`AdmissionDeferred`, a ``TelegramError``
-PTB's poll loop answers by polling again, later, from the same offset (admitted updates of
-the batch come back as duplicates and are skipped).
+Webhook mode: our own aiohttp listener (``_webhook``), deciding through the same intake.
 
-Webhook mode uses our own aiohttp listener (PTB's needs tornado): the same actor decides, and
-the answer to Telegram's POST is 200 only after the commit (503 otherwise, so Telegram retries;
-403 without the right secret token).
-
-Several nodes (a cluster on one PostgreSQL store, ``leases`` given): in polling mode only
-the node holding the named lease ``telegram:poller`` runs getUpdates; every node keeps its Bot
-API client, so the node that owns a conversation sends its replies. ``_poll_while_leased``
-calls ``Leases.hold`` every ``period_s``: it starts the updater when the lease is taken, stops
-it at the first look that finds the lease gone (``held`` false: this node froze or lost the
-database and another node took it), and on draining or a clean stop it stops the updater
-first and releases the lease after, so the next node starts at once. A takeover needs nothing
-more: the offset Telegram keeps is the old poller's last confirmed one, which only ever moved
-past committed rows, and the new poller's first getUpdates starts there; an update the old
-poller admitted but did not confirm comes again and is a duplicate (the store is unique on the
-update's message). Two pollers overlapping for a moment (a frozen node waking) only cost a 409
-and a duplicate admission. Webhook mode needs no lease: every node serves the webhook and
-calls the same ``setWebhook``, which is idempotent.
+Several nodes (a cluster, ``leases`` given): in polling mode only the node holding the
+``telegram:poller`` lease polls (``_poller`` says how and why a change of poller loses
+nothing); every node sends its own conversations' replies; webhooks need no lease.
 
 Replies go through the shared outbox courier (ordered, retried only when that cannot
 duplicate), rendered to HTML by :mod:`platforms.telegram.render`. Command answers, pairing
@@ -44,21 +16,15 @@ codes and "text only" notices are not turns: a small notice actor sends them dir
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import datetime as dt
-import hmac
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, assert_never
-from urllib.parse import urlsplit
 
 import anyio
-from aiohttp import web
 from telegram import Bot, BotCommand, Message, ReplyParameters, Update
 from telegram.constants import ChatAction, ParseMode
 from telegram.error import BadRequest, Conflict, TelegramError
@@ -71,6 +37,9 @@ from gateway.ports import Intake, Leases
 from platforms._courier import Courier
 from platforms._typing import keep_typing
 from platforms.telegram import convert, errors, render
+from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueue, Verdict
+from platforms.telegram._poller import POLLER_LEASE, PollerStep, poller_step
+from platforms.telegram._webhook import WebhookServer
 from platforms.telegram.convert import PLATFORM, Target
 from policy import classify_send
 from policy.backoff import Backoff
@@ -78,48 +47,10 @@ from policy.backoff import Backoff
 log = logging.getLogger(__name__)
 
 Observe = Callable[[str, dict[str, Any]], None]
-SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 ALLOWED_UPDATES = ("message",)
 STOP_DEADLINE_S = 15.0  # shutting PTB down (final offset confirmation, closing clients)
 NOTICE_ATTEMPTS = 3
 NOTICE_MAX_WAIT_S = 30.0
-POLLER_LEASE = "telegram:poller"  # several nodes: the one that holds it polls
-
-
-class PollerStep(Enum):
-    """What the poller of one node of a cluster does next (see :func:`poller_step`)."""
-
-    START = "start"  # the lease is ours: poll
-    STOP_LOST = "lost"  # another node holds the lease now: stop at once
-    STOP_RELEASE = "release"  # draining: stop, then hand the lease over
-
-
-class Verdict(Enum):
-    """What becomes of an update: acknowledged, asked again later, or held unacknowledged."""
-
-    ACK = "ack"  # admitted, or not a turn: Telegram may forget it
-    RETRY = "retry"  # admission failed: get it again later
-    HOLD = "hold"  # draining: never acknowledge it in this process
-
-
-class AdmissionDeferred(TelegramError):
-    """Raised from the update queue's ``put`` so PTB polls the same updates again later."""
-
-
-class _Pending:
-    """A verdict not given yet: the poller or the webhook handler waits on it."""
-
-    def __init__(self) -> None:
-        self._given = anyio.Event()
-        self.verdict = Verdict.HOLD
-
-    def give(self, verdict: Verdict) -> None:
-        self.verdict = verdict
-        self._given.set()
-
-    async def wait(self) -> Verdict:
-        await self._given.wait()
-        return self.verdict
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +58,7 @@ class UpdateReceived:
     """An update from the poller or the webhook; its verdict is given through ``pending``."""
 
     update: Update
-    pending: _Pending
+    pending: Pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,44 +68,6 @@ class SendNotice:
     target: Target
     text: str
     reply_to: int | None = None
-
-
-class _UpdateQueue(asyncio.Queue[object]):
-    """PTB's update queue, where putting an Update is admitting it (see the module docs).
-
-    Anything else PTB puts (its stop signal) is queued as usual for the Application.
-    """
-
-    def __init__(self, decide: Callable[[Update], Awaitable[Verdict]]) -> None:
-        super().__init__()
-        self._decide = decide
-
-    async def put(self, item: object) -> None:
-        if not isinstance(item, Update):
-            await super().put(item)
-            return
-        verdict = await self._decide(item)
-        if verdict is Verdict.RETRY:
-            raise AdmissionDeferred(f"update {item.update_id} was not admitted; polling again")
-        if verdict is Verdict.HOLD:
-            await anyio.sleep_forever()  # until updater.stop() cancels the poll: no ack
-
-
-def poller_step(*, polling: bool, draining: bool, taken: bool, held: bool) -> PollerStep | None:
-    """Decide the poller's next step from one look at the lease.
-
-    ``taken``: the answer of ``Leases.hold`` (false too when the database did not answer);
-    ``held``: ``Leases.held`` after it, false only once the lease is known lost (renewals
-    failed for most of a lease, or another node took it). A failed ``hold`` alone keeps a
-    running poller: the heartbeat decides when the lease is gone.
-    """
-    if draining:
-        return PollerStep.STOP_RELEASE if polling else None
-    if polling and not held:
-        return PollerStep.STOP_LOST
-    if not polling and taken:
-        return PollerStep.START
-    return None
 
 
 class TelegramAdapter:
@@ -197,7 +90,7 @@ class TelegramAdapter:
         self._notices_tx, self._notices_rx = anyio.create_memory_object_stream[SendNotice](256)
         self._notices_idle = anyio.Event()
         self._notices_idle.set()
-        self._queue = _UpdateQueue(self._submit)
+        self._queue = UpdateQueue(self._submit)
         self._bot: ExtBot[None] | None = None
         self._me = convert.BotIdentity(0, "")
         self._connected = False
@@ -363,7 +256,16 @@ class TelegramAdapter:
                 await self._register_commands(bot)
                 updater = application.updater
                 if updater is None:
-                    await tg.start(self._serve_webhook, bot)
+                    webhook = WebhookServer(
+                        self._config,
+                        allowed_updates=ALLOWED_UPDATES,
+                        screen=self._screen,
+                        submit=self._submit,
+                        bot=self._running_bot,
+                        observe=self._observe,
+                    )
+                    await tg.start(webhook.run, bot)
+                    self.webhook_port = webhook.port
                 elif self._leases is None:
                     await self._start_polling(updater)
                 self._connected = True
@@ -525,7 +427,7 @@ class TelegramAdapter:
 
     async def _submit(self, update: Update) -> Verdict:
         """Hand an update to the intake actor; return its verdict once given."""
-        pending = _Pending()
+        pending = Pending()
         await self._updates_tx.send(UpdateReceived(update, pending))
         return await pending.wait()
 
@@ -668,51 +570,3 @@ class TelegramAdapter:
         return None
 
     # -- webhook mode --------------------------------------------------------------------
-
-    async def _serve_webhook(
-        self, bot: Bot, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        config = self._config
-        host, _, port = config.webhook_listen.rpartition(":")
-        path = urlsplit(config.webhook_url).path or "/"
-        app = web.Application(client_max_size=1024 * 1024)
-        app.router.add_post(path, self._on_webhook)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, host.strip("[]"), int(port), reuse_address=True)
-            await site.start()
-            self.webhook_port = runner.addresses[0][1] if runner.addresses else int(port)
-            await bot.set_webhook(
-                config.webhook_url,
-                secret_token=config.webhook_secret,
-                allowed_updates=ALLOWED_UPDATES,
-                max_connections=1,  # one update at a time: arrival order is admission order
-            )
-            log.info("telegram webhook listening", extra={"listen": config.webhook_listen})
-            task_status.started()
-            await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await runner.cleanup()
-
-    async def _on_webhook(self, request: web.Request) -> web.Response:
-        given = request.headers.get(SECRET_HEADER, "").encode()
-        if not hmac.compare_digest(given, self._config.webhook_secret.encode()):
-            self._observe("telegram_webhook_refused", {"reason": "wrong secret token"})
-            return web.json_response({"ok": False, "error": "forbidden"}, status=403)
-        try:
-            data = json.loads(await request.read())
-        except (ValueError, RecursionError):  # not JSON (or nested past the parser's depth)
-            data = None
-        # One that parses as JSON but not as an Update is acknowledged (200) as an empty
-        # update: Telegram delivers in order, so refusing it would hold back every later one.
-        screened = self._screen([data]) if isinstance(data, dict) else []
-        if not screened:
-            return web.json_response({"ok": False, "error": "not an update"}, status=400)
-        update = Update.de_json(screened[0], self._running_bot())
-        verdict = await self._submit(update)
-        if verdict is Verdict.ACK:
-            return web.json_response({"ok": True})
-        # Not admitted: Telegram delivers it again later.
-        return web.json_response({"ok": False, "error": "try again"}, status=503)

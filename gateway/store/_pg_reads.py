@@ -1,0 +1,123 @@
+"""Reads in the PostgreSQL store: through the pool, one connection per statement."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import anyio
+import asyncpg
+
+from gateway.errors import StoreClosed, StoreError
+from gateway.messages import ConversationInfo, OutboxChunk, StoredMessage
+
+MSG_COLUMNS = (
+    "id, conversation, role, content, state, created_at, platform, platform_message_id,"
+    " user_row_id, failure, reply_target"
+)
+CHUNK_COLUMNS = (
+    "id, conversation, platform, message_id, user_row_id, seq, text, created_at, reply_target,"
+    " state"
+)
+
+
+def to_message(r: asyncpg.Record) -> StoredMessage:
+    return StoredMessage(*r)
+
+
+def _chunk(r: asyncpg.Record) -> OutboxChunk:
+    return OutboxChunk(*r)
+
+
+class PgReadsMixin:
+    _pool: asyncpg.Pool
+
+    async def _fetch(self, sql: str, *params: Any) -> list[asyncpg.Record]:
+        try:
+            return list(await self._pool.fetch(sql, *params))
+        except (asyncpg.InterfaceError, anyio.ClosedResourceError) as exc:
+            raise StoreClosed("the store is closed") from exc
+        except (asyncpg.PostgresError, OSError) as exc:
+            raise StoreError(f"store read failed: {exc}") from exc
+
+    async def pending(self, conversation: str) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {MSG_COLUMNS} FROM messages WHERE conversation = $1 AND state = 'pending'"
+            " ORDER BY id",
+            conversation,
+        )
+        return [to_message(r) for r in rows]
+
+    async def conversations_with_pending(self) -> list[str]:
+        rows = await self._fetch(
+            "SELECT conversation, MIN(id) FROM messages WHERE state = 'pending'"
+            " GROUP BY conversation ORDER BY MIN(id)"
+        )
+        return [r[0] for r in rows]
+
+    async def history(self, conversation: str, limit: int) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {MSG_COLUMNS} FROM messages WHERE conversation = $1"
+            " AND id > (SELECT reset_after FROM conversations WHERE key = $1)"
+            " AND ((role = 'user' AND state = 'answered')"
+            "      OR (role = 'assistant' AND failure IS NULL))"
+            " ORDER BY id DESC LIMIT $2",
+            conversation,
+            limit,
+        )
+        return [to_message(r) for r in reversed(rows)]
+
+    async def transcript(self, conversation: str) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {MSG_COLUMNS} FROM messages WHERE conversation = $1 ORDER BY id",
+            conversation,
+        )
+        return [to_message(r) for r in rows]
+
+    async def message(self, row_id: int) -> StoredMessage | None:
+        rows = await self._fetch(f"SELECT {MSG_COLUMNS} FROM messages WHERE id = $1", row_id)
+        return to_message(rows[0]) if rows else None
+
+    async def reply_to(self, user_row_id: int) -> StoredMessage | None:
+        rows = await self._fetch(
+            f"SELECT {MSG_COLUMNS} FROM messages WHERE user_row_id = $1 AND role = 'assistant'"
+            " ORDER BY id LIMIT 1",
+            user_row_id,
+        )
+        return to_message(rows[0]) if rows else None
+
+    async def undelivered(
+        self, platform: str | None = None, conversations: Sequence[str] | None = None
+    ) -> list[OutboxChunk]:
+        rows = await self._fetch(
+            f"SELECT {CHUNK_COLUMNS} FROM outbox WHERE state = 'pending'"
+            " AND ($1::text IS NULL OR platform = $1)"
+            " AND ($2::text[] IS NULL OR conversation = ANY($2::text[])) ORDER BY id",
+            platform,
+            None if conversations is None else list(conversations),
+        )
+        return [_chunk(r) for r in rows]
+
+    async def recent_failures(self, limit: int) -> list[StoredMessage]:
+        rows = await self._fetch(
+            f"SELECT {MSG_COLUMNS} FROM messages WHERE role = 'assistant' AND failure IS NOT NULL"
+            " ORDER BY id DESC LIMIT $1",
+            limit,
+        )
+        return [to_message(r) for r in rows]
+
+    async def outbox_pending(self) -> dict[str, int]:
+        rows = await self._fetch(
+            "SELECT platform, COUNT(*) FROM outbox WHERE state = 'pending' GROUP BY platform"
+        )
+        return {r[0]: r[1] for r in rows}
+
+    async def conversations(self) -> list[ConversationInfo]:
+        rows = await self._fetch(
+            "SELECT c.key, c.platform, c.created_at, c.updated_at,"
+            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key),"
+            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key"
+            "  AND m.state = 'pending')"
+            " FROM conversations c ORDER BY c.updated_at DESC"
+        )
+        return [ConversationInfo(*r) for r in rows]
