@@ -191,7 +191,9 @@ class Cluster:
             async for message in self._receive:
                 try:
                     await self._handle(message)
-                except GatewayError as exc:
+                except (GatewayError, ValueError, *_UNREACHABLE) as exc:
+                    # A hint lost (the database blinked, or a stray NOTIFY on our channel):
+                    # the heartbeat finds the same work.
                     log.warning(
                         "cluster: message not handled", extra={"error": str(exc), "what": message}
                     )

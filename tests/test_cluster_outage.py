@@ -108,6 +108,13 @@ async def test_a_node_cut_off_from_the_database_stops_its_turns_and_recovers(
                 ) as r:
                     reply.update(status=r.status, body=await r.json())
 
+            # Stray notifications on the node's channel (not ours to send) change nothing.
+            db = await asyncpg.connect(postgres_url)
+            try:
+                for payload in ("reply:not-a-number", "bogus", "pending:nowhere:x", "control:"):
+                    await db.execute("SELECT pg_notify('botmux:solo', $1)", payload)
+            finally:
+                await db.close()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(ask)
                 with anyio.fail_after(10):
