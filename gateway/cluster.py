@@ -164,7 +164,7 @@ class Cluster:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 try:
                     await store.release_all()
-                except (StoreError, asyncpg.PostgresError, OSError) as exc:
+                except _UNREACHABLE as exc:
                     log.warning("cluster: leases not released at stop", extra={"error": str(exc)})
 
     async def _beat_while_open(self, listener: asyncpg.Connection) -> None:
@@ -295,7 +295,7 @@ class Cluster:
             return False  # draining: let another node take it
         try:
             return await self._store.try_named(name)
-        except (StoreError, asyncpg.PostgresError, OSError) as exc:
+        except _UNREACHABLE as exc:
             log.warning("cluster: lease not taken", extra={"lease": name, "error": str(exc)})
             return False
 
@@ -314,7 +314,7 @@ class Cluster:
     async def release(self, name: str) -> None:
         try:
             await self._store.release_named(name)
-        except (StoreError, asyncpg.PostgresError, OSError) as exc:
+        except _UNREACHABLE as exc:
             log.warning("cluster: lease not released", extra={"lease": name, "error": str(exc)})
 
     # -- the heartbeat -----------------------------------------------------------------------
