@@ -146,13 +146,27 @@ def _run(config: Config) -> int:
 
     try:
         anyio.run(serve)
-    except GatewayError as exc:
-        print(f"botmux: error: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except OSError as exc:
-        print(f"botmux: error: {exc}", file=sys.stderr)
+    except (GatewayError, OSError, BaseExceptionGroup) as exc:
+        cause = _expected_failure(exc)
+        if cause is None:
+            raise
+        # A port in use, a store that cannot be opened: one line, not a traceback.
+        logging.getLogger("gateway").error("botmux could not run", extra={"error": str(cause)})
+        print(f"botmux: error: {cause}", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _expected_failure(exc: BaseException) -> BaseException | None:
+    """The operator-facing failure (ours, or the OS refusing something) inside task groups'
+    exception groups; None when there is anything else in there (a bug: show it whole)."""
+    if isinstance(exc, GatewayError | OSError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        found = [_expected_failure(e) for e in exc.exceptions]
+        if found and all(f is not None for f in found):
+            return found[0]
+    return None
 
 
 def _mask(secret: str) -> str:

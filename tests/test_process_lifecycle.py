@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import sqlite3
 import sys
 from collections.abc import AsyncIterator
@@ -233,3 +234,37 @@ async def test_status_shows_a_pending_turn_and_a_benched_key(
     assert "peer:stuck" in out and "1 pending" in out
     assert "…1111 (rate_limit)" in out and "…2222" not in out
     assert "sk-first-key" not in out
+
+
+async def test_a_busy_port_or_an_unreachable_database_is_one_clear_line(tmp_path: Path) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        config = tmp_path / "busy.toml"
+        config.write_text(
+            f'[store]\npath = "{tmp_path}/b.db"\n[peer]\nlisten = "127.0.0.1:{port}"\n'
+        )
+        result = await anyio.run_process(
+            [sys.executable, "-m", "gateway", "run", "--config", str(config)], check=False
+        )
+    assert result.returncode == 1
+    err = result.stderr.decode()
+    assert (
+        f"botmux: error: [Errno 98] error while attempting to bind on address ('127.0.0.1', {port})"
+        in err
+    )
+    assert "Traceback" not in err
+    config.write_text(
+        '[store]\nurl = "postgresql://botmux:hunter2-secret@127.0.0.1:1/botmux"\n'
+        f'[peer]\nlisten = "127.0.0.1:{free_port()}"\n'
+    )
+    result = await anyio.run_process(
+        [sys.executable, "-m", "gateway", "run", "--config", str(config)], check=False
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 1
+    assert (
+        "botmux: error: cannot open the store at postgresql://botmux:***@127.0.0.1:1/botmux" in err
+    )
+    assert "hunter2-secret" not in err and "Traceback" not in err
