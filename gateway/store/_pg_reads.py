@@ -10,6 +10,7 @@ import asyncpg
 
 from gateway.errors import StoreClosed, StoreError
 from gateway.messages import ConversationInfo, OutboxChunk, StoredMessage
+from gateway.store import _queries as q
 
 MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
@@ -49,10 +50,7 @@ class PgReadsMixin:
         return [to_message(r) for r in rows]
 
     async def conversations_with_pending(self) -> list[str]:
-        rows = await self._fetch(
-            "SELECT conversation, MIN(id) FROM messages WHERE state = 'pending'"
-            " GROUP BY conversation ORDER BY MIN(id)"
-        )
+        rows = await self._fetch(q.CONVERSATIONS_WITH_PENDING)
         return [r[0] for r in rows]
 
     async def history(self, conversation: str, limit: int) -> list[StoredMessage]:
@@ -107,17 +105,9 @@ class PgReadsMixin:
         return [to_message(r) for r in rows]
 
     async def outbox_pending(self) -> dict[str, int]:
-        rows = await self._fetch(
-            "SELECT platform, COUNT(*) FROM outbox WHERE state = 'pending' GROUP BY platform"
-        )
+        rows = await self._fetch(q.OUTBOX_PENDING)
         return {r[0]: r[1] for r in rows}
 
     async def conversations(self) -> list[ConversationInfo]:
-        rows = await self._fetch(
-            "SELECT c.key, c.platform, c.created_at, c.updated_at,"
-            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key),"
-            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key"
-            "  AND m.state = 'pending')"
-            " FROM conversations c ORDER BY c.updated_at DESC"
-        )
+        rows = await self._fetch(q.CONVERSATIONS)
         return [ConversationInfo(*r) for r in rows]

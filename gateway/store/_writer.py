@@ -13,7 +13,8 @@ assigned, so the tasks that wait on them resume in admission order.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,6 +65,16 @@ class GroupWriter:
         if op.error is not None:
             raise op.error
         return op.result
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The writer task for the body's duration; at its end, what is queued settles first."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self.run)
+            try:
+                yield
+            finally:
+                self.close()
 
     def close(self) -> None:
         """No more operations: the writer settles what is queued, then ``run`` returns."""

@@ -566,12 +566,8 @@ async def open_postgres_store(
             mailbox=mailbox,
             observe=observe,
         )
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(store._group.run)
-            try:
-                yield store
-            finally:
-                store._group.close()  # the writer settles what is queued, then ends
+        async with store._group.running():
+            yield store
     finally:
         with anyio.CancelScope(shield=True):
             if store is not None:

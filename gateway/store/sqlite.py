@@ -36,6 +36,7 @@ from gateway.messages import (
     TurnOutcome,
     TurnResult,
 )
+from gateway.store import _queries as q
 from gateway.store._pairing import PairingMixin
 from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._schema import MIGRATIONS
@@ -129,10 +130,7 @@ class SqliteStore(QueuedWrites, PairingMixin):
         return [_row_to_message(r) for r in rows]
 
     async def conversations_with_pending(self) -> list[str]:
-        rows = await self._fetch(
-            "SELECT conversation, MIN(id) FROM messages WHERE state = 'pending'"
-            " GROUP BY conversation ORDER BY MIN(id)"
-        )
+        rows = await self._fetch(q.CONVERSATIONS_WITH_PENDING)
         return [r[0] for r in rows]
 
     async def history(self, conversation: str, limit: int) -> list[StoredMessage]:
@@ -186,19 +184,11 @@ class SqliteStore(QueuedWrites, PairingMixin):
         return [_row_to_message(r) for r in rows]
 
     async def outbox_pending(self) -> dict[str, int]:
-        rows = await self._fetch(
-            "SELECT platform, COUNT(*) FROM outbox WHERE state = 'pending' GROUP BY platform"
-        )
+        rows = await self._fetch(q.OUTBOX_PENDING)
         return {r[0]: r[1] for r in rows}
 
     async def conversations(self) -> list[ConversationInfo]:
-        rows = await self._fetch(
-            "SELECT c.key, c.platform, c.created_at, c.updated_at,"
-            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key),"
-            " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key"
-            "  AND m.state = 'pending')"
-            " FROM conversations c ORDER BY c.updated_at DESC"
-        )
+        rows = await self._fetch(q.CONVERSATIONS)
         return [ConversationInfo(*r) for r in rows]
 
     # -- the writer ------------------------------------------------------------------------
@@ -475,12 +465,8 @@ async def open_sqlite_store(
         reader = await _connect(path)
         store = SqliteStore(path, writer, reader, mailbox=mailbox, observe=observe)
         await store._init_ids()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(store._group.run)
-            try:
-                yield store
-            finally:
-                store._group.close()  # the writer settles what is queued, then ends
+        async with store._group.running():
+            yield store
     finally:
         with anyio.CancelScope(shield=True):
             if reader is not None:
