@@ -351,3 +351,20 @@ def test_placement_of_an_admitted_row(
     from gateway.store._pg_leases import place
 
     assert place(owner, live, "n1", held).value == placement
+
+
+async def test_a_node_frozen_inside_a_transaction_does_not_block_the_takeover(
+    postgres_url: str,
+) -> None:
+    async with two_nodes(postgres_url, lease_s=1.0) as (a, b):
+        await a.admit(inbound("question", "q1"))
+        # a froze in the middle of its heartbeat: its own row locked FOR UPDATE, nothing more
+        # said. PostgreSQL ends that session after half a lease, releasing the lock.
+        async with a._pool.acquire() as frozen:
+            await frozen.execute("BEGIN")
+            await frozen.execute("SELECT 1 FROM nodes WHERE node = 'a' FOR UPDATE")
+            await anyio.sleep(1.1)  # a's lease lapses
+            with anyio.fail_after(3):
+                assert await b.claim_orphans(10) == [("peer:a", "a")]
+            with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError)):
+                await frozen.execute("SELECT 1")  # its session was ended

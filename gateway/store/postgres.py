@@ -128,7 +128,9 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
     async def _reconnect_writer(self) -> None:
         try:
             with anyio.fail_after(self.lease_s):
-                self._writer = await asyncpg.connect(self.url)
+                self._writer = await asyncpg.connect(
+                    self.url, server_settings=_settings(self.lease_s)
+                )
         except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
             raise StoreError(f"cannot reach the database: {exc}") from exc
         log.warning("store: reconnected to the database")
@@ -525,6 +527,15 @@ async def _migrate(db: asyncpg.Connection) -> None:
             await db.execute("INSERT INTO botmux_schema (version) VALUES ($1)", number)
 
 
+def _settings(lease_s: float) -> dict[str, str]:
+    """Session settings of the writer's and the pool's connections. A node frozen in the
+    middle of a transaction (SIGSTOP, a VM paused) would hold its row locks for as long as it
+    stays frozen: its own heartbeat row, which every claimer locks FOR SHARE, or conversation
+    rows. PostgreSQL ends such a session after half a lease, so the others can take over (our
+    transactions never sit idle: their statements follow each other at once)."""
+    return {"idle_in_transaction_session_timeout": str(max(500, int(lease_s * 500)))}
+
+
 def redact(url: str) -> str:
     """The URL without its password, for messages and logs."""
     scheme, sep, rest = url.partition("://")
@@ -548,14 +559,16 @@ async def open_postgres_store(
     """Connect (migrating the schema as needed) to the database at ``url``; close on exit."""
     try:
         with anyio.fail_after(30):
-            writer = await asyncpg.connect(url)
+            writer = await asyncpg.connect(url, server_settings=_settings(lease_s))
     except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
         raise StoreError(f"cannot open the store at {redact(url)}: {exc}") from exc
     pool: asyncpg.Pool | None = None
     store: PostgresStore | None = None
     try:
         await _migrate(writer)
-        pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size)
+        pool = await asyncpg.create_pool(
+            url, min_size=1, max_size=pool_size, server_settings=_settings(lease_s)
+        )
         assert pool is not None
         store = PostgresStore(
             url,
