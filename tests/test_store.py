@@ -368,3 +368,69 @@ async def test_a_node_frozen_inside_a_transaction_does_not_block_the_takeover(
                 assert await b.claim_orphans(10) == [("peer:a", "a")]
             with pytest.raises((asyncpg.PostgresError, asyncpg.InterfaceError)):
                 await frozen.execute("SELECT 1")  # its session was ended
+
+
+async def test_a_writer_whose_session_ended_mid_batch_fails_it_whole_and_reconnects(
+    postgres_url: str,
+) -> None:
+    """The server ended the writer's session under a statement (as it does to a node frozen
+    inside a transaction): every write of that batch fails with StoreError, since whether it
+    committed is unknown, and the next write goes through on a new connection."""
+    async with open_postgres_store(postgres_url, node="a") as store:
+        await store.register_node()
+        await store.admit(inbound("first", "m1"))
+        admin = await asyncpg.connect(postgres_url)
+        try:
+            async with admin.transaction():
+                # Hold the conversation's row: the writer's next batch waits on it.
+                await admin.execute("SELECT 1 FROM conversations WHERE key = 'peer:a' FOR UPDATE")
+                outcomes: list[BaseException | None] = []
+
+                async def admit(pmid: str) -> None:
+                    try:
+                        await store.admit(inbound(pmid, pmid))
+                        outcomes.append(None)
+                    except StoreError as exc:
+                        outcomes.append(exc)
+
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(admit, "m2")
+                    tg.start_soon(admit, "m3")
+                    with anyio.fail_after(5):  # another process's state: polled
+                        while not await admin.fetchval(  # noqa: ASYNC110
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        ):
+                            await anyio.sleep(0.02)
+                    await admin.execute(
+                        "SELECT pg_terminate_backend($1)",
+                        store._writer.get_server_pid(),
+                    )
+        finally:
+            await admin.close()
+        assert len(outcomes) == 2 and all(isinstance(e, StoreError) for e in outcomes)
+        assert all("connection was lost" in str(e) for e in outcomes)
+        assert outcomes[0] is not outcomes[1]  # each waiter its own exception
+        again = await store.admit(inbound("after", "m4"))
+        assert not again.duplicate
+        assert [r.content for r in await store.pending("peer:a")] == ["first", "after"]
+
+
+@pytest.mark.parametrize(
+    ("error", "lost"),
+    [
+        (asyncpg.InternalClientError("cannot switch to state 12"), True),
+        (asyncpg.InterfaceError("the underlying connection is closed"), True),
+        (ConnectionResetError(104, "reset"), True),
+        (asyncpg.exceptions.AdminShutdownError("terminating connection"), True),
+        (asyncpg.exceptions.IdleInTransactionSessionTimeoutError("idle"), True),
+        (asyncpg.exceptions.ConnectionDoesNotExistError("gone"), True),
+        (asyncpg.exceptions.UniqueViolationError("duplicate key"), False),
+        (asyncpg.exceptions.CharacterNotInRepertoireError("null character"), False),
+        (asyncpg.exceptions._base.DataError("invalid input for query argument $1"), False),
+        (TypeError("a bug of ours"), False),
+    ],
+)
+def test_which_writer_failures_count_as_a_lost_connection(error: Exception, lost: bool) -> None:
+    from gateway.store.postgres import _connection_lost
+
+    assert _connection_lost(error) is lost

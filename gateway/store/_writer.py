@@ -103,7 +103,11 @@ class GroupWriter:
             # The backend lost its connection: whether the batch committed is unknown, so it
             # is not re-applied piecemeal. Each operation fails; callers retry as after a crash.
             for op in batch:
-                op.result, op.error = None, exc
+                # An exception of its own for each waiter: one instance raised in many tasks
+                # would gather every task's traceback.
+                error = type(exc)(str(exc))
+                error.__cause__ = exc.__cause__
+                op.result, op.error = None, error
                 op.done.set()
             return
         except Exception as exc:

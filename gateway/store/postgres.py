@@ -61,6 +61,22 @@ def default_node_id() -> str:
     return f"{host[:40]}-{os.getpid()}"
 
 
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` leaves the writer's connection unusable, so the batch's outcome is
+    unknown: the socket failed, asyncpg's protocol is in a state it cannot continue from (a
+    connection ended under a statement, e.g. by ``idle_in_transaction_session_timeout`` while
+    this process was frozen), or the server sent a fatal error (connection failure, shutdown,
+    an idle transaction ended). An error the server reported on one statement, an argument
+    asyncpg could not encode, or a bug of ours leave it usable: the writer then retries the
+    batch one operation at a time."""
+    if isinstance(exc, asyncpg.PostgresError):
+        state = exc.sqlstate or ""
+        return state.startswith(("08", "57P")) or state == "25P03"
+    if isinstance(exc, asyncpg.InterfaceError):
+        return not isinstance(exc, ValueError)  # asyncpg's DataError: a bad argument
+    return isinstance(exc, OSError | asyncpg.InternalClientError)
+
+
 def channel(node: str) -> str:
     """The LISTEN channel of one node."""
     return f"botmux:{node}"
@@ -117,7 +133,9 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
             async with self._writer.transaction():
                 for kind, run in groupby(batch, key=lambda op: op.kind):
                     await _APPLY[kind](self, self._writer, list(run))
-        except (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, OSError) as exc:
+        except Exception as exc:
+            if not _connection_lost(exc) and not self._writer.is_closed():
+                raise  # the server refused a statement: the writer retries op by op
             if self._closing:
                 raise StoreClosed("the store is closed") from exc
             self._writer.terminate()  # reconnected before the next batch
