@@ -5,6 +5,11 @@ idle (nothing queued, nothing running, empty mailbox) for ``idle_s``. Eviction i
 done in one synchronous step, so no message can slip in between: a later message simply
 spawns a fresh actor, which rebuilds its queue from the store. Every actor runs in the
 router's task group.
+
+An actor that is ending (evicted, abandoned to another node, crashed) is out of the map at
+once, but a fresh actor of the same conversation starts only after it has ended: never two
+actors of one conversation at work at the same time, even for a moment. A message refused by
+an ending actor goes to such a fresh one (the row is in the store already; it reads it there).
 """
 
 from __future__ import annotations
@@ -15,11 +20,23 @@ from typing import Any
 
 import anyio
 
-from gateway.errors import ConversationClosed, MailboxFull
+from gateway.errors import ConversationClosed, MailboxFull, StoreError
 from gateway.messages import StoredMessage
 from gateway.session import LoadPending, SessionActor, SessionMessage, TurnAdmitted
 
 log = logging.getLogger(__name__)
+
+
+def store_failure(exc: BaseException) -> StoreError | None:
+    """The StoreError an actor ended with (alone, or inside its task group's exception
+    groups), or None when anything else is in there."""
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        found = [store_failure(e) for e in exc.exceptions]
+        if found and all(found):
+            return found[0]
+    return None
 
 
 def pick_idle(actors: dict[str, SessionActor], now: float, idle_s: float) -> list[str]:
@@ -43,9 +60,13 @@ class Router:
         self._idle_s = idle_s
         self._clock = clock
         self._actors: dict[str, SessionActor] = {}
+        # Actors retired but maybe not ended yet: the latest per conversation, and each one's
+        # end (what its successor waits for).
+        self._leaving: dict[str, anyio.Event] = {}
+        self._ends: dict[SessionActor, anyio.Event] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = anyio.Event()
-        self._stats = {"spawned": 0, "evicted": 0, "crashed": 0, "lost": 0}
+        self._stats = {"spawned": 0, "evicted": 0, "crashed": 0, "store_failures": 0, "lost": 0}
 
     def __repr__(self) -> str:
         return f"<Router live={len(self._actors)}>"
@@ -68,18 +89,28 @@ class Router:
                 raise ConversationClosed(f"the router is not accepting work ({key})")
             actor = self._actors[key] = self._factory(key)
             self._stats["spawned"] += 1
-            self._tg.start_soon(self._run_actor, actor, name=f"session {key}")
+            # It starts once the actor before it (if one is ending) has ended.
+            before = self._leaving.get(key)
+            self._tg.start_soon(self._run_actor, actor, before, name=f"session {key}")
         return actor
 
     async def deliver(self, row: StoredMessage) -> None:
-        await self.actor(row.conversation).send(TurnAdmitted(row))
+        actor = self.actor(row.conversation)
+        try:
+            await actor.send(TurnAdmitted(row))
+        except ConversationClosed:
+            self._replace(actor)  # the fresh actor finds the row in the store
 
     def send_nowait(self, key: str, message: SessionMessage) -> bool:
-        """Send to a live actor only; False when the conversation has none."""
+        """Send to a live actor only; False when the conversation has none (or its actor is
+        ending: nothing of it will run any more)."""
         actor = self._actors.get(key)
         if actor is None:
             return False
-        actor.send_nowait(message)
+        try:
+            actor.send_nowait(message)
+        except ConversationClosed:
+            return False
         return True
 
     def wake(self, key: str) -> None:
@@ -99,33 +130,68 @@ class Router:
             log.warning(
                 "mailbox full: pending rows wait for the next poll", extra={"conversation": key}
             )
+        except ConversationClosed:
+            self._replace(actor)
 
     def lose(self, key: str) -> bool:
         """Another node holds ``key`` now: abandon its actor (nothing is written or sent)."""
-        actor = self._actors.pop(key, None)
+        actor = self._retire(key)
         if actor is None:
             return False
         self._stats["lost"] += 1
         actor.abandon()
         return True
 
-    async def _run_actor(self, actor: SessionActor) -> None:
+    def _retire(self, key: str) -> SessionActor | None:
+        """Take ``key``'s actor out of the map; a successor waits for its end."""
+        actor = self._actors.pop(key, None)
+        if actor is not None:
+            end = self._ends.setdefault(actor, anyio.Event())
+            self._leaving[key] = end
+        return actor
+
+    def _replace(self, actor: SessionActor) -> None:
+        """``actor`` refused a message because it is ending: a fresh actor takes over once it
+        has ended, and reads the conversation's pending rows from the store."""
+        if self._actors.get(actor.key) is actor:
+            self._retire(actor.key)
+        self.actor(actor.key)
+
+    async def _run_actor(self, actor: SessionActor, before: anyio.Event | None) -> None:
+        key = actor.key
         try:
-            await actor.run()
-        except Exception:
-            # Contained: one conversation's failure (a store error, a bug) must not take the
-            # others down. Its pending rows stay in the store; the next message or the next
-            # start runs them.
-            self._stats["crashed"] += 1
-            log.exception("session actor crashed", extra={"conversation": actor.key})
+            if before is not None:
+                await before.wait()  # the conversation's previous actor ends first
+            await actor.run()  # at once, if it was abandoned meanwhile
+        except Exception as exc:
+            # Contained: one conversation's failure must not take the others down. Its pending
+            # rows stay in the store; the next message, poll or start runs them.
+            failure = store_failure(exc)
+            if failure is not None:  # the database blinked: expected, no traceback
+                self._stats["store_failures"] += 1
+                log.warning(
+                    "session actor stopped: the store failed; its rows stay pending",
+                    extra={"conversation": key, "error": str(failure)},
+                )
+            else:
+                self._stats["crashed"] += 1
+                log.exception("session actor crashed", extra={"conversation": key})
         finally:
-            if self._actors.get(actor.key) is actor:
-                del self._actors[actor.key]
+            actor.close()  # a crashed actor's mailbox too: it takes nothing any more
+            if self._actors.get(key) is actor:
+                del self._actors[key]
+            end = self._ends.pop(actor, None)
+            if end is not None:
+                end.set()
+                if self._leaving.get(key) is end:
+                    del self._leaving[key]
 
     def evict_idle(self) -> int:
         keys = pick_idle(self._actors, self._clock(), self._idle_s)
         for key in keys:
-            self._actors.pop(key).close()
+            actor = self._retire(key)
+            assert actor is not None
+            actor.close()
         self._stats["evicted"] += len(keys)
         return len(keys)
 

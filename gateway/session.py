@@ -23,7 +23,7 @@ from typing import Any, assert_never
 
 import anyio
 
-from gateway.errors import LeaseLost, MailboxFull
+from gateway.errors import ConversationClosed, LeaseLost, MailboxFull
 from gateway.messages import (
     STOPPED_REPLY,
     ChatMessage,
@@ -147,13 +147,20 @@ class SessionActor:
     # -- sending to the actor ----------------------------------------------------------------
 
     async def send(self, message: SessionMessage) -> None:
-        await self._send.send(message)
+        try:
+            await self._send.send(message)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise ConversationClosed(f"the actor of {self.key} is ending") from exc
 
     def send_nowait(self, message: SessionMessage) -> None:
+        """Raises MailboxFull, or ConversationClosed once the actor is ending (closed,
+        abandoned, or crashed: its mailbox no longer takes anything)."""
         try:
             self._send.send_nowait(message)
         except anyio.WouldBlock as exc:
             raise MailboxFull(f"the mailbox of {self.key} is full") from exc
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
+            raise ConversationClosed(f"the actor of {self.key} is ending") from exc
 
     def close(self) -> None:
         """Stop intake: the actor finishes its running turn, then ends."""
@@ -175,6 +182,9 @@ class SessionActor:
     ) -> None:
         # One long-lived task per actor (this one, on the mailbox); a worker task exists only
         # while there are turns to run, so an idle conversation costs as little as it can.
+        if self._abandoned:  # before it started: another node runs the conversation
+            self._receive.close()
+            return
         async with anyio.create_task_group() as tg:
             self._tg = tg
             for row in await self._deps.store.pending(self.key):
@@ -327,6 +337,10 @@ class SessionActor:
 
     async def _may_run(self) -> bool:
         """False (and the actor abandons the conversation) when another node may own it."""
+        if self._abandoned:
+            # Abandoned before this turn's cancel scope existed (while it read the history or
+            # waited for the limiter): the cancel missed it, this check does not.
+            return False
         holds = self._deps.holds
         if holds is None or await holds(self.key):
             return True

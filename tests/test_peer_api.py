@@ -370,6 +370,7 @@ async def test_idle_actors_are_evicted_and_come_back_with_their_history(tmp_path
                 "spawned": 2,
                 "evicted": 2,
                 "crashed": 0,
+                "store_failures": 0,
                 "lost": 0,
                 "live": 0,
             }
