@@ -137,7 +137,9 @@ class Cluster:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         store = self._store
+        sent = self._clock()
         await store.register_node()
+        self._last_renewal = sent  # registering renewed the node's row: its lease runs from it
         store.claimed = self._claimed
         inherited = await store.inherit_previous()
         try:
@@ -197,6 +199,9 @@ class Cluster:
                     log.warning(
                         "cluster: message not handled", extra={"error": str(exc), "what": message}
                     )
+                except Exception:
+                    # A bug: shown whole, but only a hint is lost, never the node.
+                    log.exception("cluster: message handling failed", extra={"what": message})
 
     async def _handle(self, message: ClusterMessage) -> None:
         match message:
@@ -323,7 +328,8 @@ class Cluster:
         store, router = self._store, self._router
         lease_s = store.lease_s
         # The attempt may take until this node would stop its turns anyway.
-        left = lease_s * SELF_FENCE_AT - (self._clock() - self._last_renewal)
+        sent = self._clock()
+        left = lease_s * SELF_FENCE_AT - (sent - self._last_renewal)
         try:
             with anyio.fail_after(max(left, self._heartbeat_s / 2)):
                 renewal = await store.renew()
@@ -338,7 +344,10 @@ class Cluster:
             if silent >= lease_s * SELF_FENCE_AT and not self._fenced:
                 self._self_fence()
             return
-        self._last_renewal = self._clock()
+        # The lease runs from the renewal's update in the database, which came after it was
+        # sent: counting from the send, never from the answer (which a busy event loop may
+        # read late), keeps this node's view of its lease on the safe side.
+        self._last_renewal = sent
         self._fenced = False
         self._renewed.set()
         self._renewed = anyio.Event()
