@@ -115,8 +115,11 @@ class GatewayProcess:
                 await anyio.sleep(0.05)
 
     def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig``; nothing when the process has already ended (its exit code says why,
+        see :meth:`wait`)."""
         assert self.proc is not None
-        self.proc.send_signal(sig)
+        if self.proc.returncode is None:
+            self.proc.send_signal(sig)
 
     async def wait(self) -> int:
         assert self.proc is not None
@@ -129,6 +132,10 @@ class GatewayProcess:
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The end of the log, for a failure message."""
+        return "\n".join(self.log().splitlines()[-lines:])
 
 
 # -- several nodes on one PostgreSQL database --------------------------------------------------
@@ -155,6 +162,7 @@ def cluster_node(
             model_url,
             listen=f"127.0.0.1:{port}",
             store_url=postgres_url,
+            keys=(f"sk-test-node-{name}",),  # the fake model tells the nodes apart by key
             extra=extra + cluster,
         )
     )

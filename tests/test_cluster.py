@@ -58,6 +58,19 @@ def node(tmp_path: Path, url: str, model_url: str, name: str) -> GatewayProcess:
 fetch = pg_fetch
 
 
+def overlap_report(model: FakeModel, killed_at: float) -> str:
+    """Which model calls of one conversation overlapped, from which nodes, and when."""
+    lines = [
+        f"{len(model.overlaps)} overlapping model calls (monotonic times; kill at wall {killed_at:.2f}):"
+    ]
+    for late, running in model.overlaps[:10]:
+        lines.append(
+            f"  {late.last_user} from {late.api_key} at {late.started:.3f} while "
+            + ", ".join(f"{r.last_user} from {r.api_key} since {r.started:.3f}" for r in running)
+        )
+    return "\n".join(lines)
+
+
 async def test_three_nodes_survive_a_kill_and_a_freeze(
     tmp_path: Path, postgres_url: str, model: FakeModel
 ) -> None:
@@ -65,6 +78,9 @@ async def test_three_nodes_survive_a_kill_and_a_freeze(
     nodes = [node(tmp_path, postgres_url, model.base_url, f"n{i}") for i in range(3)]
     for n in nodes:
         await n.start()
+    by_name = {n.log_path.stem: n for n in nodes}
+    # Chosen at the kill: the node holding the most conversations is killed, and the busier
+    # of the others frozen (on a slow machine a node may hold nothing at that moment).
     killed, frozen = nodes[0], nodes[1]
     replies: dict[str, list[str]] = defaultdict(list)
     retries = 0
@@ -109,15 +125,25 @@ async def test_three_nodes_survive_a_kill_and_a_freeze(
             await send(http, c, n)
 
     async def chaos() -> None:
-        nonlocal killed_at
+        nonlocal killed_at, killed, frozen
         await progress.wait()
-        killed_at = time.time()
-        await killed.kill()  # SIGKILL
         held = await fetch(
             postgres_url,
-            "SELECT key FROM conversations WHERE owner = 'n0'",
+            "SELECT owner, count(*) AS n FROM conversations WHERE owner IS NOT NULL"
+            " GROUP BY owner ORDER BY n DESC, owner",
         )
-        orphaned.update(r["key"] for r in held)
+        busiest = [by_name[r["owner"]] for r in held]
+        busiest += [n for n in nodes if n not in busiest]
+        killed, frozen = busiest[0], busiest[1]
+        killed_at = time.time()
+        await killed.kill()  # SIGKILL
+        name = killed.log_path.stem
+        orphaned.update(
+            r["key"]
+            for r in await fetch(
+                postgres_url, f"SELECT key FROM conversations WHERE owner = '{name}'"
+            )
+        )
         await later.wait()
         frozen.signal(signal.SIGSTOP)
         await anyio.sleep(LEASE_S * 1.75)  # longer than the lease
@@ -142,11 +168,17 @@ async def test_three_nodes_survive_a_kill_and_a_freeze(
         )
     finally:
         frozen.signal(signal.SIGCONT)
-        for n in nodes[1:]:
+        survivors = [n for n in nodes if n is not killed]
+        for n in survivors:
             n.signal(signal.SIGTERM)
-        for n in nodes[1:]:
+        codes = []
+        for n in survivors:
             with anyio.fail_after(20):
-                await n.wait()
+                codes.append(await n.wait())
+        await killed.kill()  # if the run failed before the kill
+    # The survivors lived through it all and stopped cleanly at SIGTERM.
+    for n, code in zip(survivors, codes, strict=True):
+        assert code == 0, f"{n.log_path.name} exited {code}:\n{n.log_tail()}"
 
     # Every message answered exactly once, and the client saw that answer, in order.
     for c in range(CONVERSATIONS):
@@ -172,11 +204,10 @@ async def test_three_nodes_survive_a_kill_and_a_freeze(
             seen[c].append(int(n))
     assert all(seq == list(range(MESSAGES)) for seq in seen.values()), seen
     # No two turns of one conversation overlapped, on any node.
-    assert set(model.max_concurrency.values()) == {1}
+    assert not model.overlaps, overlap_report(model, killed_at)
     assert len(model.max_concurrency) == CONVERSATIONS
     # The survivors took the dead node's conversations over.
-    logs = nodes[1].log() + nodes[2].log()
-    assert "took over conversations" in logs
+    assert "took over conversations" in "".join(n.log() for n in survivors)
     # Takeover time: from the kill to the first answer the new owner committed for each
     # conversation the dead node held.
     takeover: dict[str, float] = {}

@@ -171,6 +171,9 @@ class FakeModel:
         self.session_of: Callable[[Request], str] = lambda r: "all"
         self.max_concurrency: dict[str, int] = defaultdict(int)
         self.active: dict[str, int] = defaultdict(int)
+        self.in_flight: dict[str, list[Request]] = defaultdict(list)
+        #: (the request that arrived, those of its session still running): what overlapped
+        self.overlaps: list[tuple[Request, list[Request]]] = []
         self.completed: list[Request] = []
         self._any: deque[Outcome] = deque()
         self._by_model: dict[str, deque[Outcome]] = defaultdict(deque)
@@ -225,12 +228,16 @@ class FakeModel:
         session = self.session_of(request)
         self.active[session] += 1
         self.max_concurrency[session] = max(self.max_concurrency[session], self.active[session])
+        if self.in_flight[session]:
+            self.overlaps.append((request, list(self.in_flight[session])))
+        self.in_flight[session].append(request)
         await self._notify()
         try:
             outcome = self._next(request)
             return await self._answer(http, request, outcome)
         finally:
             self.active[session] -= 1
+            self.in_flight[session].remove(request)
             self.completed.append(request)
             await self._notify()
 
