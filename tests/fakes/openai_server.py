@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
 import time
 from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Callable
@@ -146,6 +148,24 @@ def drop() -> Drop:
     return Drop()
 
 
+def _client_gone(http: web.Request) -> bool:
+    """Whether the client of ``http`` has closed its connection, even if this server has not
+    read the end yet (a peek at the socket; a copy of it, asyncio keeps the original)."""
+    transport = http.transport
+    if transport is None or transport.is_closing():
+        return True
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return True
+    try:
+        with socket.socket(fileno=os.dup(sock.fileno())) as peek:
+            return peek.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False  # open, nothing to read: the client still waits
+    except OSError:
+        return True  # reset
+
+
 @dataclass(frozen=True)
 class Request:
     model: str
@@ -171,7 +191,7 @@ class FakeModel:
         self.session_of: Callable[[Request], str] = lambda r: "all"
         self.max_concurrency: dict[str, int] = defaultdict(int)
         self.active: dict[str, int] = defaultdict(int)
-        self.in_flight: dict[str, list[Request]] = defaultdict(list)
+        self.in_flight: dict[str, list[tuple[Request, web.Request]]] = defaultdict(list)
         #: (the request that arrived, those of its session still running): what overlapped
         self.overlaps: list[tuple[Request, list[Request]]] = []
         self.completed: list[Request] = []
@@ -228,16 +248,20 @@ class FakeModel:
         session = self.session_of(request)
         self.active[session] += 1
         self.max_concurrency[session] = max(self.max_concurrency[session], self.active[session])
-        if self.in_flight[session]:
-            self.overlaps.append((request, list(self.in_flight[session])))
-        self.in_flight[session].append(request)
+        # A call still running here whose client has hung up (its connection's end is already
+        # waiting to be read: this loop had not got to it) was given up before this one was
+        # sent: that is no overlap.
+        running = [r for r, h in self.in_flight[session] if not _client_gone(h)]
+        if running:
+            self.overlaps.append((request, running))
+        self.in_flight[session].append((request, http))
         await self._notify()
         try:
             outcome = self._next(request)
             return await self._answer(http, request, outcome)
         finally:
             self.active[session] -= 1
-            self.in_flight[session].remove(request)
+            self.in_flight[session].remove((request, http))
             self.completed.append(request)
             await self._notify()
 
