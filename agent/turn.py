@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import anyio
+import anyio.lowlevel
 from openai.types.chat import ChatCompletion
 
 from agent.clients import ClientPool
@@ -63,8 +65,10 @@ class Agent:
         messages: list[dict[str, str]],
         *,
         rebuild: bool = False,
+        before_call: Callable[[], None] | None = None,
     ) -> tuple[str, Usage]:
-        """One model call, its errors translated; no retries here.
+        """One model call, its errors translated; no retries here. ``before_call`` runs
+        last before the request is sent; if it cancelled the turn, nothing is sent.
 
         The body goes through ``client.post`` as plain JSON: ``chat.completions.create`` first
         walks every message through openai's TypedDict transformer, which was over half of
@@ -72,6 +76,9 @@ class Agent:
         plain strings that need no transforming.
         """
         async with self._clients.use(endpoint, api_key, rebuild=rebuild) as client:
+            if before_call is not None:
+                before_call()
+                await anyio.lowlevel.checkpoint_if_cancelled()
             with translate_openai_errors(endpoint.model):
                 response = await client.post(
                     "/chat/completions",
@@ -87,7 +94,13 @@ class Agent:
         return text, usage
 
     async def run_turn(
-        self, conversation: str, history: Sequence[ChatMessage], text: str, *, turn: int = 0
+        self,
+        conversation: str,
+        history: Sequence[ChatMessage],
+        text: str,
+        *,
+        turn: int = 0,
+        before_call: Callable[[], None] | None = None,
     ) -> TurnResult:
         if self._policy is None:
             failure = classify(ModelNotConfigured("no model is configured"))
@@ -95,7 +108,9 @@ class Agent:
         messages = self.build_messages(history, text)
 
         async def call(index: int, api_key: str, *, rebuild: bool) -> tuple[str, Usage]:
-            return await self.complete(self._chain[index], api_key, messages, rebuild=rebuild)
+            return await self.complete(
+                self._chain[index], api_key, messages, rebuild=rebuild, before_call=before_call
+            )
 
         try:
             answer = await self._policy.run(conversation, call, turn=turn)

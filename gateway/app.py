@@ -159,6 +159,9 @@ class GatewayApp:
     async def _holds(self, key: str) -> bool:
         return self.cluster is not None and await self.cluster.holds(key)
 
+    def _holds_now(self, key: str) -> bool:
+        return self.cluster is not None and self.cluster.holds_now(key)
+
     def _cluster(
         self,
         store: Store,
@@ -211,7 +214,7 @@ class GatewayApp:
                 )
                 if config.store.shared:
                     # Session actors ask the cluster (built below) before each model call.
-                    deps = dataclasses.replace(deps, holds=self._holds)
+                    deps = dataclasses.replace(deps, holds=self._holds, holds_now=self._holds_now)
                 router = self.router = Router(
                     lambda key: SessionActor(key, deps),
                     idle_s=config.gateway.idle_evict_s,

@@ -289,6 +289,10 @@ class Cluster:
                 return False
         return key in self._store.leases
 
+    def holds_now(self, key: str) -> bool:
+        """Like :meth:`holds`, without waiting: False while the last renewal is too old."""
+        return self.healthy and key in self._store.leases
+
     # -- named leases (gateway.ports.Leases) --------------------------------------------------
 
     @property

@@ -7,7 +7,7 @@ runtime can use them without importing any platform or the agent.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
 
@@ -21,9 +21,17 @@ class TurnRunner(Protocol):
     """Runs one model turn (the agent, under the failure policy)."""
 
     async def run_turn(
-        self, conversation: str, history: Sequence[ChatMessage], text: str, *, turn: int = 0
+        self,
+        conversation: str,
+        history: Sequence[ChatMessage],
+        text: str,
+        *,
+        turn: int = 0,
+        before_call: Callable[[], None] | None = None,
     ) -> TurnResult:
-        """``turn`` is the user row's id, for the log lines of the turn's decisions."""
+        """``turn`` is the user row's id, for the log lines of the turn's decisions.
+        ``before_call`` runs right before each model request leaves, with no await between
+        it and the request; it may cancel the turn (the request is then never sent)."""
         ...
 
     def status(self) -> dict[str, object]:

@@ -76,9 +76,11 @@ class SessionDeps:
     mailbox_size: int
     observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None
     clock: Callable[[], float] = time.monotonic
-    # Several nodes: whether this node still holds the conversation's lease, asked right
-    # before each model call (a node frozen past its lease must not call the model again).
+    # Several nodes: whether this node still holds the conversation's lease, asked before
+    # each turn (a node frozen past its lease must not call the model again), and, without
+    # waiting, right before each model request leaves (a node frozen in between).
     holds: Callable[[str], Awaitable[bool]] | None = None
+    holds_now: Callable[[str], bool] | None = None
 
 
 class SessionActor:
@@ -348,10 +350,25 @@ class SessionActor:
         self.abandon()
         return False
 
+    def _last_check(self) -> None:
+        """Right before a model request leaves (no await in between): a node frozen or
+        starved since the turn's lease check, for most of a lease, sends nothing."""
+        holds_now = self._deps.holds_now
+        if self._abandoned or holds_now is None or holds_now(self.key):
+            return
+        log.warning(
+            "lease not fresh at the model call: turn left to the next owner",
+            extra={"conversation": self.key},
+        )
+        self.abandon()  # cancels this turn: the request is not sent
+
     async def _run(self, history: list[ChatMessage], row: StoredMessage) -> TurnResult:
         """The model turn; a bug in it fails this turn honestly instead of the whole gateway."""
+        before_call = None if self._deps.holds_now is None else self._last_check
         try:
-            return await self._deps.runner.run_turn(self.key, history, row.content, turn=row.id)
+            return await self._deps.runner.run_turn(
+                self.key, history, row.content, turn=row.id, before_call=before_call
+            )
         except Exception:
             log.exception("turn crashed", extra={"conversation": self.key, "turn": row.id})
             failure = Failure("unknown", False, detail="internal error")

@@ -197,12 +197,15 @@ async def test_three_nodes_survive_a_kill_and_a_freeze(
     for r in user_rows:
         by_conversation[r["conversation"]].append(int(r["content"].split("#")[1]))
     assert all(seq == list(range(MESSAGES)) for seq in by_conversation.values())
-    seen: dict[str, list[int]] = defaultdict(list)
+    seen: dict[str, list[tuple[int, str, float]]] = defaultdict(list)
     for request in model.requests:
         c, n = request.last_user.split("#")
-        if not seen[c] or seen[c][-1] != int(n):
-            seen[c].append(int(n))
-    assert all(seq == list(range(MESSAGES)) for seq in seen.values()), seen
+        if not seen[c] or seen[c][-1][0] != int(n):
+            seen[c].append((int(n), request.api_key.removeprefix("sk-test-node-"), request.started))
+    disorder = {
+        c: calls for c, calls in seen.items() if [n for n, _, _ in calls] != list(range(MESSAGES))
+    }
+    assert not disorder, f"model calls out of order (message, node, monotonic time): {disorder}"
     # No two turns of one conversation overlapped, on any node.
     assert not model.overlaps, overlap_report(model, killed_at)
     assert len(model.max_concurrency) == CONVERSATIONS
