@@ -169,6 +169,34 @@ def cluster_node(
     return GatewayProcess(config, port, tmp_path / f"{name}.log")
 
 
+@asynccontextmanager
+async def cluster_nodes(
+    tmp_path: Path, postgres_url: str, model_url: str | None, *, lease_s: float, heartbeat_s: float
+) -> AsyncIterator[Callable[[str, str], GatewayProcess]]:
+    """``make(name, extra)``: nodes of one cluster (not started), as :func:`cluster_node`;
+    those still running are killed at the end."""
+    made: list[GatewayProcess] = []
+
+    def make(name: str, extra: str) -> GatewayProcess:
+        node = cluster_node(
+            tmp_path,
+            postgres_url,
+            model_url,
+            name,
+            lease_s=lease_s,
+            heartbeat_s=heartbeat_s,
+            extra=extra,
+        )
+        made.append(node)
+        return node
+
+    try:
+        yield make
+    finally:
+        for node in made:
+            await node.kill()
+
+
 async def start_all(nodes: list[GatewayProcess]) -> None:
     """Start several nodes at once (each until its /readyz answers)."""
     async with anyio.create_task_group() as group:

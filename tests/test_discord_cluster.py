@@ -40,7 +40,7 @@ import pytest
 from platforms.discord._shards import candidates, fair_share, shard_of, surplus
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, Ok, Sleep, open_fake_model
-from tests.harness import GatewayProcess, cluster_node, pg_fetch, start_all
+from tests.harness import GatewayProcess, cluster_nodes, pg_fetch, start_all
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -114,31 +114,21 @@ async def dc() -> AsyncIterator[FakeDiscord]:
 async def make_node(
     tmp_path: Path, postgres_url: str, model: FakeModel, dc: FakeDiscord
 ) -> AsyncIterator[NodeFactory]:
-    made: list[GatewayProcess] = []
+    async with cluster_nodes(
+        tmp_path, postgres_url, model.base_url, lease_s=LEASE_S, heartbeat_s=HEARTBEAT_S
+    ) as new_node:
 
-    def make(name: str, shards: int = SHARDS) -> GatewayProcess:
-        api_base, gateway_url = dc.client_urls(name)
-        section = (
-            f'[discord]\ntoken = "{TOKEN}"\napi_base = "{api_base}"\n'
-            f'gateway_url = "{gateway_url}"\nallow_users = [{ALICE}]\nrequire_mention = false\n'
-            "guild_ready_timeout_s = 0.05\nidentify_delay_s = 0\nconnect_timeout_s = 10\n"
-            f"shard_count = {shards}\n"
-        )
-        node = cluster_node(
-            tmp_path,
-            postgres_url,
-            model.base_url,
-            name,
-            lease_s=LEASE_S,
-            heartbeat_s=HEARTBEAT_S,
-            extra=section,
-        )
-        made.append(node)
-        return node
+        def make(name: str, shards: int = SHARDS) -> GatewayProcess:
+            api_base, gateway_url = dc.client_urls(name)
+            section = (
+                f'[discord]\ntoken = "{TOKEN}"\napi_base = "{api_base}"\n'
+                f'gateway_url = "{gateway_url}"\nallow_users = [{ALICE}]\nrequire_mention = false\n'
+                "guild_ready_timeout_s = 0.05\nidentify_delay_s = 0\nconnect_timeout_s = 10\n"
+                f"shard_count = {shards}\n"
+            )
+            return new_node(name, section)
 
-    yield make
-    for node in made:
-        await node.kill()
+        yield make
 
 
 fetch = pg_fetch

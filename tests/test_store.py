@@ -431,6 +431,6 @@ async def test_a_writer_whose_session_ended_mid_batch_fails_it_whole_and_reconne
     ],
 )
 def test_which_writer_failures_count_as_a_lost_connection(error: Exception, lost: bool) -> None:
-    from gateway.store.postgres import _connection_lost
+    from gateway.store._pg_connection import connection_lost
 
-    assert _connection_lost(error) is lost
+    assert connection_lost(error) is lost

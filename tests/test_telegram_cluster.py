@@ -43,7 +43,7 @@ from platforms.telegram import TelegramAdapter
 from platforms.telegram._poller import PollerStep, poller_step
 from tests.fakes.openai_server import FakeModel, Hold, Ok, Sleep, open_fake_model
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import GatewayProcess, cluster_node, free_port, pg_fetch, start_all
+from tests.harness import GatewayProcess, cluster_nodes, free_port, pg_fetch, start_all
 from tests.test_telegram_admission import HeldIntake
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -74,34 +74,24 @@ async def tg() -> AsyncIterator[FakeTelegram]:
 async def make_node(
     tmp_path: Path, postgres_url: str, model: FakeModel, tg: FakeTelegram
 ) -> AsyncIterator[NodeFactory]:
-    made: list[GatewayProcess] = []
+    async with cluster_nodes(
+        tmp_path, postgres_url, model.base_url, lease_s=LEASE_S, heartbeat_s=HEARTBEAT_S
+    ) as new_node:
 
-    def make(name: str, *, webhook_port: int | None = None) -> GatewayProcess:
-        allow = ", ".join(str(c) for c in CHATS)
-        section = (
-            f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}/{name}"\n'
-            f"allow_users = [{allow}]\npoll_timeout_s = 2\nrequest_timeout_s = 3\n"
-        )
-        if webhook_port is not None:
-            section += (
-                f'mode = "webhook"\nwebhook_listen = "127.0.0.1:{webhook_port}"\n'
-                f'webhook_url = "{WEBHOOK_URL}"\nwebhook_secret = "{SECRET}"\n'
+        def make(name: str, *, webhook_port: int | None = None) -> GatewayProcess:
+            allow = ", ".join(str(c) for c in CHATS)
+            section = (
+                f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}/{name}"\n'
+                f"allow_users = [{allow}]\npoll_timeout_s = 2\nrequest_timeout_s = 3\n"
             )
-        node = cluster_node(
-            tmp_path,
-            postgres_url,
-            model.base_url,
-            name,
-            lease_s=LEASE_S,
-            heartbeat_s=HEARTBEAT_S,
-            extra=section,
-        )
-        made.append(node)
-        return node
+            if webhook_port is not None:
+                section += (
+                    f'mode = "webhook"\nwebhook_listen = "127.0.0.1:{webhook_port}"\n'
+                    f'webhook_url = "{WEBHOOK_URL}"\nwebhook_secret = "{SECRET}"\n'
+                )
+            return new_node(name, section)
 
-    yield make
-    for node in made:
-        await node.kill()
+        yield make
 
 
 fetch = pg_fetch

@@ -37,7 +37,7 @@ async def open_store(
 def describe(config: Config) -> str:
     """Where the store is, for messages (a PostgreSQL URL without its password)."""
     if config.store.shared:
-        from gateway.store.postgres import redact
+        from gateway.store._pg_connection import redact
 
         return f"PostgreSQL at {redact(config.store.url)}"
     return f"SQLite at {config.store.path}"

@@ -10,6 +10,12 @@ together migrate once. Append-only, as in SQLite.
 
 from __future__ import annotations
 
+import asyncpg
+
+from gateway.errors import StoreError
+
+_MIGRATION_LOCK = 0x626F746D7578  # "botmux": one node migrates, the others wait for it
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: conversations with leases, the transcript, the outbox, pairing, nodes, named leases.
     """
@@ -93,3 +99,19 @@ MIGRATIONS: tuple[str, ...] = (
     );
     """,
 )
+
+
+async def migrate(db: asyncpg.Connection) -> None:
+    """Bring the schema up to date; refuse one newer than this botmux knows."""
+    async with db.transaction():
+        await db.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
+        await db.execute("CREATE TABLE IF NOT EXISTS botmux_schema (version INTEGER NOT NULL)")
+        version = await db.fetchval("SELECT MAX(version) FROM botmux_schema") or 0
+        if version > len(MIGRATIONS):
+            raise StoreError(
+                f"the store's schema version {version} is newer than this botmux knows"
+                f" ({len(MIGRATIONS)}): upgrade botmux"
+            )
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            await db.execute(script)
+            await db.execute("INSERT INTO botmux_schema (version) VALUES ($1)", number)

@@ -43,38 +43,21 @@ from gateway.messages import (
     TurnOutcome,
     TurnResult,
 )
+from gateway.store._pg_connection import connection_lost, redact, session_settings
 from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_reads import MSG_COLUMNS, PgReadsMixin, to_message
-from gateway.store._pg_schema import MIGRATIONS
+from gateway.store._pg_schema import migrate
 from gateway.store._writer import GroupWriter, Op
 from gateway.store._writes import QueuedWrites
 
 log = logging.getLogger(__name__)
-
-_MIGRATION_LOCK = 0x626F746D7578  # "botmux": one node migrates, the others wait for it
 
 
 def default_node_id() -> str:
     """hostname-pid, short enough for a channel name (PostgreSQL allows 63 bytes)."""
     host = "".join(c if c.isalnum() or c in "._-" else "-" for c in socket.gethostname())
     return f"{host[:40]}-{os.getpid()}"
-
-
-def _connection_lost(exc: BaseException) -> bool:
-    """Whether ``exc`` leaves the writer's connection unusable, so the batch's outcome is
-    unknown: the socket failed, asyncpg's protocol is in a state it cannot continue from (a
-    connection ended under a statement, e.g. by ``idle_in_transaction_session_timeout`` while
-    this process was frozen), or the server sent a fatal error (connection failure, shutdown,
-    an idle transaction ended). An error the server reported on one statement, an argument
-    asyncpg could not encode, or a bug of ours leave it usable: the writer then retries the
-    batch one operation at a time."""
-    if isinstance(exc, asyncpg.PostgresError):
-        state = exc.sqlstate or ""
-        return state.startswith(("08", "57P")) or state == "25P03"
-    if isinstance(exc, asyncpg.InterfaceError):
-        return not isinstance(exc, ValueError)  # asyncpg's DataError: a bad argument
-    return isinstance(exc, OSError | asyncpg.InternalClientError)
 
 
 def channel(node: str) -> str:
@@ -134,7 +117,7 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                 for kind, run in groupby(batch, key=lambda op: op.kind):
                     await _APPLY[kind](self, self._writer, list(run))
         except Exception as exc:
-            if not _connection_lost(exc) and not self._writer.is_closed():
+            if not connection_lost(exc) and not self._writer.is_closed():
                 raise  # the server refused a statement: the writer retries op by op
             if self._closing:
                 raise StoreClosed("the store is closed") from exc
@@ -147,7 +130,7 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
         try:
             with anyio.fail_after(self.lease_s):
                 self._writer = await asyncpg.connect(
-                    self.url, server_settings=_settings(self.lease_s)
+                    self.url, server_settings=session_settings(self.lease_s)
                 )
         except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
             raise StoreError(f"cannot reach the database: {exc}") from exc
@@ -530,40 +513,6 @@ _APPLY: dict[str, Callable[[PostgresStore, asyncpg.Connection, list[Op]], Any]] 
 }
 
 
-async def _migrate(db: asyncpg.Connection) -> None:
-    async with db.transaction():
-        await db.execute("SELECT pg_advisory_xact_lock($1)", _MIGRATION_LOCK)
-        await db.execute("CREATE TABLE IF NOT EXISTS botmux_schema (version INTEGER NOT NULL)")
-        version = await db.fetchval("SELECT MAX(version) FROM botmux_schema") or 0
-        if version > len(MIGRATIONS):
-            raise StoreError(
-                f"the store's schema version {version} is newer than this botmux knows"
-                f" ({len(MIGRATIONS)}): upgrade botmux"
-            )
-        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-            await db.execute(script)
-            await db.execute("INSERT INTO botmux_schema (version) VALUES ($1)", number)
-
-
-def _settings(lease_s: float) -> dict[str, str]:
-    """Session settings of the writer's and the pool's connections. A node frozen in the
-    middle of a transaction (SIGSTOP, a VM paused) would hold its row locks for as long as it
-    stays frozen: its own heartbeat row, which every claimer locks FOR SHARE, or conversation
-    rows. PostgreSQL ends such a session after half a lease, so the others can take over (our
-    transactions never sit idle: their statements follow each other at once)."""
-    return {"idle_in_transaction_session_timeout": str(max(500, int(lease_s * 500)))}
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    scheme, sep, rest = url.partition("://")
-    if "@" not in rest:
-        return url
-    credentials, _, host = rest.rpartition("@")
-    user = credentials.split(":", 1)[0]
-    return f"{scheme}{sep}{user}:***@{host}" if ":" in credentials else f"{scheme}{sep}{rest}"
-
-
 @asynccontextmanager
 async def open_postgres_store(
     url: str,
@@ -577,15 +526,15 @@ async def open_postgres_store(
     """Connect (migrating the schema as needed) to the database at ``url``; close on exit."""
     try:
         with anyio.fail_after(30):
-            writer = await asyncpg.connect(url, server_settings=_settings(lease_s))
+            writer = await asyncpg.connect(url, server_settings=session_settings(lease_s))
     except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
         raise StoreError(f"cannot open the store at {redact(url)}: {exc}") from exc
     pool: asyncpg.Pool | None = None
     store: PostgresStore | None = None
     try:
-        await _migrate(writer)
+        await migrate(writer)
         pool = await asyncpg.create_pool(
-            url, min_size=1, max_size=pool_size, server_settings=_settings(lease_s)
+            url, min_size=1, max_size=pool_size, server_settings=session_settings(lease_s)
         )
         assert pool is not None
         store = PostgresStore(
