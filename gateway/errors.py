@@ -12,6 +12,9 @@ decisions: deciding what is retryable is ``policy.classify``'s job alone.
     │   ├── StoreClosed           closed by us: shutting down
     │   └── LeaseLost             another node owns the conversation now: this answer is fenced
     ├── MailboxFull               a bounded mailbox refused a message (visible, never dropped)
+    ├── Refused                   a message refused before it was stored (nothing kept)
+    │   ├── Overloaded            too many turns wait (retry_after, scope)
+    │   └── MessageTooLong        over [gateway] max_message_chars (limit, length)
     ├── ConversationClosed        closed by us: the actor was evicted or is draining
     ├── ProviderError             a model provider answered with an error (status, code, ...)
     │   ├── ProviderTimeout       no answer in time
@@ -57,6 +60,31 @@ class LeaseLost(StoreError):
 
 class MailboxFull(GatewayError):
     """A bounded mailbox is full: the sender sees it, nothing is silently dropped."""
+
+
+class Refused(GatewayError):
+    """A message was refused before it was stored: nothing of it is kept, and the sender is
+    told (the peer API with a 4xx status, chat platforms with a short notice)."""
+
+
+class Overloaded(Refused):
+    """Too many turns are waiting: in this conversation (``scope == "conversation"``, past
+    ``max_pending_per_conversation``) or in the whole gateway (``scope == "gateway"``, past
+    ``max_pending_total``). ``retry_after`` is a suggested wait in seconds."""
+
+    def __init__(self, message: str, *, retry_after: float, scope: str) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.scope = scope
+
+
+class MessageTooLong(Refused):
+    """The message's text is longer than ``[gateway] max_message_chars``."""
+
+    def __init__(self, message: str, *, limit: int, length: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.length = length
 
 
 class ConversationClosed(GatewayError):
