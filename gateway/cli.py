@@ -249,7 +249,9 @@ async def _scrape(config: Config) -> tuple[dict[str, object] | None, str | None]
 
     host = config.peer.host if config.peer.host not in ("0.0.0.0", "::") else "127.0.0.1"
     base = f"http://{host}:{config.peer.port}"
-    headers = {"Authorization": f"Bearer {config.peer.tokens[0]}"} if config.peer.tokens else {}
+    headers = (
+        {"Authorization": f"Bearer {config.peer.token_values[0]}"} if config.peer.tokens else {}
+    )
     timeout = aiohttp.ClientTimeout(total=2)
     try:
         async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:

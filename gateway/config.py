@@ -10,6 +10,7 @@ secret). With no file at all, the embedded defaults apply and the model comes fr
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import ipaddress
 import os
 import re
@@ -142,10 +143,38 @@ class AgentConfig:
     history_messages: int = _opt(40, _non_negative)
 
 
+def _cidrs(value: Any) -> str | None:
+    for item in value:
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            return f"{item!r} is not an IP address or CIDR"
+    return None
+
+
+def token_name(token: str) -> str:
+    """The name of a token given as a plain string: never the token itself."""
+    return "token-" + hashlib.sha256(token.encode()).hexdigest()[:8]
+
+
+@dataclass(frozen=True, slots=True)
+class PeerToken:
+    """A peer API principal (SPEC 14): a bearer token, its name (in logs and metrics, never
+    the token), the session ids it may use (fnmatch globs) and its own request rate (0: the
+    ``[peer] token_requests_per_min`` default)."""
+
+    token: str = field(repr=False)
+    name: str
+    sessions: tuple[str, ...] = ("*",)
+    requests_per_min: int = _opt(0, _non_negative)
+
+
 @dataclass(frozen=True, slots=True)
 class PeerConfig:
     listen: str = _opt("127.0.0.1:8642", _listen)
-    tokens: tuple[str, ...] = ()
+    # Plain strings (named token-<sha256[:8]>) or [[peer.tokens]] tables; strings given in
+    # code are turned into PeerTokens too.
+    tokens: tuple[PeerToken, ...] = ()
     max_body_bytes: int = _opt(1024 * 1024, _positive)
     # Failed bearer-token attempts per client address in a sliding window; past the limit that
     # address gets 429 until the window frees it. No legitimate client fails this often. 0: off.
@@ -156,6 +185,25 @@ class PeerConfig:
     # fair between peers depends on the deployment. 0: off.
     token_requests_per_min: int = _opt(0, _non_negative)
     token_burst: int = _opt(60, _positive)
+    # Slow clients (SPEC 14): headers must arrive within header_timeout_s of the connection
+    # (or of a new request's first byte); an idle keep-alive connection is closed after
+    # idle_timeout_s; past max_connections, new connections are refused with 503.
+    header_timeout_s: float = _opt(10.0, _positive)
+    idle_timeout_s: float = _opt(75.0, _positive)
+    max_connections: int = _opt(1000, _positive)
+    # Direct peers (IPs or CIDRs) whose X-Forwarded-For names the client address.
+    trusted_proxies: tuple[str, ...] = _opt((), _cidrs)
+
+    def __post_init__(self) -> None:
+        tokens = tuple(
+            PeerToken(token=t, name=token_name(t)) if isinstance(t, str) else t for t in self.tokens
+        )
+        object.__setattr__(self, "tokens", tokens)
+
+    @property
+    def token_values(self) -> tuple[str, ...]:
+        """The raw token strings."""
+        return tuple(t.token for t in self.tokens)
 
     @property
     def host(self) -> str:
@@ -272,7 +320,7 @@ class Config:
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret value in this config, for redaction."""
-        found: list[str] = list(self.peer.tokens)
+        found: list[str] = list(self.peer.token_values)
         password = re.match(r"^[a-z]+://[^:/@]+:([^@]+)@", self.store.url)
         if password:
             found.append(password.group(1))
@@ -323,6 +371,14 @@ def _convert(tp: Any, value: Any, path: str, env: Mapping[str, str]) -> Any:
             raise ConfigError(path, f"must be {_type_name(tp)}")
         (item,) = [a for a in typing.get_args(tp) if a is not Ellipsis]
         return tuple(_convert(item, v, f"{path}[{i}]", env) for i, v in enumerate(value))
+    if tp is PeerToken and isinstance(value, str):
+        token = _expand(value, path, env)
+        return PeerToken(token=token, name=token_name(token))
+    if tp is PeerToken and isinstance(value, dict) and "name" not in value and "token" in value:
+        token = (
+            _expand(value["token"], f"{path}.token", env) if isinstance(value["token"], str) else ""
+        )
+        value = {**value, "name": token_name(token)}
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(path, "must be a table")
