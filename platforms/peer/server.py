@@ -93,6 +93,7 @@ class GuardedHandler(web.RequestHandler):
         self._guard = guard
         self._header_timer: asyncio.TimerHandle | None = None
         self._heads_at_arm = 0
+        self._refused = False
 
     def _arm(self) -> None:
         self._heads_at_arm = self._request_count
@@ -113,16 +114,32 @@ class GuardedHandler(web.RequestHandler):
             self.force_close()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Counted here, not in the protocol factory: asyncio makes the protocols of a burst
+        # of accepted connections before any of them is connected.
+        if self._guard.open >= self._guard.cap:
+            self._refused = True
+            self._guard.stats["refused_connections"] += 1
+            self._guard.quiet.warning(
+                "peer API: connection cap reached, refusing new connections", cap=self._guard.cap
+            )
+            assert isinstance(transport, asyncio.Transport)
+            transport.write(_REFUSAL)
+            transport.close()
+            return
         self._guard.open += 1
         super().connection_made(transport)
         self._arm()
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        if self._refused:
+            return
         self._guard.open -= 1
         self._disarm()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         heads = self._request_count
         idle = self._current_request is None and not self._messages
         super().data_received(data)
@@ -147,17 +164,8 @@ class GuardedHandler(web.RequestHandler):
         )
 
 
-class _Refuse(asyncio.Protocol):
-    """A connection past the cap: 503, closed."""
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        transport.write(_REFUSAL)
-        transport.close()
-
-
 class GuardedSite(web.BaseSite):
-    """A TCP site whose connections are :class:`GuardedHandler`\\ s (or refused)."""
+    """A TCP site whose connections are :class:`GuardedHandler` protocols."""
 
     def __init__(
         self,
@@ -179,13 +187,6 @@ class GuardedSite(web.BaseSite):
         return f"http://{self._host}:{self._port}"
 
     def _protocol(self) -> asyncio.Protocol:
-        if self._guard.open >= self._guard.cap:
-            self._guard.stats["refused_connections"] += 1
-            self._guard.quiet.warning(
-                "peer API: connection cap reached, refusing new connections",
-                cap=self._guard.cap,
-            )
-            return _Refuse()
         server = self._runner.server
         assert server is not None
         loop = asyncio.get_running_loop()
