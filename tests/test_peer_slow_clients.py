@@ -115,28 +115,48 @@ async def test_slow_header_connections_are_closed_and_valid_requests_served(
     assert "AAAAAAAAAA" * 20 not in log  # and not the client's bytes at length
 
 
-async def test_past_the_connection_cap_new_connections_get_503(tmp_path: Path) -> None:
-    node = gateway(tmp_path, None, "header_timeout_s = 1\nmax_connections = 5\n")
-    try:
-        await node.start()
-        held = [await anyio.connect_tcp("127.0.0.1", node.port) for _ in range(5)]
-        with anyio.fail_after(10):
-            refusal = await wait_closed(await anyio.connect_tcp("127.0.0.1", node.port))
-        assert refusal.startswith(b"HTTP/1.1 503")
-        assert b"Retry-After: 1" in refusal
-        assert json.loads(refusal.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "overloaded"
-        # The held connections send nothing: the header deadline frees their slots, and a
-        # valid request gets through again.
-        with anyio.fail_after(20):
-            for stream in held:
-                assert await wait_closed(stream) == b""
-        async with aiohttp.ClientSession() as http:
-            r = await http.get(f"{node.url}/v1/models")
-            assert r.status == 200
-    finally:
-        node.signal(signal.SIGTERM)
-        with anyio.fail_after(20):
-            await node.wait()
+async def test_at_the_connection_cap_idle_ones_make_room_and_busy_ones_503(
+    tmp_path: Path,
+) -> None:
+    async with open_fake_model() as fake:
+        fake.default = lambda r: Hold(ok(f"re {r.last_user}"))
+        node = gateway(tmp_path, fake.base_url, "header_timeout_s = 30\nmax_connections = 5\n")
+        try:
+            await node.start()
+            # Five connections that send nothing fill the cap; a prompt client still gets in,
+            # in the place of the oldest of them.
+            idle = [await anyio.connect_tcp("127.0.0.1", node.port) for _ in range(5)]
+            async with aiohttp.ClientSession() as http:
+                r = await http.get(f"{node.url}/v1/models")
+                assert r.status == 200
+            with anyio.fail_after(20):
+                assert await wait_closed(idle[0]) == b""
+            for stream in idle[1:]:
+                await stream.aclose()
+            # Five connections each with a request in progress: nothing to make room with,
+            # so a sixth is refused with 503 at once.
+            async with aiohttp.ClientSession() as http, anyio.create_task_group() as tg:
+                replies: list[int] = []
+
+                async def chat(n: int) -> None:
+                    url = f"{node.url}/api/sessions/s{n}/chat"
+                    async with http.post(url, json={"message": f"m{n}"}) as r:
+                        replies.append(r.status)
+
+                for n in range(5):
+                    tg.start_soon(chat, n)
+                with anyio.fail_after(20):
+                    await fake.wait_for_requests(5)  # all five are in, each holds a slot
+                    refusal = await wait_closed(await anyio.connect_tcp("127.0.0.1", node.port))
+                fake.release()
+            assert replies == [200] * 5
+        finally:
+            node.signal(signal.SIGTERM)
+            with anyio.fail_after(20):
+                await node.wait()
+    assert refusal.startswith(b"HTTP/1.1 503")
+    assert b"Retry-After: 1" in refusal
+    assert json.loads(refusal.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "overloaded"
     assert problems(node.log()) == [], node.log_tail()
     assert "connection cap reached" in node.log()
 

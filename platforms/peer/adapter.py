@@ -37,7 +37,7 @@ from gateway.ports import Intake
 from platforms.peer import convert, limits
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
-from platforms.peer.server import ConnectionGuard, GuardedSite
+from platforms.peer.server import ConnectionGuard, GuardedSite, quiet_accept_errors
 
 log = logging.getLogger(__name__)
 
@@ -190,25 +190,26 @@ class PeerAdapter:
         runner = web.AppRunner(self.build_app(), handle_signals=False)
         await runner.setup()
         try:
-            site = GuardedSite(
-                runner,
-                self._config.host,
-                self._config.port,
-                self._guard,
-                {"access_log": None, "keepalive_timeout": self._config.idle_timeout_s},
-            )
-            await site.start()
-            sockets = site.sockets
-            self.port = sockets[0].getsockname()[1] if sockets else self._config.port
-            log.info(
-                "peer API listening",
-                extra={
-                    "listen": f"{self._config.host}:{self.port}",
-                    "max_connections": self._guard.cap,
-                },
-            )
-            task_status.started()
-            await anyio.sleep_forever()
+            with quiet_accept_errors(self._guard):
+                site = GuardedSite(
+                    runner,
+                    self._config.host,
+                    self._config.port,
+                    self._guard,
+                    {"access_log": None, "keepalive_timeout": self._config.idle_timeout_s},
+                )
+                await site.start()
+                sockets = site.sockets
+                self.port = sockets[0].getsockname()[1] if sockets else self._config.port
+                log.info(
+                    "peer API listening",
+                    extra={
+                        "listen": f"{self._config.host}:{self.port}",
+                        "max_connections": self._guard.cap,
+                    },
+                )
+                task_status.started()
+                await anyio.sleep_forever()
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await runner.cleanup()

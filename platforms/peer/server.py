@@ -10,7 +10,9 @@ and asyncio logs a traceback for each. Here, at the protocol level, before any r
   requests);
 - at most ``max_connections`` are open at once, and never so many that the process's
   descriptor limit is in reach (a reserve is kept for the store, the model client and the
-  chat platforms); a connection past the cap gets ``503`` with ``Retry-After`` and is closed;
+  chat platforms); at the cap a new connection takes the place of the oldest one that has
+  not sent a request head yet, and if every open one is busy with a request it gets ``503``
+  with ``Retry-After`` and is closed;
 - protocol errors (a malformed request, an over-long header) are one warning line without a
   traceback, at most one a second (with a count of those left out), and client hang-ups are
   debug lines: no client can make botmux write ERROR tracebacks.
@@ -26,6 +28,8 @@ import asyncio
 import logging
 import resource
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from aiohttp import web
@@ -34,6 +38,9 @@ log = logging.getLogger(__name__)
 
 #: Descriptors kept free for everything else the process opens.
 FD_RESERVE_MIN = 64
+#: The listen backlog, and so the most connections asyncio accepts in one go, before any of
+#: them is counted: the cap leaves room for one such burst.
+BACKLOG = 128
 _REFUSAL_BODY = (
     b'{"error": {"message": "too many open connections; retry shortly",'
     b' "type": "overloaded", "code": "overloaded", "status": 503}}'
@@ -46,11 +53,12 @@ _REFUSAL = (
 
 
 def connection_cap(max_connections: int) -> int:
-    """``max_connections``, lowered to what the descriptor limit leaves after a reserve."""
+    """``max_connections``, lowered to what the descriptor limit leaves after a reserve (one
+    accept burst, and an eighth of the limit for the rest of the process)."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return max_connections
-    reserve = max(FD_RESERVE_MIN, soft // 8)
+    reserve = BACKLOG + max(FD_RESERVE_MIN, soft // 8)
     return max(1, min(max_connections, soft - reserve))
 
 
@@ -78,8 +86,16 @@ class ConnectionGuard:
         self.header_timeout_s = header_timeout_s
         self.cap = connection_cap(max_connections)
         self.open = 0
+        #: Connections still waiting for a request head, oldest first: at the cap the oldest
+        #: is closed to make room, so a slow-header flood cannot keep prompt clients out.
+        self.waiting: dict[GuardedHandler, None] = {}
         self.quiet = _Quiet()
-        self.stats = {"refused_connections": 0, "header_timeouts": 0, "protocol_errors": 0}
+        self.stats = {
+            "refused_connections": 0,
+            "evicted_connections": 0,
+            "header_timeouts": 0,
+            "protocol_errors": 0,
+        }
 
     def __repr__(self) -> str:
         return f"<ConnectionGuard open={self.open}/{self.cap}>"
@@ -100,14 +116,23 @@ class GuardedHandler(web.RequestHandler):
         self._header_timer = self._loop.call_later(
             self._guard.header_timeout_s, self._header_deadline
         )
+        self._guard.waiting[self] = None
 
     def _disarm(self) -> None:
+        self._guard.waiting.pop(self, None)
         if self._header_timer is not None:
             self._header_timer.cancel()
             self._header_timer = None
 
+    def evict(self) -> None:
+        """Close this connection, which has not sent a request head yet, to make room."""
+        self._disarm()
+        self._guard.stats["evicted_connections"] += 1
+        self.force_close()
+
     def _header_deadline(self) -> None:
         self._header_timer = None
+        self._guard.waiting.pop(self, None)
         if self._request_count == self._heads_at_arm and self._current_request is None:
             self._guard.stats["header_timeouts"] += 1
             log.debug("peer API: closed a connection that sent no request head in time")
@@ -116,7 +141,13 @@ class GuardedHandler(web.RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         # Counted here, not in the protocol factory: asyncio makes the protocols of a burst
         # of accepted connections before any of them is connected.
-        if self._guard.open >= self._guard.cap:
+        if self._guard.open >= self._guard.cap and self._guard.waiting:
+            next(iter(self._guard.waiting)).evict()
+            self._guard.quiet.warning(
+                "peer API: connection cap reached, closing the oldest connection without a request",
+                cap=self._guard.cap,
+            )
+        elif self._guard.open >= self._guard.cap:
             self._refused = True
             self._guard.stats["refused_connections"] += 1
             self._guard.quiet.warning(
@@ -175,7 +206,7 @@ class GuardedSite(web.BaseSite):
         guard: ConnectionGuard,
         handler_args: dict[str, Any],
     ) -> None:
-        super().__init__(runner, backlog=1024)
+        super().__init__(runner, backlog=BACKLOG)
         self._host = host
         self._port = port
         self._guard = guard
@@ -196,6 +227,33 @@ class GuardedSite(web.BaseSite):
         await super().start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._protocol, self._host, self._port, reuse_address=True, backlog=self._backlog
+            self._protocol, self._host, self._port, reuse_address=True, backlog=BACKLOG
         )
         self.sockets = list(self._server.sockets)
+
+
+@contextmanager
+def quiet_accept_errors(guard: ConnectionGuard) -> Iterator[None]:
+    """While the server runs: asyncio's "socket.accept() out of system resource" (the
+    process is out of descriptors; asyncio retries after a second) as one warning line a
+    second instead of an ERROR with a traceback per attempt. Other loop errors go on to the
+    handler that was there."""
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if str(context.get("message", "")).startswith("socket.accept() out of system"):
+            guard.quiet.warning(
+                "peer API: out of file descriptors, not accepting connections for a while",
+                error=type(context.get("exception")).__name__,
+            )
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+    try:
+        yield
+    finally:
+        loop.set_exception_handler(previous)
