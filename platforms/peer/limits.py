@@ -4,9 +4,10 @@
 with 429 and Retry-After by the adapter's middleware:
 
 - :class:`FailureWindow`: failed bearer-token attempts per client address in a sliding window.
-  Once an address has ``limit`` failures within ``window_s``, its requests are refused
-  *before* any token is compared, until the oldest failure leaves the window: a guesser
-  learns nothing more during the lockout, and other addresses are untouched.
+  Once an address has ``limit`` failures within ``window_s``, its requests without a valid
+  token are refused until the oldest failure leaves the window; other addresses are
+  untouched, and a valid token is always let through (the adapter checks it first), so
+  nobody can lock a peer out by failing from its address (a NAT, a proxy).
 - :class:`TokenBuckets`: a token bucket per peer token, so one peer (or a leaked token) cannot
   take the whole gateway; ``per_min`` is the refill rate and ``burst`` the bucket's size.
 
