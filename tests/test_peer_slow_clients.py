@@ -23,11 +23,13 @@ from tests.harness import GatewayProcess, config_text, free_port, make_config, r
 pytestmark = pytest.mark.anyio
 
 
-def gateway(tmp_path: Path, model_url: str | None, peer: str) -> GatewayProcess:
+def gateway(
+    tmp_path: Path, model_url: str | None, peer: str, level: str = "info"
+) -> GatewayProcess:
     port = free_port()
     listen = f'listen = "127.0.0.1:{port}"\n'
     text = config_text(tmp_path / "b.db", model_url, listen=f"127.0.0.1:{port}")
-    text = text.replace(listen, listen + peer) + '\n[log]\nlevel = "info"\nformat = "json"\n'
+    text = text.replace(listen, listen + peer) + f'\n[log]\nlevel = "{level}"\nformat = "json"\n'
     path = tmp_path / "botmux.toml"
     path.write_text(text)
     return GatewayProcess(path, port, tmp_path / "botmux.log")
@@ -76,7 +78,9 @@ async def test_slow_header_connections_are_closed_and_valid_requests_served(
     tmp_path: Path,
 ) -> None:
     async with open_fake_model() as fake:
-        node = gateway(tmp_path, fake.base_url, "header_timeout_s = 0.5\nidle_timeout_s = 30\n")
+        node = gateway(
+            tmp_path, fake.base_url, "header_timeout_s = 0.5\nidle_timeout_s = 30\n", "debug"
+        )
         try:
             await node.start()
             slow = [await open_slow(node.port) for _ in range(40)]
@@ -102,6 +106,11 @@ async def test_slow_header_connections_are_closed_and_valid_requests_served(
                 )
                 answer = await wait_closed(stream)
             assert answer.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request")
+            # Not HTTP at all (a TLS hello): 400, a debug line, no traceback.
+            with anyio.fail_after(10):
+                stream = await anyio.connect_tcp("127.0.0.1", node.port)
+                await stream.send(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n")
+                assert b"400" in (await wait_closed(stream)).split(b"\r\n", 1)[0]
             async with aiohttp.ClientSession() as http:
                 assert (await http.get(f"{node.url}/readyz")).status == 200
         finally:

@@ -37,7 +37,12 @@ from gateway.ports import Intake
 from platforms.peer import convert, limits
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
-from platforms.peer.server import ConnectionGuard, GuardedSite, quiet_accept_errors
+from platforms.peer.server import (
+    PROTOCOL_LOGGER,
+    ConnectionGuard,
+    GuardedSite,
+    quiet_accept_errors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +201,11 @@ class PeerAdapter:
                     self._config.host,
                     self._config.port,
                     self._guard,
-                    {"access_log": None, "keepalive_timeout": self._config.idle_timeout_s},
+                    {
+                        "access_log": None,
+                        "keepalive_timeout": self._config.idle_timeout_s,
+                        "logger": PROTOCOL_LOGGER,
+                    },
                 )
                 await site.start()
                 sockets = site.sockets

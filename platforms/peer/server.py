@@ -79,6 +79,19 @@ class _Quiet:
         log.warning(message, extra={**fields, "left_out": left_out})
 
 
+class _NoTraceback(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's protocol logger without tracebacks (it logs a non-HTTP client's bytes at
+    debug with one)."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        kwargs.pop("exc_info", None)
+        return msg, kwargs
+
+
+#: Passed to every GuardedHandler as aiohttp's ``logger``.
+PROTOCOL_LOGGER = _NoTraceback(logging.getLogger("platforms.peer.http"), {})
+
+
 class ConnectionGuard:
     """The shared state of the guarded connections: how many are open, the limits."""
 
