@@ -48,15 +48,19 @@ async def _idle(
         closed.append(1)  # closed to make room for a newer connection
 
 
-async def run(sockets: int, nofile: int, header_timeout_s: float) -> dict[str, object]:
+async def run(
+    sockets: int, nofile: int, header_timeout_s: float, root: Path = ROOT
+) -> dict[str, object]:
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, sockets + 1024), hard))
     work = Path(tempfile.mkdtemp(prefix="botmux-slow-"))
     port = free_port()
-    text = config_text(work / "b.db", None, listen=f"127.0.0.1:{port}").replace(
-        f'listen = "127.0.0.1:{port}"\n',
-        f'listen = "127.0.0.1:{port}"\nheader_timeout_s = {header_timeout_s}\n',
-    )
+    text = config_text(work / "b.db", None, listen=f"127.0.0.1:{port}")
+    if header_timeout_s > 0:  # 0: leave the key out (a checkout from before it existed)
+        text = text.replace(
+            f'listen = "127.0.0.1:{port}"\n',
+            f'listen = "127.0.0.1:{port}"\nheader_timeout_s = {header_timeout_s}\n',
+        )
     (work / "botmux.toml").write_text(text + '\n[log]\nformat = "json"\n')
     log = (work / "botmux.log").open("wb")
 
@@ -70,7 +74,7 @@ async def run(sockets: int, nofile: int, header_timeout_s: float) -> dict[str, o
         "run",
         "--config",
         str(work / "botmux.toml"),
-        cwd=ROOT,
+        cwd=root,
         stdout=log,
         stderr=subprocess.STDOUT,
         preexec_fn=limit,
@@ -93,12 +97,12 @@ async def run(sockets: int, nofile: int, header_timeout_s: float) -> dict[str, o
         await asyncio.gather(*(_idle(port, held, refused, closed) for _ in range(sockets)))
         fds = len(os.listdir(f"/proc/{proc.pid}/fd"))
         served = []
-        async with aiohttp.ClientSession() as http:
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as http:
             for _ in range(5):
                 try:
                     async with http.get(f"{url}/v1/models") as r:
                         served.append(r.status)
-                except aiohttp.ClientError as exc:
+                except (aiohttp.ClientError, TimeoutError) as exc:
                     served.append(type(exc).__name__)
         elapsed = time.monotonic() - started
     finally:
@@ -129,8 +133,10 @@ def main() -> None:
     parser.add_argument("--sockets", type=int, default=3000)
     parser.add_argument("--nofile", type=int, default=1024)
     parser.add_argument("--header-timeout", type=float, default=10.0)
+    parser.add_argument("--root", type=Path, default=ROOT, help="the checkout to run")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args.sockets, args.nofile, args.header_timeout)), indent=2))
+    result = asyncio.run(run(args.sockets, args.nofile, args.header_timeout, args.root))
+    print(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":
