@@ -257,3 +257,16 @@ def test_plain_string_tokens_are_principals_with_every_session(tmp_path: Path) -
     assert RIGHT not in repr(config.peer) and RIGHT not in token.name
     assert config.peer.token_values == (RIGHT,)
     assert isinstance(token, PeerToken)
+
+
+async def test_a_tokens_own_rate_overrides_the_default(tmp_path: Path) -> None:
+    limited = PeerToken(token=TOKEN_A, name="slow", requests_per_min=1)
+    config = peer_config(tmp_path, tokens=(limited, TOKEN_B), token_burst=2)
+    async with (
+        running_gateway(config) as (_, url),
+        client_from("127.0.0.1", bearer(TOKEN_A)) as a,
+        client_from("127.0.0.1", bearer(TOKEN_B)) as b,
+    ):
+        assert [(await a.get(f"{url}/v1/models")).status for _ in range(3)] == [200, 200, 429]
+        # token_requests_per_min is 0 (off): the other token is not limited.
+        assert {(await b.get(f"{url}/v1/models")).status for _ in range(5)} == {200}
