@@ -16,6 +16,7 @@ import aiohttp
 import pytest
 
 from gateway.config import Config, PeerToken, parse_config
+from gateway.errors import ConfigError
 from tests.fakes.openai_server import open_fake_model
 from tests.harness import config_text, make_config, running_gateway
 
@@ -270,3 +271,25 @@ async def test_a_tokens_own_rate_overrides_the_default(tmp_path: Path) -> None:
         assert [(await a.get(f"{url}/v1/models")).status for _ in range(3)] == [200, 200, 429]
         # token_requests_per_min is 0 (off): the other token is not limited.
         assert {(await b.get(f"{url}/v1/models")).status for _ in range(5)} == {200}
+
+
+def test_token_tables_and_proxies_are_checked_at_load(tmp_path: Path) -> None:
+    base = config_text(tmp_path / "b.db", None)
+    listen = 'listen = "127.0.0.1:0"\n'
+    config = parse_config(
+        base.replace(
+            listen,
+            listen + 'trusted_proxies = ["10.0.0.0/8", "::1"]\n'
+            '[[peer.tokens]]\ntoken = "${T}"\nsessions = ["x-*"]\n',
+        ),
+        source="test",
+        env={"T": RIGHT},
+    )
+    (token,) = config.peer.tokens
+    assert (token.token, token.sessions) == (RIGHT, ("x-*",))
+    assert token.name.startswith("token-") and RIGHT not in token.name  # derived, not shown
+    assert config.peer.trusted_proxies == ("10.0.0.0/8", "::1")
+    with pytest.raises(ConfigError, match=r"peer\.trusted_proxies"):
+        parse_config(
+            base.replace(listen, listen + 'trusted_proxies = ["nginx"]\n'), source="t", env={}
+        )
