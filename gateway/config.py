@@ -453,7 +453,7 @@ def _peer_problems(peer: PeerConfig) -> list[Problem]:
         tokens[t.token] = i
         if t.name in names:
             problems.append(
-                (f"peer.tokens[{i}].name", f"{t.name!r} names peer.tokens[{names[t.name]}] too")
+                (f"peer.tokens[{i}].name", f"the same name as peer.tokens[{names[t.name]}]")
             )
         names.setdefault(t.name, i)
     if not peer.tokens:
@@ -466,8 +466,8 @@ def _peer_problems(peer: PeerConfig) -> list[Problem]:
             problems.append(
                 (
                     "peer.listen",
-                    f"{peer.listen} is not a loopback address and peer.tokens is empty: set"
-                    " tokens before exposing the peer API",
+                    "is not a loopback address and peer.tokens is empty: set tokens before"
+                    " exposing the peer API",
                 )
             )
     return problems
