@@ -197,3 +197,73 @@ def test_check_names_three_problems_and_exits_2(tmp_path) -> None:  # type: igno
         " max_connections, token_burst, token_requests_per_min, tokens, trusted_proxies)",
         "botmux: config error: log.format: must be one of 'console', 'json'",
     ]
+
+
+def test_the_limits_of_spec_sections_11_and_14_and_their_defaults() -> None:
+    config = parse(
+        "[model]\nmodel = 'm'\n[[model.fallbacks]]\nmodel = 'f'\nmax_output_tokens = 512\n"
+    )
+    peer, gateway, store = config.peer, config.gateway, config.store
+    assert (peer.header_timeout_s, peer.idle_timeout_s, peer.max_connections) == (10.0, 75.0, 1000)
+    assert peer.trusted_proxies == ()
+    assert (
+        gateway.max_pending_per_conversation,
+        gateway.max_pending_total,
+        gateway.max_message_chars,
+    ) == (32, 10_000, 32_000)
+    assert config.agent.history_chars == 200_000
+    assert config.model is not None
+    assert [e.max_output_tokens for e in config.model.chain] == [4096, 512]
+    assert (store.retention_days, store.anonymous_retention_days) == (0, 7)
+    assert store.command_timeout_s == 10.0
+    proxies = parse("[peer]\ntrusted_proxies = ['10.0.0.0/8', '192.168.1.7', '::1', 'fd00::/8']")
+    assert proxies.peer.trusted_proxies == ("10.0.0.0/8", "192.168.1.7", "::1", "fd00::/8")
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("[peer]\nheader_timeout_s = 0", "peer.header_timeout_s"),
+        ("[peer]\nidle_timeout_s = -1", "peer.idle_timeout_s"),
+        ("[peer]\nmax_connections = 0", "peer.max_connections"),
+        ("[peer]\ntrusted_proxies = ['10.0.0.0/8', 'proxy.internal']", "peer.trusted_proxies[1]"),
+        ("[peer]\ntrusted_proxies = '10.0.0.1'", "peer.trusted_proxies"),
+        ("[gateway]\nmax_pending_per_conversation = 0", "gateway.max_pending_per_conversation"),
+        ("[gateway]\nmax_pending_total = -5", "gateway.max_pending_total"),
+        ("[gateway]\nmax_message_chars = 0", "gateway.max_message_chars"),
+        ("[agent]\nhistory_chars = 0", "agent.history_chars"),
+        ("[model]\nmodel = 'm'\nmax_output_tokens = 0", "model.max_output_tokens"),
+        (
+            "[model]\nmodel = 'm'\n[[model.fallbacks]]\nmodel = 'f'\nmax_output_tokens = -1",
+            "model.fallbacks[0].max_output_tokens",
+        ),
+        ("[store]\nretention_days = -1", "store.retention_days"),
+        ("[store]\nanonymous_retention_days = -0.5", "store.anonymous_retention_days"),
+        ("[store]\ncommand_timeout_s = 0", "store.command_timeout_s"),
+    ],
+)
+def test_bad_limits_are_refused_naming_the_key(text: str, path: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    assert [p for p, _ in err.value.errors] == [path]
+
+
+def test_the_example_config_names_every_key() -> None:
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from gateway import config as schema
+
+    example = (Path(__file__).parent.parent / "deploy" / "botmux.example.toml").read_text()
+    written = set(re.findall(r"^(?:# )?([a-z_]+) = ", example, re.MULTILINE))
+    tables = [schema.StoreConfig, schema.ModelConfig, schema.AgentConfig, schema.PeerConfig]
+    tables += [schema.PeerToken, schema.GatewayConfig, schema.ClusterConfig, schema.LogConfig]
+    tables += [schema.TelegramConfig, schema.DiscordConfig]
+    missing = {
+        f"{cls.__name__}.{f.name}"
+        for cls in tables
+        for f in dataclasses.fields(cls)
+        if f.name not in written and f.name != "fallbacks"
+    }
+    assert not missing
