@@ -117,7 +117,7 @@ _PLURAL = {str: "strings", int: "integers", float: "numbers", bool: "booleans"}
 def _type_name(tp: Any) -> str:
     if typing.get_origin(tp) is tuple:
         item = _bare(typing.get_args(tp)[0])
-        return f"a list of {'tables' if dataclasses.is_dataclass(item) else _PLURAL[item]}"
+        return f"a list of {'tables' if dataclasses.is_dataclass(item) else _PLURAL.get(item)}"
     if dataclasses.is_dataclass(tp):
         return "a table"
     return _SINGULAR.get(tp, str(tp))
@@ -145,8 +145,9 @@ def _message(error: ErrorDetails, root: Any, expanded: _Expanded | None) -> str:
         text = "is required"
     elif kind == "unexpected_keyword_argument":
         table, _ = _walk(root, loc[:-1])
-        known = [f.name for f in dataclasses.fields(table) if not f.metadata.get("internal")]
-        text = f"unknown key (known here: {', '.join(sorted(known))})"
+        fields = dataclasses.fields(table) if dataclasses.is_dataclass(table) else ()
+        known = sorted(f.name for f in fields if not f.metadata.get("internal"))
+        text = f"unknown key (known here: {', '.join(known)})"
     elif kind == "greater_than":
         text = f"must be greater than {ctx['gt']:g}"
     elif kind == "greater_than_equal":
@@ -157,7 +158,7 @@ def _message(error: ErrorDetails, root: Any, expanded: _Expanded | None) -> str:
         text = f"must be {_type_name(tp)}, got {_kind(error['input'])}"
     else:
         text = error["msg"]  # pydantic's words: they name what is expected, not the input
-    if expanded is not None:
+    if expanded is not None and kind != "unexpected_keyword_argument":
         text += " (from " + ", ".join(f"${{{n}}}" for n in expanded.names) + ")"
     return text
 
@@ -179,7 +180,8 @@ def _validate(
         except ValidationError as exc:
             errors = exc.errors(include_url=False)
         # "${VAR}" is accepted for an integer (TOML has no other way to take one from the
-        # environment); a literal "5" is not.
+        # environment); a literal "5" is not. A fix makes an integer of a string: it cannot
+        # recur, so this loops twice at most.
         fixes = [
             (tuple(e["loc"]), e["input"].strip())
             for e in errors
@@ -201,8 +203,10 @@ def _variable_problems(root: Any, found: list[_Expanded]) -> _Problems:
     """Unset variables anywhere, and empty ones in a secret (a field with ``SECRET`` metadata)."""
     problems: _Problems = []
     for e in found:
+        tp, last = _walk(root, e.loc)
+        if tp is None:
+            continue  # under a key the schema does not have: that is the problem to report
         problems.extend((e.loc, f"environment variable {name} is not set") for name in e.unset)
-        _, last = _walk(root, e.loc)
         if last is not None and last.metadata.get("secret"):
             problems.extend(
                 (e.loc, f"environment variable {name} is empty, and this is a secret")

@@ -267,3 +267,15 @@ def test_the_example_config_names_every_key() -> None:
         if f.name not in written and f.name != "fallbacks"
     }
     assert not missing
+
+
+def test_what_the_file_may_not_say_and_where_the_environment_model_goes_wrong() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse('source = "elsewhere"\nbogus = "${UNSET}"\n')
+    assert [p for p, _ in err.value.errors] == ["source", "bogus"]
+    assert all(m.startswith("unknown key") for _, m in err.value.errors), err.value.errors
+    with pytest.raises(ConfigError) as err:
+        parse("", {"OPENAI_BASE_URL": "ftp://x", "OPENAI_API_KEY": "sk-${NOT-EXPANDED}"})
+    assert err.value.errors == (
+        ("model (from environment).base_url", "must be an http:// or https:// URL"),
+    )
