@@ -295,3 +295,39 @@ def test_no_config_error_echoes_a_value_from_the_environment(tmp_path: Path) -> 
     result = check(config, S=secret)
     assert result.returncode == 2 and "telegram.allow_users[0]" in result.stderr
     assert "SECRET" not in result.stderr + result.stdout
+
+
+def every_string_or_list_key() -> list[tuple[str, str, bool]]:
+    """(section, key, is a list) for every key of every table: the schema walked, not listed."""
+    import dataclasses
+    import typing
+
+    from gateway.config import Config
+
+    keys = []
+    for section in dataclasses.fields(Config):
+        if section.metadata.get("internal"):
+            continue
+        hints = typing.get_type_hints(Config)
+        table = [a for a in typing.get_args(hints[section.name]) if a is not type(None)]
+        cls = table[0] if table else hints[section.name]
+        for f in dataclasses.fields(cls):
+            kind = typing.get_type_hints(cls)[f.name]
+            keys.append((section.name, f.name, typing.get_origin(kind) is tuple))
+    return keys
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["123456:SECRET-ab12", "https://SECRET.example/v1", "postgresql://u:SECRET@h/db", "SECRET:99"],
+)
+def test_no_key_echoes_a_value_from_the_environment(shape: str) -> None:
+    required = {"model": 'model = "m"\n', "telegram": 'token = "t"\n', "discord": 'token = "t"\n'}
+    for section, key, is_list in every_string_or_list_key():
+        value = '["${S}"]' if is_list else '"${S}"'
+        head = "" if key in ("model", "token") else required.get(section, "")
+        text = f"[{section}]\n{head}{key} = {value}\n"
+        try:
+            parse(text, {"S": shape})
+        except ConfigError as err:
+            assert "SECRET" not in str(err), (section, key, str(err))
