@@ -90,7 +90,7 @@ class PeerAdapter:
         self._metrics = metrics
         self._waiters = _Waiters()
         self._pmids: dict[int, str] = {}
-        self._digests = limits.token_digests(config.tokens)
+        self._digests = limits.token_digests(config.token_values)
         self._auth_failures = limits.FailureWindow(
             config.auth_fail_limit, config.auth_fail_window_s, clock=clock
         )
