@@ -36,10 +36,11 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.config import DiscordConfig
-from gateway.errors import ConversationClosed, GatewayError, PlatformError
+from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
 from gateway.messages import OutboxChunk, TurnOutcome
 from gateway.ports import Intake, Leases
 from platforms._courier import Courier
+from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
 from platforms.discord import convert
 from platforms.discord._backfill import Recent, Watched, answered_by
@@ -56,12 +57,16 @@ from platforms.discord._client import (
 )
 from platforms.discord._shards import Link, Links, ShardKeeper
 from platforms.discord.errors import TRANSLATED, translate
+from policy.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
 Observe = Callable[[str, dict[str, Any]], None]
 # Replies never ping @everyone or roles, whatever the model writes; the reply pings its asker.
 _MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True)
+# A message whose admission the store failed is tried again after these waits, in place.
+_STORE_RETRY = Backoff(0.5, 5.0)
+STORE_BUSY = "I could not do that just now: please try again in a moment."
 
 
 # -- the actor ---------------------------------------------------------------------------
@@ -98,12 +103,14 @@ class DiscordAdapter:
         self._commands_synced = False
         backfilled = config.backfill_channels if config.backfill_messages > 0 else 0
         self._recent = Recent(backfilled)  # conversations we were active in, for backfill
+        self._refusals = RefusalNotices()
         self._stats = {
             "seen": 0,
             "admitted": 0,
             "duplicates": 0,
             "ignored": 0,
             "refused": 0,
+            "deferred": 0,
             "commands": 0,
             "backfilled": 0,
             "sessions": 0,
@@ -372,17 +379,41 @@ class DiscordAdapter:
         hint: Watched | None = None,
         answered: Collection[int] = (),
     ) -> None:
-        try:
-            await self._on_message(message, hint, answered)
-        except GatewayError:  # the store: not this message's fault
-            raise
-        except Exception:
-            # A bug on one message must not stop the gateway (as on Telegram): log it
-            # loudly and go on with the next event.
-            log.exception(
-                "discord message skipped: could not handle it",
-                extra={"message_id": getattr(message, "id", None)},
-            )
+        """Handle one message; while the store fails, try it again in place.
+
+        Discord has no acknowledgement to withhold: a message is not delivered again unless
+        a session is lost (see ``_backfill``). So a message whose admission (or access check,
+        or command) failed in the store is kept here and tried again, with backoff, until the
+        store answers, while the events behind it wait in the mailbox in order. It is given
+        up only when botmux drains: then it is treated like a message arriving during the
+        drain (not admitted; a node taking over the shard reads it back).
+        """
+        attempt = 0
+        while True:
+            try:
+                await self._on_message(message, hint, answered)
+                return
+            except ConversationClosed:
+                return
+            except GatewayError as exc:  # the store failed: not this message's fault
+                if not self._intake.accepting:
+                    log.info("draining: message not admitted", extra={"message_id": message.id})
+                    return
+                self._stats["deferred"] += 1
+                log.warning(
+                    "discord message not admitted: the store failed; trying again",
+                    extra={"message_id": message.id, "attempt": attempt, "error": repr(exc)},
+                )
+                await anyio.sleep(_STORE_RETRY.delay(attempt))
+                attempt += 1
+            except Exception:
+                # A bug on one message must not stop the gateway (as on Telegram): log it
+                # loudly and go on with the next event.
+                log.exception(
+                    "discord message skipped: could not handle it",
+                    extra={"message_id": getattr(message, "id", None)},
+                )
+                return
 
     # -- incoming messages -----------------------------------------------------------------
 
@@ -424,16 +455,22 @@ class DiscordAdapter:
                 if seen.message_id in answered:
                     self._stats["duplicates"] += 1
                     return
+                # Run here, in order (its store part may fail and be tried again); only the
+                # answer is sent beside the actor.
+                reply = await self._intake.command(self.platform, key, name)
                 self._stats["commands"] += 1
-                assert self._tg is not None
-                self._tg.start_soon(self._run_command, key, name, seen)
+                self._answer(seen.channel_id, reply, seen.message_id)
             case convert.Turn(text=text):
                 if not self._intake.accepting:
                     log.info("draining: message not admitted", extra={"conversation": key})
                     return
                 try:
                     admission = await self._intake.admit(convert.inbound(seen, text))
-                except ConversationClosed:
+                except Refused as exc:  # an answer, not a store failure: tell them, go on
+                    self._stats["refused"] += 1
+                    notice = self._refusals.text(exc, key)
+                    if notice is not None:
+                        self._answer(seen.channel_id, notice, seen.message_id)
                     return
                 self._recent.watch(seen)
                 if admission.duplicate:
@@ -461,10 +498,7 @@ class DiscordAdapter:
         if guild_id is None and seen is not None:
             code = await self._intake.request_pairing(self.platform, str(user_id), label)
             if code is not None:
-                assert self._tg is not None
-                self._tg.start_soon(
-                    self._say, seen.channel_id, convert.pairing_text(code), seen.message_id
-                )
+                self._answer(seen.channel_id, convert.pairing_text(code), seen.message_id)
         return False
 
     async def _backfill(
@@ -523,9 +557,10 @@ class DiscordAdapter:
 
     # -- commands ------------------------------------------------------------------------------
 
-    async def _run_command(self, key: str, name: str, seen: convert.Seen) -> None:
-        reply = await self._intake.command(self.platform, key, name)
-        await self._say(seen.channel_id, reply, seen.message_id)
+    def _answer(self, channel_id: int, text: str, reply_to: int) -> None:
+        """Send a direct answer beside the actor (the actor goes on with the next event)."""
+        assert self._tg is not None
+        self._tg.start_soon(self._say, channel_id, text, reply_to)
 
     async def _say(self, channel_id: int, text: str, reply_to: int) -> None:
         """A direct answer (command, pairing code), outside the outbox: not retried."""
@@ -569,17 +604,24 @@ class DiscordAdapter:
         config = self._config
         guild_id = interaction.guild_id
         user = interaction.user
-        if guild_id is not None and config.allow_guilds and guild_id not in config.allow_guilds:
-            allowed = False
-        else:
-            allowed = await self._allowed(user.id, guild_id, str(user))
-        if allowed:
-            self._stats["commands"] += 1
-            key = convert.conversation_key(interaction.channel_id)
-            reply = await self._intake.command(self.platform, key, name)
-        else:
-            self._stats["refused"] += 1
-            reply = convert.NOT_ALLOWED
+        try:
+            if guild_id is not None and config.allow_guilds and guild_id not in config.allow_guilds:
+                allowed = False
+            else:
+                allowed = await self._allowed(user.id, guild_id, str(user))
+            if allowed:
+                key = convert.conversation_key(interaction.channel_id)
+                reply = await self._intake.command(self.platform, key, name)
+                self._stats["commands"] += 1
+            else:
+                self._stats["refused"] += 1
+                reply = convert.NOT_ALLOWED
+        except GatewayError as exc:
+            # The store failed. An interaction cannot wait for it (Discord wants an answer
+            # within 3 s) nor come again: the user is told to try again.
+            self._stats["deferred"] += 1
+            log.warning("discord slash command failed: the store", extra={"error": repr(exc)})
+            allowed, reply = False, STORE_BUSY
         try:
             await interaction.response.send_message(
                 reply[: self._config.chunk_chars],

@@ -31,10 +31,11 @@ from telegram.error import BadRequest, Conflict, TelegramError
 from telegram.ext import Application, ExtBot, Updater
 
 from gateway.config import TelegramConfig
-from gateway.errors import ConversationClosed, GatewayError, PlatformError
+from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
 from gateway.messages import OutboxChunk, TurnOutcome
 from gateway.ports import Intake, Leases
 from platforms._courier import Courier
+from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
 from platforms.telegram import convert, errors, render
 from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueue, Verdict
@@ -91,6 +92,7 @@ class TelegramAdapter:
         self._notices_idle = anyio.Event()
         self._notices_idle.set()
         self._queue = UpdateQueue(self._submit)
+        self._refusals = RefusalNotices()
         self._bot: ExtBot[None] | None = None
         self._me = convert.BotIdentity(0, "")
         self._connected = False
@@ -105,6 +107,7 @@ class TelegramAdapter:
             "ignored": 0,
             "strangers": 0,
             "deferred": 0,
+            "refused": 0,
             "held": 0,
             "notices": 0,
             "plain_fallbacks": 0,
@@ -451,7 +454,9 @@ class TelegramAdapter:
         except ConversationClosed:
             self._stats["held"] += 1
             return Verdict.HOLD
-        except GatewayError as exc:  # the store failed: Telegram keeps the update for later
+        except GatewayError as exc:
+            # The store failed (the pairing and allowlist reads included): Telegram keeps the
+            # update and delivers it again. (Refused never gets here: it is answered above.)
             self._stats["deferred"] += 1
             self._observe(
                 "telegram_admission_deferred",
@@ -498,7 +503,14 @@ class TelegramAdapter:
             case "unreadable":
                 self._notify(SendNotice(incoming.target, convert.TEXT_ONLY, reply_to))
             case "turn":
-                admission = await self._intake.admit(incoming.inbound())
+                try:
+                    admission = await self._intake.admit(incoming.inbound())
+                except Refused as exc:  # an answer, not a store failure: tell them, acknowledge
+                    self._stats["refused"] += 1
+                    notice = self._refusals.text(exc, incoming.conversation)
+                    if notice is not None:
+                        self._notify(SendNotice(incoming.target, notice, reply_to))
+                    return Verdict.ACK
                 self._stats["duplicates" if admission.duplicate else "admitted"] += 1
             case _:
                 assert_never(incoming.kind)
