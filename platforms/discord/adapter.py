@@ -37,9 +37,11 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.config import DiscordConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
-from gateway.messages import OutboxChunk, TurnOutcome
+from gateway.messages import Failure, OutboxChunk, TurnOutcome
 from gateway.ports import Intake, Leases
+from platforms._access import check_access
 from platforms._courier import Courier
+from platforms._notices import send_notice
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
 from platforms.discord import convert
@@ -487,19 +489,22 @@ class DiscordAdapter:
         label: str,
         seen: convert.Seen | None = None,
     ) -> bool:
-        """Allow lists and DM pairing. A stranger's DM gets a pairing code, once."""
+        """Allow lists and DM pairing. A stranger's DM gets a pairing code, once (by message
+        only: ``seen`` None for a slash command)."""
         config = self._config
-        if user_id in config.allow_users:
-            return True
-        if guild_id is not None and config.guild_access == "everyone":
-            return True
-        if await self._intake.is_approved(self.platform, str(user_id)):
-            return True
-        if guild_id is None and seen is not None:
-            code = await self._intake.request_pairing(self.platform, str(user_id), label)
-            if code is not None:
-                self._answer(seen.channel_id, convert.pairing_text(code), seen.message_id)
-        return False
+        access = await check_access(
+            self._intake,
+            self.platform,
+            user_id,
+            allow_users=config.allow_users,
+            open_here=guild_id is not None and config.guild_access == "everyone",
+            may_pair=guild_id is None and seen is not None,
+            label=label,
+        )
+        if access.pairing_code is not None and seen is not None:
+            text = convert.pairing_text(access.pairing_code)
+            self._answer(seen.channel_id, text, seen.message_id)
+        return access.allowed
 
     async def _backfill(
         self, shard: int | None, *, reason: str, guilds: Sequence[discord.Guild] = ()
@@ -563,29 +568,34 @@ class DiscordAdapter:
         self._tg.start_soon(self._say, channel_id, text, reply_to)
 
     async def _say(self, channel_id: int, text: str, reply_to: int) -> None:
-        """A direct answer (command, pairing code), outside the outbox: not retried."""
+        """A direct answer (command, pairing code, notice), outside the outbox: retried
+        only where that cannot double it (``platforms._notices``)."""
         channel = self._live_client().get_partial_messageable(channel_id)
         reference = discord.MessageReference(
             message_id=reply_to, channel_id=channel_id, fail_if_not_exists=False
         )
-        try:
-            for piece in self.render(text):
-                await channel.send(piece, reference=reference, allowed_mentions=_MENTIONS)
-        except TRANSLATED as exc:
-            log.warning(
-                "discord direct answer failed",
-                extra={
-                    "conversation": convert.conversation_key(channel_id),
-                    "error": str(translate(exc)),
-                },
-            )
+        for piece in self.render(text):
+
+            async def send(piece: str = piece) -> discord.Message:
+                return await channel.send(piece, reference=reference, allowed_mentions=_MENTIONS)
+
+            sent = await send_notice(send, errors=TRANSLATED, translate=translate)
+            if isinstance(sent, Failure):
+                log.warning(
+                    "discord direct answer failed",
+                    extra={
+                        "conversation": convert.conversation_key(channel_id),
+                        "error": sent.detail,
+                    },
+                )
+                return
 
     async def _register_commands(self) -> None:
         """/new /status /stop /help as global application (slash) commands."""
         client = self._live_client()
         payload: list[dict[str, Any]] = [
-            {"name": name, "description": convert.COMMAND_DESCRIPTIONS[name], "type": 1}
-            for name in convert.COMMANDS
+            {"name": c.name, "description": c.description, "type": 1}
+            for c in convert.SLASH_COMMANDS
         ]
         try:
             assert client.application_id is not None
@@ -595,7 +605,10 @@ class DiscordAdapter:
                 "discord slash commands not registered", extra={"error": str(translate(exc))}
             )
             return
-        log.info("discord slash commands registered", extra={"commands": list(convert.COMMANDS)})
+        log.info(
+            "discord slash commands registered",
+            extra={"commands": [c.name for c in convert.SLASH_COMMANDS]},
+        )
 
     async def _answer_interaction(self, interaction: discord.Interaction[discord.Client]) -> None:
         name = convert.interaction_command(interaction)

@@ -32,9 +32,11 @@ from telegram.ext import Application, ExtBot, Updater
 
 from gateway.config import TelegramConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
-from gateway.messages import OutboxChunk, TurnOutcome
+from gateway.messages import COMMANDS, Failure, OutboxChunk, TurnOutcome
 from gateway.ports import Intake, Leases
+from platforms._access import check_access
 from platforms._courier import Courier
+from platforms._notices import send_notice
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
 from platforms.telegram import convert, errors, render
@@ -42,16 +44,12 @@ from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueu
 from platforms.telegram._poller import POLLER_LEASE, PollerStep, poller_step
 from platforms.telegram._webhook import WebhookServer
 from platforms.telegram.convert import PLATFORM, Target
-from policy import classify_send
-from policy.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
 Observe = Callable[[str, dict[str, Any]], None]
 ALLOWED_UPDATES = ("message",)
 STOP_DEADLINE_S = 15.0  # shutting PTB down (final offset confirmation, closing clients)
-NOTICE_ATTEMPTS = 3
-NOTICE_MAX_WAIT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,7 +368,7 @@ class TelegramAdapter:
             log.info("telegram: this node stopped polling: released")
 
     async def _register_commands(self, bot: Bot) -> None:
-        commands = [BotCommand(name, text) for name, text in convert.COMMAND_DESCRIPTIONS]
+        commands = [BotCommand(c.name, c.description) for c in COMMANDS]
         try:
             await bot.set_my_commands(commands)
         except TelegramError as exc:  # the menu is a convenience: commands work without it
@@ -476,15 +474,21 @@ class TelegramAdapter:
         if incoming is None:
             self._stats["ignored"] += 1
             return Verdict.ACK
-        if not await self._allowed(incoming):
+        config = self._config
+        access = await check_access(
+            self._intake,
+            PLATFORM,
+            incoming.user_id,
+            allow_users=config.allow_users,
+            open_here=not incoming.private and incoming.target.chat_id in config.allow_chats,
+            may_pair=incoming.private,  # a code in a group would be posted to the whole group
+            label=incoming.label,
+        )
+        if not access.allowed:
             self._stats["strangers"] += 1
-            code = None
-            if incoming.private:
-                code = await self._intake.request_pairing(
-                    PLATFORM, str(incoming.user_id), incoming.label
-                )
-                if code is not None:
-                    self._notify(SendNotice(incoming.target, convert.pairing_text(code)))
+            code = access.pairing_code
+            if code is not None:
+                self._notify(SendNotice(incoming.target, convert.pairing_text(code)))
             self._observe(
                 "telegram_stranger_ignored",
                 {
@@ -520,13 +524,6 @@ class TelegramAdapter:
         mode = self._config.group_mode
         return "all" if mode == "all" else "off" if mode == "off" else "mention"
 
-    async def _allowed(self, incoming: convert.Incoming) -> bool:
-        if incoming.user_id in self._config.allow_users:
-            return True
-        if not incoming.private and incoming.target.chat_id in self._config.allow_chats:
-            return True
-        return await self._intake.is_approved(PLATFORM, str(incoming.user_id))
-
     # -- notices: short answers that are not turns ----------------------------------------
 
     def _notify(self, notice: SendNotice) -> None:
@@ -553,32 +550,24 @@ class TelegramAdapter:
         reply = None
         if notice.reply_to is not None:
             reply = ReplyParameters(notice.reply_to, allow_sending_without_reply=True)
-        backoff = Backoff(0.5, 5.0)
-        for attempt in range(NOTICE_ATTEMPTS):
-            try:
-                sent = await bot.send_message(
-                    target.chat_id,
-                    notice.text,
-                    message_thread_id=target.thread_id,
-                    reply_parameters=reply,
-                )
-            except TelegramError as exc:
-                failure = classify_send(errors.translate(exc))
-                wait = failure.retry_after or backoff.delay(attempt)
-                if (
-                    failure.retryable
-                    and attempt + 1 < NOTICE_ATTEMPTS
-                    and wait <= NOTICE_MAX_WAIT_S
-                ):
-                    await anyio.sleep(wait)
-                    continue
-                self._observe(
-                    "telegram_notice_failed",
-                    {"chat": target.chat_id, "reason": failure.reason, "failure": failure.reason},
-                )
-                return None
-            self._stats["notices"] += 1
-            return sent
-        return None
+
+        async def send() -> Message:
+            return await bot.send_message(
+                target.chat_id,
+                notice.text,
+                message_thread_id=target.thread_id,
+                reply_parameters=reply,
+            )
+
+        sent = await send_notice(send, errors=(TelegramError,), translate=errors.translate)
+        if isinstance(sent, Failure):
+            failure = sent
+            self._observe(
+                "telegram_notice_failed",
+                {"chat": target.chat_id, "reason": failure.reason, "failure": failure.reason},
+            )
+            return None
+        self._stats["notices"] += 1
+        return sent
 
     # -- webhook mode --------------------------------------------------------------------
