@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, assert_never
 
 import anyio
@@ -37,25 +38,31 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.config import DiscordConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
-from gateway.messages import Failure, OutboxChunk, TurnOutcome
+from gateway.messages import OutboxChunk, TurnOutcome
 from gateway.ports import Intake, Leases
 from platforms._access import check_access
 from platforms._courier import Courier
-from platforms._notices import send_notice
+from platforms._notices import NoticeBox
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
 from platforms.discord import convert
-from platforms.discord._backfill import Recent, Watched, answered_by
+from platforms.discord._backfill import Recent, Watched, read_back
 from platforms.discord._client import (
+    MENTIONS,
     BotClient,
     ClientEvent,
+    DirectAnswer,
     Disconnected,
     GuildsLoaded,
     InteractionReceived,
     MessageReceived,
     SessionResumed,
     SessionStarted,
+    log_in,
     point_at,
+    register_commands,
+    say,
+    serve,
 )
 from platforms.discord._shards import Link, Links, ShardKeeper
 from platforms.discord.errors import TRANSLATED, translate
@@ -64,8 +71,6 @@ from policy.backoff import Backoff
 log = logging.getLogger(__name__)
 
 Observe = Callable[[str, dict[str, Any]], None]
-# Replies never ping @everyone or roles, whatever the model writes; the reply pings its asker.
-_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True)
 # A message whose admission the store failed is tried again after these waits, in place.
 _STORE_RETRY = Backoff(0.5, 5.0)
 STORE_BUSY = "I could not do that just now: please try again in a moment."
@@ -95,10 +100,11 @@ class DiscordAdapter:
         self._client: BotClient | None = None  # REST (and, unsharded on one node, the gateway)
         self._events: MemoryObjectSendStream[ClientEvent] | None = None
         self._links = Links(
-            self._new_client, self._serve, connect_timeout_s=config.connect_timeout_s
+            self._new_client,
+            partial(serve, token=config.token),
+            connect_timeout_s=config.connect_timeout_s,
         )
         self._keeper: ShardKeeper | None = None
-        self._tg: TaskGroup | None = None
         self._logged_in = False
         self._since = 0  # this adapter's start, as a snowflake: how far a new shard reads back
         self._ready = anyio.Event()
@@ -106,6 +112,7 @@ class DiscordAdapter:
         backfilled = config.backfill_channels if config.backfill_messages > 0 else 0
         self._recent = Recent(backfilled)  # conversations we were active in, for backfill
         self._refusals = RefusalNotices()
+        self._notices = NoticeBox(self._say, on_full=self._answer_dropped, size=256)
         self._stats = {
             "seen": 0,
             "admitted": 0,
@@ -165,6 +172,7 @@ class DiscordAdapter:
 
     async def wait_delivered(self) -> None:
         await self._courier.wait_idle()
+        await self._notices.wait_idle()
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
@@ -195,10 +203,10 @@ class DiscordAdapter:
                     fail_if_not_exists=False,  # the question was deleted: answer anyway
                 )
                 message = await channel.send(
-                    chunk.text, nonce=nonce, reference=reference, allowed_mentions=_MENTIONS
+                    chunk.text, nonce=nonce, reference=reference, allowed_mentions=MENTIONS
                 )
             else:
-                message = await channel.send(chunk.text, nonce=nonce, allowed_mentions=_MENTIONS)
+                message = await channel.send(chunk.text, nonce=nonce, allowed_mentions=MENTIONS)
         except TRANSLATED as exc:
             raise translate(exc, idempotent=True) from exc
         return str(message.id)
@@ -218,9 +226,9 @@ class DiscordAdapter:
         client = self._client = self._new_client(None)
         try:
             async with anyio.create_task_group() as tg:
-                self._tg = tg
                 await tg.start(self._courier.run)
                 await tg.start(self._links.run)
+                await tg.start(self._notices.run)
                 await self._connect(client, tg)
                 started = self._ready.is_set()
                 if started:
@@ -233,6 +241,7 @@ class DiscordAdapter:
                             task_status.started()
         finally:
             send.close()
+            self._notices.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await client.close()
 
@@ -250,7 +259,7 @@ class DiscordAdapter:
             intents=intents,
             guild_ready_timeout=config.guild_ready_timeout_s,
             max_ratelimit_timeout=config.rate_limit_wait_s,
-            allowed_mentions=_MENTIONS,
+            allowed_mentions=MENTIONS,
             shard_id=shard,
             shard_count=None if shard is None else config.shard_count,
         )
@@ -264,7 +273,8 @@ class DiscordAdapter:
             self._logged_in = True  # client.start logs in, then connects
             self._links.start(None, client=client)
             return
-        await self._login(client)
+        await log_in(client, config.token, timeout_s=config.connect_timeout_s)
+        self._logged_in = True
         if self._leases is None:  # one node runs every shard
             for shard in range(config.shard_count):
                 self._links.start(shard, delay=shard * config.identify_delay_s)
@@ -280,36 +290,6 @@ class DiscordAdapter:
         await tg.start(self._keeper.run)
         self._ready.set()  # REST works: this node can send, with or without a shard
         log.info("discord connected for sending", extra={"shards": sorted(self._links.shards)})
-
-    async def _login(self, client: BotClient) -> None:
-        """Log the REST client in (no gateway connection)."""
-        timeout = self._config.connect_timeout_s
-        try:
-            with anyio.fail_after(timeout):
-                await client.login(self._config.token)
-        except discord.LoginFailure as exc:
-            raise PlatformError("discord refused the bot token (401)", status=401) from exc
-        except TimeoutError as exc:
-            raise PlatformError(f"discord: not logged in after {timeout:g} s", status=0) from exc
-        except TRANSLATED as exc:
-            raise translate(exc) from exc
-        self._logged_in = True
-
-    async def _serve(self, client: BotClient) -> None:
-        """``client.start`` in a task we own; it returns only when the client was closed."""
-        try:
-            await client.start(self._config.token)
-        except discord.LoginFailure as exc:
-            raise PlatformError("discord refused the bot token (401)", status=401) from exc
-        except discord.PrivilegedIntentsRequired as exc:
-            raise PlatformError(
-                "discord refused the connection: enable the Message Content intent for this"
-                " bot (Developer Portal > Bot > Privileged Gateway Intents)",
-                status=4014,
-            ) from exc
-        except TRANSLATED as exc:
-            raise translate(exc) from exc
-        raise PlatformError("the discord client stopped on its own", status=0)
 
     async def _handle(self, event: ClientEvent, tg: TaskGroup) -> None:
         match event:
@@ -363,7 +343,7 @@ class DiscordAdapter:
         log.info("discord connected", extra={"shard": link.shard, "sessions": link.sessions})
         if link.shard in (None, 0) and self._config.slash_commands and not self._commands_synced:
             self._commands_synced = True  # once, by the node running shard 0
-            tg.start_soon(self._register_commands)
+            tg.start_soon(register_commands, self._live_client())
         if self._keeper is None and all(other.loaded.is_set() for other in self._links):
             self._ready.set()
 
@@ -381,15 +361,9 @@ class DiscordAdapter:
         hint: Watched | None = None,
         answered: Collection[int] = (),
     ) -> None:
-        """Handle one message; while the store fails, try it again in place.
-
-        Discord has no acknowledgement to withhold: a message is not delivered again unless
-        a session is lost (see ``_backfill``). So a message whose admission (or access check,
-        or command) failed in the store is kept here and tried again, with backoff, until the
-        store answers, while the events behind it wait in the mailbox in order. It is given
-        up only when botmux drains: then it is treated like a message arriving during the
-        drain (not admitted; a node taking over the shard reads it back).
-        """
+        """Handle one message. Discord has no acknowledgement to withhold, so while the store
+        fails the message is kept and tried again here, in order (docs/DISCORD.md section 7);
+        it is given up only when botmux drains, like a message arriving then."""
         attempt = 0
         while True:
             try:
@@ -530,22 +504,18 @@ class DiscordAdapter:
             allow_guilds=config.allow_guilds,
         )
         for target in targets:
-            since, hint = target.since, target.hint
             key = convert.conversation_key(target.channel_id)
-            channel = client.get_partial_messageable(target.channel_id, guild_id=hint.guild_id)
             try:
-                recent = [m async for m in channel.history(limit=limit)]
+                missed, answered = await read_back(client, target, limit)
             except TRANSLATED as exc:
                 log.warning(
                     "discord backfill failed",
                     extra={"conversation": key, "error": str(translate(exc))},
                 )
                 continue
-            missed = sorted((m for m in recent if m.id > since), key=lambda m: m.id)
             if not missed:
                 continue
-            answered = answered_by(client.user.id, recent)
-            truncated = len(missed) == len(recent) == limit
+            truncated = len(missed) == limit
             self._stats["backfilled"] += len(missed)
             self._observe(
                 "decision",
@@ -558,57 +528,27 @@ class DiscordAdapter:
                 },
             )
             for message in missed:
-                await self._on_message_guarded(message, hint, answered)
+                await self._on_message_guarded(message, target.hint, answered)
 
     # -- commands ------------------------------------------------------------------------------
 
     def _answer(self, channel_id: int, text: str, reply_to: int) -> None:
         """Send a direct answer beside the actor (the actor goes on with the next event)."""
-        assert self._tg is not None
-        self._tg.start_soon(self._say, channel_id, text, reply_to)
+        self._notices.send_nowait(DirectAnswer(channel_id, text, reply_to))
 
-    async def _say(self, channel_id: int, text: str, reply_to: int) -> None:
-        """A direct answer (command, pairing code, notice), outside the outbox: retried
-        only where that cannot double it (``platforms._notices``)."""
-        channel = self._live_client().get_partial_messageable(channel_id)
-        reference = discord.MessageReference(
-            message_id=reply_to, channel_id=channel_id, fail_if_not_exists=False
+    def _answer_dropped(self, answer: DirectAnswer) -> None:
+        log.warning(
+            "discord direct answer dropped: mailbox full",
+            extra={"conversation": convert.conversation_key(answer.channel_id)},
         )
-        for piece in self.render(text):
 
-            async def send(piece: str = piece) -> discord.Message:
-                return await channel.send(piece, reference=reference, allowed_mentions=_MENTIONS)
-
-            sent = await send_notice(send, errors=TRANSLATED, translate=translate)
-            if isinstance(sent, Failure):
-                log.warning(
-                    "discord direct answer failed",
-                    extra={
-                        "conversation": convert.conversation_key(channel_id),
-                        "error": sent.detail,
-                    },
-                )
-                return
-
-    async def _register_commands(self) -> None:
-        """/new /status /stop /help as global application (slash) commands."""
-        client = self._live_client()
-        payload: list[dict[str, Any]] = [
-            {"name": c.name, "description": c.description, "type": 1}
-            for c in convert.SLASH_COMMANDS
-        ]
-        try:
-            assert client.application_id is not None
-            await client.http.bulk_upsert_global_commands(client.application_id, payload)
-        except TRANSLATED as exc:
+    async def _say(self, answer: DirectAnswer) -> None:
+        failure = await say(self._live_client(), answer, self.render(answer.text))
+        if failure is not None:
+            key = convert.conversation_key(answer.channel_id)
             log.warning(
-                "discord slash commands not registered", extra={"error": str(translate(exc))}
+                "discord direct answer failed", extra={"conversation": key, "error": failure}
             )
-            return
-        log.info(
-            "discord slash commands registered",
-            extra={"commands": [c.name for c in convert.SLASH_COMMANDS]},
-        )
 
     async def _answer_interaction(self, interaction: discord.Interaction[discord.Client]) -> None:
         name = convert.interaction_command(interaction)
@@ -639,7 +579,7 @@ class DiscordAdapter:
             await interaction.response.send_message(
                 reply[: self._config.chunk_chars],
                 ephemeral=not allowed or name in ("help", "status"),
-                allowed_mentions=_MENTIONS,
+                allowed_mentions=MENTIONS,
             )
         except TRANSLATED as exc:
             log.warning("discord slash command answer failed", extra={"error": str(translate(exc))})
