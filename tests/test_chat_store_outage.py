@@ -32,11 +32,12 @@ from gateway.errors import MessageTooLong, Overloaded, Refused
 from gateway.messages import Admission, Inbound
 from platforms._refusals import BUSY_TEXT, too_long_text
 from platforms.discord import DiscordAdapter
+from platforms.discord.adapter import STORE_BUSY
 from platforms.telegram import TelegramAdapter
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import make_config, running_gateway
+from tests.harness import free_port, make_config, running_gateway
 from tests.test_telegram_admission import HeldIntake
 
 pytestmark = pytest.mark.anyio
@@ -138,12 +139,12 @@ def stat(app: GatewayApp, name: str) -> int:
 
 @asynccontextmanager
 async def telegram_gateway(
-    tmp_path: Path, model: FakeModel
+    tmp_path: Path, model: FakeModel, webhook: str = ""
 ) -> AsyncIterator[tuple[GatewayApp, FakeTelegram]]:
     async with open_fake_telegram() as tg:
         section = (
             f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-            f"allow_users = [{ALICE}]\ntyping_interval_s = 1\n"
+            f"allow_users = [{ALICE}]\ntyping_interval_s = 1\n{webhook}"
         )
         config = make_config(tmp_path / "botmux.db", model.base_url, extra=section)
         async with running_gateway(config) as (app, _):
@@ -168,6 +169,27 @@ async def test_telegram_update_is_not_confirmed_while_the_store_cannot_commit(
     assert tg.sent_messages(ALICE) == ["answer to while locked", "answer to after"]
     assert user_rows(db) == [("while locked", "answered"), ("after", "answered")]
     assert [r.last_user for r in model.requests] == ["while locked", "after"]
+
+
+async def test_telegram_webhook_answers_503_while_the_store_cannot_commit(
+    tmp_path: Path, model: FakeModel
+) -> None:
+    db = tmp_path / "botmux.db"
+    port = free_port()
+    webhook = (
+        f'mode = "webhook"\nwebhook_listen = "127.0.0.1:{port}"\n'
+        f'webhook_url = "http://127.0.0.1:{port}/hook"\nwebhook_secret = "s3cret"\n'
+    )
+    with anyio.fail_after(60):
+        async with telegram_gateway(tmp_path, model, webhook) as (_, tg):
+            tg.inject_message(ALICE, "while locked")
+            with write_lock(db):
+                assert await tg.deliver_webhook() == [503]  # Telegram keeps it, sends it again
+            assert len(tg.pending_updates()) == 1
+            assert await tg.deliver_webhook() == [200]
+            await tg.wait_for_sent(1, ALICE)
+    assert tg.sent_messages(ALICE) == ["answer to while locked"]
+    assert user_rows(db) == [("while locked", "answered")]
 
 
 @pytest.mark.parametrize("table", ["approved_users", "pairing_codes"])
@@ -259,6 +281,24 @@ async def test_discord_access_check_failing_in_the_store_is_tried_again(
     assert len(dc.sent_messages(D_STRANGER_DM)) == 1
     assert pairing_requests(db) == [str(D_STRANGER)]
     assert user_rows(db) == [("am I in?", "answered")]
+
+
+async def test_discord_slash_command_the_store_failed_is_told_to_try_again(
+    tmp_path: Path, model: FakeModel
+) -> None:
+    """An interaction cannot wait for the store nor come again: the user is told."""
+    db = tmp_path / "botmux.db"
+    with anyio.fail_after(60):
+        async with discord_gateway(tmp_path, model) as (_, dc):
+            await dc.wait_for_calls("PUT", "/applications/{application_id}/commands")
+            with table_gone(db, "approved_users"):
+                await dc.inject_interaction(D_STRANGER_DM, "status", user_id=D_STRANGER)
+                await dc.wait_until(lambda: len(dc.interaction_responses) == 1)
+            await dc.inject_interaction(D_STRANGER_DM, "status", user_id=D_STRANGER)
+            await dc.wait_until(lambda: len(dc.interaction_responses) == 2)
+    [failed, refused] = [r["data"] for r in dc.interaction_responses]
+    assert failed["content"] == STORE_BUSY and failed["flags"] & 64  # only they see it
+    assert refused["content"] == "You're not on this bot's allow list."
 
 
 # -- refusals: a notice, and the message acknowledged -------------------------------------------
