@@ -29,6 +29,10 @@ TOKEN_B = "token-b-fedcba9876543210fedc"
 
 def peer_config(tmp_path: Path, model_url: str | None = None, **peer: Any) -> Config:
     config = make_config(tmp_path / "b.db", model_url)
+    if "tokens" in peer:
+        peer["tokens"] = tuple(
+            PeerToken.plain(t) if isinstance(t, str) else t for t in peer["tokens"]
+        )
     return dataclasses.replace(config, peer=dataclasses.replace(config.peer, **peer))
 
 
@@ -252,7 +256,9 @@ async def test_a_token_cannot_reach_another_tokens_sessions(
 
 
 def test_plain_string_tokens_are_principals_with_every_session(tmp_path: Path) -> None:
-    config = peer_config(tmp_path, tokens=(RIGHT,))
+    listen = 'listen = "127.0.0.1:0"\n'
+    text = config_text(tmp_path / "b.db", None).replace(listen, listen + f'tokens = ["{RIGHT}"]\n')
+    config = parse_config(text, source="test", env={})
     (token,) = config.peer.tokens
     assert token.sessions == ("*",) and token.name.startswith("token-")
     assert RIGHT not in repr(config.peer) and RIGHT not in token.name

@@ -14,6 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from gateway.config import PeerToken
 from tests.fakes.openai_server import ok, open_fake_model, server_error
 from tests.harness import make_config, running_gateway
 
@@ -64,7 +65,10 @@ async def test_an_anonymous_completions_key_is_honoured_per_token(tmp_path: Path
     async with open_fake_model() as fake:
         config = make_config(db, fake.base_url)
         config = dataclasses.replace(
-            config, peer=dataclasses.replace(config.peer, tokens=(TOKEN_A, TOKEN_B))
+            config,
+            peer=dataclasses.replace(
+                config.peer, tokens=(PeerToken.plain(TOKEN_A), PeerToken.plain(TOKEN_B))
+            ),
         )
         body = {"messages": [{"role": "user", "content": "once please"}]}
         ids = []

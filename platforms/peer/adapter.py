@@ -34,6 +34,7 @@ from gateway.config import PeerConfig, PeerToken
 from gateway.errors import ConversationClosed, StoreError
 from gateway.messages import CONTROL_COMMANDS, Failure, Inbound, TurnOutcome
 from gateway.ports import Intake
+from platforms._http import serving
 from platforms.peer import convert, limits
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
@@ -192,24 +193,20 @@ class PeerAdapter:
     ) -> None:
         # keepalive_timeout also bounds a connection that sends nothing at all; the header
         # deadline (GuardedSite) is shorter.
-        runner = web.AppRunner(self.build_app(), handle_signals=False)
-        await runner.setup()
-        try:
-            with quiet_accept_errors(self._guard):
-                site = GuardedSite(
-                    runner,
-                    self._config.host,
-                    self._config.port,
-                    self._guard,
-                    {
-                        "access_log": None,
-                        "keepalive_timeout": self._config.idle_timeout_s,
-                        "logger": PROTOCOL_LOGGER,
-                    },
-                )
-                await site.start()
-                sockets = site.sockets
-                self.port = sockets[0].getsockname()[1] if sockets else self._config.port
+        handler_args = {
+            "access_log": None,
+            "keepalive_timeout": self._config.idle_timeout_s,
+            "logger": PROTOCOL_LOGGER,
+        }
+
+        def site(runner: web.AppRunner, host: str, port: int) -> web.BaseSite:
+            return GuardedSite(runner, host, port, self._guard, handler_args)
+
+        with quiet_accept_errors(self._guard):
+            async with serving(
+                self.build_app(), self._config.host, self._config.port, site=site
+            ) as port:
+                self.port = port
                 log.info(
                     "peer API listening",
                     extra={
@@ -219,9 +216,6 @@ class PeerAdapter:
                 )
                 task_status.started()
                 await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await runner.cleanup()
 
     @web.middleware
     async def _auth_middleware(
