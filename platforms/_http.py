@@ -8,7 +8,7 @@ helper, so both servers start and stop the same way.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -25,16 +25,22 @@ async def serving(
     port: int,
     *,
     stop_deadline_s: float = STOP_DEADLINE_S,
+    site: Callable[[web.AppRunner, str, int], web.BaseSite] | None = None,
     **runner_args: Any,
 ) -> AsyncIterator[int]:
     """Serve ``app`` on ``host:port`` for the body and yield the bound port (``port`` 0
     picks a free one); at the end stop it, shielded from cancellation, within the deadline.
-    ``runner_args`` go to :class:`aiohttp.web.AppRunner` (timeouts, handler arguments)."""
+    ``runner_args`` go to :class:`aiohttp.web.AppRunner` (timeouts, handler arguments);
+    ``site`` makes the listening site (default a plain TCP site; the peer API's guards its
+    connections, :mod:`platforms.peer.server`)."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False, **runner_args)
     await runner.setup()
     try:
-        site = web.TCPSite(runner, host, port, reuse_address=True)
-        await site.start()
+        if site is None:
+            listening: web.BaseSite = web.TCPSite(runner, host, port, reuse_address=True)
+        else:
+            listening = site(runner, host, port)
+        await listening.start()
         addresses = runner.addresses
         yield int(addresses[0][1]) if addresses else port
     finally:
