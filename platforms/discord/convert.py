@@ -112,8 +112,18 @@ def seen_from(
         content=clean_text(content),
         mentions_bot=bot_id in message.raw_mentions,
         replies_to_bot=replies_to_bot,
-        mention_names={u.id: clean_text(str(u.display_name)) for u in message.mentions},
+        mention_names=_mention_names(message),
     )
+
+
+def _mention_names(message: discord.Message) -> dict[int, str]:
+    """The mentioned users' display names; none when the payload had no readable
+    ``mentions`` (discord.py then leaves the attribute unset)."""
+    try:
+        users = list(message.mentions)
+    except (AttributeError, TypeError):
+        return {}
+    return {u.id: clean_text(str(u.display_name)) for u in users if is_id(getattr(u, "id", None))}
 
 
 def interaction_command(interaction: discord.Interaction[Any]) -> str | None:
