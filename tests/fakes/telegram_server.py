@@ -39,8 +39,24 @@ under ``filterwarnings=error``) while building ``RetryAfter`` for a 429.
 - Webhooks: ``post_webhook(url, update, secret_token=)`` posts like Telegram;
   ``deliver_webhook()`` pushes pending updates to the ``setWebhook`` URL with its secret.
 
-Served: getMe, getUpdates, sendMessage, editMessageText, sendChatAction, set/get/
-deleteMyCommands, setWebhook, deleteWebhook, getWebhookInfo, logOut, close; add more with
+- Streaming: ``sendMessageDraft`` (chat_id, draft_id, text, message_thread_id, parse_mode,
+  entities; private chats only (the refusal's wording is the fake's), a non-zero draft_id, an
+  empty text is Telegram's "Thinking..." placeholder) is recorded as ``Draft``s: ``drafts(chat_id)``, ``draft_texts(chat_id,
+  draft_id)``; a draft never becomes a message. ``deleteMessage`` removes a message:
+  ``bot_messages`` then leaves it out, ``deleted_messages()`` lists it, and
+  ``visible_messages(chat_id)`` gives the texts of the bot's messages as the chat shows them.
+- Rate limits, off unless given (``open_fake_telegram(limits=TELEGRAM_LIMITS)`` or
+  ``fake.limits = TelegramLimits(...)``): sliding windows per chat, per group (a negative chat
+  id) and overall over ``TelegramLimits.methods``, plus ``draft_per_chat`` for drafts
+  (Telegram documents no draft limit: none by default). A call past a limit answers 429
+  ``Too Many Requests: retry after N`` with ``parameters.retry_after`` N (whole seconds, as
+  Telegram) and is not counted; its ``Call.retry_after`` says so, ``rate_limited()`` lists
+  them. ``fake.clock`` (``time.monotonic``) times the windows and ``Call.at``; ``answers``
+  records each call's HTTP status (``Answer``).
+
+Served: getMe, getUpdates, sendMessage, sendMessageDraft, editMessageText, deleteMessage,
+sendChatAction, set/get/deleteMyCommands, setWebhook, deleteWebhook, getWebhookInfo, logOut,
+close; add more with
 ``register(name, handler)``. Names are case-insensitive, as in the Bot API; a wrong token is
 401, an unknown method 404. HTML is parsed into entities with Telegram's error texts;
 MarkdownV2 is only checked for unescaped reserved characters; ``allowed_updates`` is ignored.
@@ -51,6 +67,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import math
 import re
 import time
 from collections import deque
@@ -61,6 +78,8 @@ from typing import Any, Literal
 
 import anyio
 from aiohttp import ClientSession, web
+
+from tests.fakes._rate_limits import Limit, Windows
 
 JSON = dict[str, Any]
 Handler = Callable[[JSON], Awaitable[Any]]
@@ -114,6 +133,48 @@ class Call:
     params: dict[str, Any]
     at: float
     client: str = ""
+    retry_after: int | None = None  # refused with this by the fake's rate limits
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A call and the HTTP status it was answered with."""
+
+    call: Call
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """One sendMessageDraft that Telegram accepted: what the user's draft showed then."""
+
+    chat_id: int
+    draft_id: int
+    text: str
+    at: float
+    message_thread_id: int | None = None
+
+
+PER_CHAT, PER_GROUP, OVERALL = Limit(3, 3.0), Limit(20, 60.0), Limit(30, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramLimits:
+    """Telegram's flood limits (its FAQ: about 1 message per second in a chat, short bursts
+    allowed; 20 per minute in a group; about 30 per second overall), as sliding windows."""
+
+    per_chat: Limit | None = PER_CHAT
+    per_group: Limit | None = PER_GROUP
+    overall: Limit | None = OVERALL
+    draft_per_chat: Limit | None = None
+    methods: frozenset[str] = frozenset(
+        ["sendmessage", "editmessagetext", "sendphoto", "senddocument", "sendvoice",
+         "sendaudio", "sendvideo", "sendsticker", "sendanimation", "copymessage",
+         "forwardmessage"]
+    )  # fmt: skip
+
+
+TELEGRAM_LIMITS = TelegramLimits()
 
 
 @dataclass(slots=True)
@@ -149,6 +210,8 @@ class FakeTelegramStatistics:
     pending_updates: int
     waiting_pollers: int
     sent_messages: int
+    rate_limited: int = 0
+    drafts: int = 0
 
 
 class ApiError(Exception):
@@ -249,8 +312,20 @@ def parse_text(text: str, parse_mode: object, entities: object) -> tuple[str, li
 class FakeTelegram:
     """One bot's view of the Bot API, served on 127.0.0.1 while started (see module docs)."""
 
-    def __init__(self, token: str = DEFAULT_TOKEN, *, first_update_id: int = 1) -> None:
+    def __init__(
+        self,
+        token: str = DEFAULT_TOKEN,
+        *,
+        first_update_id: int = 1,
+        limits: TelegramLimits | None = None,
+    ) -> None:
         self.token = token
+        self.limits = limits
+        self.clock: Callable[[], float] = time.monotonic
+        self.answers: list[Answer] = []
+        self._windows: dict[tuple[str, Limit], Windows] = {}
+        self._drafts: list[Draft] = []
+        self._deleted: list[tuple[int, int]] = []
         prefix = token.split(":", 1)[0]
         self.bot_user: JSON = {
             "id": int(prefix) if prefix.isdigit() else 1, "is_bot": True,
@@ -281,6 +356,7 @@ class FakeTelegram:
         for name, handler in {
             "getMe": self._get_me, "getUpdates": self._get_updates,
             "sendMessage": self._send_message, "editMessageText": self._edit_message_text,
+            "sendMessageDraft": self._send_message_draft, "deleteMessage": self._delete_message,
             "sendChatAction": self._send_chat_action, "setMyCommands": self._set_my_commands,
             "getMyCommands": self._get_my_commands, "deleteMyCommands": self._delete_my_commands,
             "setWebhook": self._set_webhook, "deleteWebhook": self._delete_webhook,
@@ -428,8 +504,36 @@ class FakeTelegram:
         return [text for chat, text, _ in self._sent if chat_id in (None, chat)]
 
     def bot_messages(self, chat_id: int | None = None) -> list[JSON]:
-        """The Message objects the bot sent, in order, as they are now (after edits)."""
-        return [copy.deepcopy(msg) for chat, _, msg in self._sent if chat_id in (None, chat)]
+        """The Message objects the bot sent, in order, as they are now (after edits; deleted
+        ones left out)."""
+        return [
+            copy.deepcopy(msg)
+            for chat, _, msg in self._sent
+            if chat_id in (None, chat) and (chat, msg["message_id"]) in self._messages
+        ]
+
+    def visible_messages(self, chat_id: int | None = None) -> list[str]:
+        """Texts of the bot's messages as the chat shows them now (edited, not deleted)."""
+        return [str(message.get("text", "")) for message in self.bot_messages(chat_id)]
+
+    def deleted_messages(self, chat_id: int | None = None) -> list[tuple[int, int]]:
+        """(chat id, message id) of every message deleted through deleteMessage, in order."""
+        return [(chat, mid) for chat, mid in self._deleted if chat_id in (None, chat)]
+
+    def drafts(self, chat_id: int | None = None) -> list[Draft]:
+        return [d for d in self._drafts if chat_id in (None, d.chat_id)]
+
+    def draft_texts(self, chat_id: int | None = None, draft_id: int | None = None) -> list[str]:
+        """What the draft showed after each accepted sendMessageDraft, in order."""
+        return [d.text for d in self.drafts(chat_id) if draft_id in (None, d.draft_id)]
+
+    def rate_limited(self, method: str | None = None) -> list[Call]:
+        """Calls the fake's rate limits refused (429), of one method or all."""
+        return [
+            call
+            for call in self.calls
+            if call.retry_after is not None and method in (None, call.method)
+        ]
 
     def chat_actions(self, chat_id: int | None = None) -> list[str]:
         return [action for chat, action in self._actions if chat_id in (None, chat)]
@@ -452,7 +556,12 @@ class FakeTelegram:
 
     def statistics(self) -> FakeTelegramStatistics:
         return FakeTelegramStatistics(
-            len(self.calls), len(self._pending), self._waiting_pollers, len(self._sent)
+            len(self.calls),
+            len(self._pending),
+            self._waiting_pollers,
+            len(self._sent),
+            len(self.rate_limited()),
+            len(self._drafts),
         )
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
@@ -510,16 +619,51 @@ class FakeTelegram:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["method"].lower() != "getupdates":
-            return await self._answer(request)
+            return await self._answered(request)
         poll = Poll(request.match_info.get("client", ""), time.monotonic())
         self.polls.append(poll)
         try:
-            response = await self._answer(request)
+            response = await self._answered(request)
             poll.status = response.status
             return response
         finally:
             poll.ended = time.monotonic()
             self._notify()
+
+    async def _answered(self, request: web.Request) -> web.StreamResponse:
+        calls = len(self.calls)
+        response = await self._answer(request)
+        if len(self.calls) > calls:
+            self.answers.append(Answer(self.calls[calls], response.status))
+        return response
+
+    def _rate_limit(self, method: str, params: JSON, now: float) -> int | None:
+        """Decide: None admits (and counts) the call; else the whole seconds to wait."""
+        limits = self.limits
+        if limits is None:
+            return None
+        raw = params.get("chat_id")
+        chat = int(raw) if isinstance(raw, int | str) and str(raw).lstrip("-").isdigit() else None
+        checks: list[tuple[str, Limit | None, object]] = []
+        if method in limits.methods:
+            checks.append(("overall", limits.overall, "all"))
+            if chat is not None:
+                checks.append(("chat", limits.per_chat, chat))
+                if chat < 0:
+                    checks.append(("group", limits.per_group, chat))
+        if method == "sendmessagedraft" and chat is not None:
+            checks.append(("draft", limits.draft_per_chat, chat))
+        windows = [
+            (self._windows.setdefault((name, limit), Windows(limit)), key)
+            for name, limit, key in checks
+            if limit is not None
+        ]
+        wait = max((w.wait(key, now) for w, key in windows), default=0.0)
+        if wait > 0:
+            return max(1, math.ceil(wait))
+        for w, key in windows:
+            w.add(key, now)
+        return None
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["token"] != self.token:
@@ -530,12 +674,15 @@ class FakeTelegram:
             return _error(400, "Bad Request: can't parse request body")
         requested = request.match_info["method"]
         name, handler = self._methods.get(requested.lower(), (requested, None))
-        self.calls.append(
-            Call(name, params, time.monotonic(), request.match_info.get("client", ""))
-        )
-        self._notify()
         script = self._scripts.get(requested.lower())
         outcome = script.popleft() if script else None
+        now = self.clock()
+        limited = None if outcome else self._rate_limit(requested.lower(), params, now)
+        client = request.match_info.get("client", "")
+        self.calls.append(Call(name, params, now, client, limited))
+        self._notify()
+        if limited is not None:
+            return _error(429, f"Too Many Requests: retry after {limited}", limited)
         if outcome is not None and outcome.kind == "drop":
             if request.transport is not None:
                 request.transport.abort()
@@ -618,6 +765,30 @@ class FakeTelegram:
             )
         message.update(text=text, entities=entities, edit_date=int(time.time()))
         return copy.deepcopy(message)
+
+    async def _send_message_draft(self, params: JSON) -> bool:
+        chat_id = _chat_id(params)
+        if self._chat(chat_id)["type"] != "private":
+            raise ApiError(400, "Bad Request: drafts can be sent only to private chats")
+        draft_id = _int(params, "draft_id", 0)
+        if draft_id == 0:
+            raise ApiError(400, "Bad Request: parameter draft_id must be non-zero")
+        raw = params.get("text")
+        text = ""
+        if raw not in (None, ""):  # empty: the "Thinking..." placeholder (Bot API 10.0)
+            text, _ = _checked_text(params)
+        thread = params.get("message_thread_id")
+        thread_id = None if thread is None else _int(params, "message_thread_id", 0)
+        self._drafts.append(Draft(chat_id, draft_id, text, self.clock(), thread_id))
+        return True
+
+    async def _delete_message(self, params: JSON) -> bool:
+        key = (_chat_id(params), _int(params, "message_id", 0))
+        if key not in self._messages:
+            raise ApiError(400, "Bad Request: message to delete not found")
+        del self._messages[key]
+        self._deleted.append(key)
+        return True
 
     async def _send_chat_action(self, params: JSON) -> bool:
         chat_id = _chat_id(params)
@@ -711,10 +882,10 @@ class FakeTelegram:
 
 @asynccontextmanager
 async def open_fake_telegram(
-    token: str = DEFAULT_TOKEN, *, first_update_id: int = 1
+    token: str = DEFAULT_TOKEN, *, first_update_id: int = 1, limits: TelegramLimits | None = None
 ) -> AsyncIterator[FakeTelegram]:
     """Serve a FakeTelegram on 127.0.0.1 (a free port) for the duration of the block."""
-    fake = FakeTelegram(token, first_update_id=first_update_id)
+    fake = FakeTelegram(token, first_update_id=first_update_id, limits=limits)
     await fake.start()
     try:
         yield fake
