@@ -424,7 +424,7 @@ async def test_discord_py_waits_out_a_short_window_and_no_edit_is_lost(dc: FakeD
     edits = dc.calls("PATCH", EDIT_ROUTE)
     assert dc.rate_limited("PATCH", EDIT_ROUTE)  # discord.py met the limit, waited, retried
     assert [c.json["content"] for c in edits if c.status == 200] == ["1", "2", "3", "4", "5"]
-    admitted = [c.at for c in edits if c.status == 200]
+    admitted = [c.arrived for c in edits if c.status == 200]
     # Never more than the limit inside one window.
     assert all(
         later - first >= limit.per_s

@@ -324,6 +324,8 @@ async def test_drafts_grow_in_a_private_chat_and_never_become_messages(tg: FakeT
         with pytest.raises(BadRequest, match="too long"):
             await bot.send_message_draft(42, 7, "x" * 4097)
         await bot.send_message(42, "Hello world")
+        with anyio.fail_after(5):
+            assert len(await tg.wait_for_drafts(4, 42)) == 4
     assert tg.draft_texts(42, 7) == ["", "Hel", "Hello wor"]
     assert [(d.draft_id, d.message_thread_id) for d in tg.drafts(42)] == [
         (7, None),

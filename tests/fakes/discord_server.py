@@ -103,7 +103,7 @@ Streaming previews (a message, then edits) rely on:
   `X-RateLimit-Remaining` and `Reset-After`, so discord.py waits before it would hit the
   limit, as it does on Discord; `announce=False` keeps the old constant headers (a limit the
   client only learns from the 429). `dc.clock` (`time.monotonic`) times the windows and
-  `RestCall.at`.
+  `RestCall.arrived` (`RestCall.at` stays the time of the answer).
 """
 
 from __future__ import annotations
@@ -176,6 +176,7 @@ class RestCall:
     client: str = ""  # the client's path prefix ("" without one)
     at: float = 0.0  # time.monotonic() when it was answered
     retry_after: float | None = None  # refused with this by the fake's rate limits
+    arrived: float = 0.0  # time.monotonic() when it arrived (what the rate limits count)
 
 
 _MESSAGES, _MESSAGE = (
@@ -868,8 +869,9 @@ class FakeDiscord:
             headers,
             response.status,
             client,
-            now,
+            self.clock(),  # when it was answered, as before; the limits use its arrival
             retry_after,
+            now,
         )
         self.rest_calls.append(call)
         self._notify()

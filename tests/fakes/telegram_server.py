@@ -34,17 +34,18 @@ under ``filterwarnings=error``) while building ``RetryAfter`` for a 429.
   objects as they are now, after edits), ``chat_actions(chat_id)``, ``commands(...)``,
   ``webhook_url`` / ``webhook_secret``, ``polls``, ``statistics()``.
 - Waiting, event-driven (wrap in ``anyio.fail_after``): ``wait_until(predicate)``,
-  ``wait_for_calls(method, count)``, ``wait_for_sent(count, chat_id)``, ``wait_for_poller()``,
+  ``wait_for_calls(method, count)``, ``wait_for_sent(count, chat_id)``,
+  ``wait_for_drafts(count, chat_id)``, ``wait_for_poller()``,
   ``wait_for_confirmed(update_id)``.
 - Webhooks: ``post_webhook(url, update, secret_token=)`` posts like Telegram;
   ``deliver_webhook()`` pushes pending updates to the ``setWebhook`` URL with its secret.
-
 - Streaming: ``sendMessageDraft`` (chat_id, draft_id, text, message_thread_id, parse_mode,
-  entities; private chats only (the refusal's wording is the fake's), a non-zero draft_id, an
-  empty text is Telegram's "Thinking..." placeholder) is recorded as ``Draft``s: ``drafts(chat_id)``, ``draft_texts(chat_id,
-  draft_id)``; a draft never becomes a message. ``deleteMessage`` removes a message:
-  ``bot_messages`` then leaves it out, ``deleted_messages()`` lists it, and
-  ``visible_messages(chat_id)`` gives the texts of the bot's messages as the chat shows them.
+  entities; private chats only, the refusal's wording being the fake's; a non-zero draft_id;
+  an empty text is Telegram's "Thinking..." placeholder) is recorded as ``Draft``s:
+  ``drafts(chat_id)``, ``draft_texts(chat_id, draft_id)``; a draft never becomes a message.
+  ``deleteMessage`` removes a message: ``bot_messages`` then leaves it out,
+  ``deleted_messages()`` lists it, and ``visible_messages(chat_id)`` gives the texts of the
+  bot's messages as the chat shows them.
 - Rate limits, off unless given (``open_fake_telegram(limits=TELEGRAM_LIMITS)`` or
   ``fake.limits = TelegramLimits(...)``): sliding windows per chat, per group (a negative chat
   id) and overall over ``TelegramLimits.methods``, plus ``draft_per_chat`` for drafts
@@ -56,10 +57,10 @@ under ``filterwarnings=error``) while building ``RetryAfter`` for a 429.
 
 Served: getMe, getUpdates, sendMessage, sendMessageDraft, editMessageText, deleteMessage,
 sendChatAction, set/get/deleteMyCommands, setWebhook, deleteWebhook, getWebhookInfo, logOut,
-close; add more with
-``register(name, handler)``. Names are case-insensitive, as in the Bot API; a wrong token is
-401, an unknown method 404. HTML is parsed into entities with Telegram's error texts;
-MarkdownV2 is only checked for unescaped reserved characters; ``allowed_updates`` is ignored.
+close; add more with ``register(name, handler)``. Names are case-insensitive, as in the Bot
+API; a wrong token is 401, an unknown method 404. HTML is parsed into entities with Telegram's
+error texts; MarkdownV2 is only checked for unescaped reserved characters; ``allowed_updates``
+is ignored.
 """
 
 from __future__ import annotations
@@ -577,6 +578,10 @@ class FakeTelegram:
     async def wait_for_sent(self, count: int, chat_id: int | None = None) -> list[str]:
         await self.wait_until(lambda: len(self.sent_messages(chat_id)) >= count)
         return self.sent_messages(chat_id)
+
+    async def wait_for_drafts(self, count: int, chat_id: int | None = None) -> list[str]:
+        await self.wait_until(lambda: len(self.drafts(chat_id)) >= count)
+        return self.draft_texts(chat_id)
 
     async def wait_for_poller(self) -> None:
         """Return once a getUpdates long poll is parked, waiting for an update."""
