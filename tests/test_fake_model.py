@@ -22,6 +22,7 @@ from tests.fakes.openai_server import (
     FakeModel,
     Hold,
     Usage,
+    bench_stream,
     ok,
     open_fake_model,
     streamed,
@@ -211,3 +212,25 @@ async def test_each_request_records_its_parts_max_tokens_and_response_format() -
     ]
     assert (first.max_tokens, first.response_format) == (123, {"type": "json_object"})
     assert (second.max_tokens, second.response_format, second.tools) == (None, None, None)
+
+
+async def test_fifty_concurrent_streams_each_get_every_chunk_in_order() -> None:
+    async with open_fake_model() as fake, client(fake) as api:
+        fake.default = lambda r: bench_stream(10, 0.01)
+
+        async def one(i: int, texts: dict[int, str]) -> None:
+            messages = [{"role": "user", "content": f"u{i}"}]
+            stream = await api.chat.completions.create(model="m", messages=messages, stream=True)
+            texts[i] = "".join([c.choices[0].delta.content or "" async for c in stream])
+
+        texts: dict[int, str] = {}
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                for i in range(50):
+                    tg.start_soon(one, i, texts)
+    assert texts == {i: "".join(f"w{k} " for k in range(10)) for i in range(50)}
+    assert sorted(fake.streams_done) == list(range(50))
+    assert fake.max_concurrency["all"] > 1  # they really overlapped
+    for i, request in enumerate(fake.requests):
+        first = fake.first_chunk(i)
+        assert first is not None and first.index == 0 and first.at >= request.started

@@ -23,7 +23,10 @@ shows nothing until the end. ``cut_after=N`` aborts the connection after N chunk
 ``finish_reason``, no ``[DONE]``: the client's connection error). ``hold_after=N`` writes N
 chunks, then waits for ``release_streams()``: a test can look at what arrived while the model
 is still writing, with no sleeps. Every chunk written is recorded in ``chunks_sent`` (a
-``SentChunk``: request index, chunk index, text, monotonic time); ``wait_for_chunks(n)``.
+``SentChunk``: request index, chunk index, text, monotonic time); ``wait_for_chunks(n)``;
+``first_chunk(i)`` (minus ``requests[i].started``: the model's own time to first token).
+``bench_stream(chunks, interval_s, first_delay_s)`` is what benchmarks stream; the module run
+as a program serves it (``python -m tests.fakes.openai_server PORT LATENCY CHUNKS INTERVAL``).
 A ``Stream`` answering a non-streaming request answers its joined text in one reply.
 
 Usage: ``stream_options.include_usage`` gets a last chunk with empty ``choices`` and the
@@ -356,6 +359,11 @@ class FakeModel:
         """Let every stream held by ``hold_after`` (now and later) go on."""
         self._stream_release.set()
 
+    def first_chunk(self, request: int) -> SentChunk | None:
+        """The first chunk streamed to ``requests[request]``: its ``at`` minus the request's
+        ``started`` is the model's own time to first token."""
+        return next((c for c in self.chunks_sent if c.request == request), None)
+
     async def wait_for_chunks(self, count: int) -> list[SentChunk]:
         async with self._changed:
             await self._changed.wait_for(lambda: len(self.chunks_sent) >= count)
@@ -537,16 +545,30 @@ async def open_fake_model(port: int = 0) -> AsyncIterator[FakeModel]:
         await runner.cleanup()
 
 
-async def _serve_forever(port: int, latency: float) -> None:
+def bench_stream(chunks: int, interval_s: float, first_delay_s: float = 0.0) -> Stream:
+    """What benchmarks stream: ``chunks`` words ``interval_s`` apart, the first after
+    ``first_delay_s`` (the model's own time to first token)."""
+    words = tuple(f"w{i} " for i in range(chunks))
+    return Stream(words, interval_s=interval_s, first_delay_s=first_delay_s)
+
+
+async def _serve_forever(port: int, latency: float, chunks: int, interval_s: float) -> None:
     async with open_fake_model(port) as fake:
         if latency > 0:
             fake.default = lambda r: Sleep(latency, Ok(f"echo: {r.last_user}"))
+        if chunks > 0:
+            plain = fake.default
+            stream = bench_stream(chunks, interval_s, latency)
+            fake.default = lambda r: stream if r.stream else plain(r)
         print(f"fake model listening on {fake.base_url}", flush=True)
         await asyncio.Event().wait()
 
 
-if __name__ == "__main__":  # for benchmarks: python -m tests.fakes.openai_server PORT [LATENCY_S]
+if __name__ == "__main__":
+    # For benchmarks: python -m tests.fakes.openai_server PORT [LATENCY_S [CHUNKS [INTERVAL_S]]]
+    # With CHUNKS, streaming requests get CHUNKS words INTERVAL_S apart, the first after
+    # LATENCY_S; other requests answer as without it.
     import sys
 
-    port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-    asyncio.run(_serve_forever(port, float(sys.argv[2]) if len(sys.argv) > 2 else 0.0))
+    args = [*sys.argv[1:], "0", "0", "0", "0"]
+    asyncio.run(_serve_forever(int(args[0]), float(args[1]), int(args[2]), float(args[3])))
