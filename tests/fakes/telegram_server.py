@@ -81,13 +81,18 @@ import anyio
 from aiohttp import ClientSession, web
 
 from tests.fakes._rate_limits import Limit, Windows
+from tests.fakes._telegram_text import MAX_TEXT_UTF16 as MAX_TEXT_UTF16
+from tests.fakes._telegram_text import ApiError as ApiError
+from tests.fakes._telegram_text import checked_text
+from tests.fakes._telegram_text import parse_html as parse_html
+from tests.fakes._telegram_text import parse_text as parse_text
+from tests.fakes._telegram_text import utf16_len as utf16_len
 
 JSON = dict[str, Any]
 Handler = Callable[[JSON], Awaitable[Any]]
 
 DEFAULT_TOKEN = "123456789:AAFakeTelegramTokenForBotmuxTests"
 DEFAULT_USER_ID = 4242
-MAX_TEXT_UTF16 = 4096
 CONFLICT_POLL = (
     "Conflict: terminated by other getUpdates request; "
     "make sure that only one bot instance is running"
@@ -109,17 +114,6 @@ _CHAT_ACTIONS = frozenset(
      "upload_document", "choose_sticker", "find_location", "record_video_note",
      "upload_video_note"]
 )  # fmt: skip
-_HTML_TYPES = {
-    "b": "bold", "strong": "bold", "i": "italic", "em": "italic", "u": "underline",
-    "ins": "underline", "s": "strikethrough", "strike": "strikethrough", "del": "strikethrough",
-    "tg-spoiler": "spoiler", "span": "spoiler", "a": "text_link", "code": "code", "pre": "pre",
-    "blockquote": "blockquote",
-}  # fmt: skip
-_TAG_RE = re.compile(r"<(/?)([^\s<>/]*)([^<>]*)>")
-_ATTR_RE = re.compile(r"""([A-Za-z-]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+)))?""")
-_ENTITY_RE = re.compile(r"&(#\d+|#x[0-9A-Fa-f]+|lt|gt|amp|quot);")
-_NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
-_MDV2_RESERVED = re.compile(r"(?<!\\)([#+\-={}.!])")
 _COMMAND_RE = re.compile(r"^[a-z0-9_]{1,32}$")
 _SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 _BOT_COMMAND_RE = re.compile(r"^/[A-Za-z0-9_]+(?:@\w+)?")
@@ -215,19 +209,6 @@ class FakeTelegramStatistics:
     drafts: int = 0
 
 
-class ApiError(Exception):
-    """Raised by a method handler; becomes the ``{"ok": false, ...}`` answer."""
-
-    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
-        super().__init__(description)
-        self.status, self.description, self.retry_after = status, description, retry_after
-
-
-def utf16_len(text: str) -> int:
-    """Length as Telegram counts it (offsets, limits): UTF-16 code units."""
-    return len(text.encode("utf-16-le")) // 2
-
-
 def photo_extra(*, caption: str | None = None, file_id: str = "photo-1") -> JSON:
     size = {"file_id": file_id, "file_unique_id": f"u-{file_id}", "width": 90, "height": 90}
     return {"photo": [size], **({"caption": caption} if caption is not None else {})}
@@ -242,72 +223,6 @@ def sticker_extra(*, emoji: str = "👍", file_id: str = "sticker-1") -> JSON:
     sticker = {"file_id": file_id, "file_unique_id": f"u-{file_id}", "type": "regular"}
     flags = {"is_animated": False, "is_video": False}
     return {"sticker": {**sticker, **flags, "width": 512, "height": 512, "emoji": emoji}}
-
-
-def parse_html(text: str) -> tuple[str, list[JSON]]:
-    """Telegram's HTML parse mode: the plain text and its entities, or ApiError(400)."""
-
-    def fail(reason: str, pos: int | None = None) -> ApiError:
-        where = "" if pos is None else f" at byte offset {len(text[:pos].encode())}"
-        return ApiError(400, f"Bad Request: can't parse entities: {reason}{where}")
-
-    out: list[str] = []
-    out16, pos = 0, 0
-    entities: list[JSON] = []
-    stack: list[tuple[str, int, JSON]] = []  # open tag, its start offset, the entity's fields
-    while pos < len(text):
-        if text[pos] == "&" and (ent := _ENTITY_RE.match(text, pos)):
-            name = ent.group(1)
-            plain = _NAMED.get(name) or chr(int(name[2:], 16) if name[1] == "x" else int(name[1:]))
-            out.append(plain)
-            out16, pos = out16 + utf16_len(plain), ent.end()
-            continue
-        if text[pos] != "<":
-            out.append(text[pos])
-            out16, pos = out16 + utf16_len(text[pos]), pos + 1
-            continue
-        tag = _TAG_RE.match(text, pos)
-        if tag is None:
-            raise fail("Unclosed start tag", pos)
-        name = tag.group(2).lower()
-        if tag.group(1):
-            if not stack:
-                raise fail("Unexpected end tag", pos)
-            open_name, start, fields = stack.pop()
-            if name and name != open_name:
-                raise fail(f'Unmatched end tag, expected "</{open_name}>", found "</{name}>"', pos)
-            if out16 > start:  # Telegram drops empty entities
-                entities.append({**fields, "offset": start, "length": out16 - start})
-        else:
-            if name not in _HTML_TYPES:
-                raise fail(f'Unsupported start tag "{name}"', pos)
-            attrs = {m[0].lower(): m[1] or m[2] or m[3] for m in _ATTR_RE.findall(tag.group(3))}
-            fields = {"type": _HTML_TYPES[name]}
-            if name == "span" and attrs.get("class") != "tg-spoiler":
-                raise fail('Tag "span" must have class "tg-spoiler"', pos)
-            if name == "blockquote" and "expandable" in attrs:
-                fields["type"] = "expandable_blockquote"
-            if name == "a":
-                fields["url"] = attrs.get("href", "")
-            stack.append((name, out16, fields))
-        pos = tag.end()
-    if stack:
-        raise fail(f'Can\'t find end tag corresponding to start tag "{stack[-1][0]}"')
-    entities.sort(key=lambda e: (e["offset"], -e["length"]))
-    return "".join(out), entities
-
-
-def parse_text(text: str, parse_mode: object, entities: object) -> tuple[str, list[JSON]]:
-    """What the user sees for a text and its formatting parameters, or ApiError(400)."""
-    mode = str(parse_mode or "").lower()
-    if mode == "html":
-        return parse_html(text)
-    if mode == "markdownv2" and (bad := _MDV2_RESERVED.search(text)):
-        reason = f"Character '{bad.group(1)}' is reserved and must be escaped with the preceding"
-        raise ApiError(400, f"Bad Request: can't parse entities: {reason} '\\'")
-    if mode not in ("", "markdown", "markdownv2"):
-        raise ApiError(400, "Bad Request: unsupported parse_mode")
-    return text, list(entities) if isinstance(entities, list) else []
 
 
 class FakeTelegram:
@@ -741,7 +656,7 @@ class FakeTelegram:
 
     async def _send_message(self, params: JSON) -> JSON:
         chat_id = _chat_id(params)
-        text, entities = _checked_text(params)
+        text, entities = checked_text(params)
         thread = params.get("message_thread_id")
         message = self._new_message(self._chat(chat_id), self.bot_user, thread, thread is not None)
         message["text"] = text
@@ -761,7 +676,7 @@ class FakeTelegram:
             raise ApiError(400, "Bad Request: message to edit not found")
         if message["from"]["id"] != self.bot_user["id"]:
             raise ApiError(400, "Bad Request: message can't be edited")
-        text, entities = _checked_text(params)
+        text, entities = checked_text(params)
         if text == message.get("text") and entities == message.get("entities", []):
             raise ApiError(
                 400,
@@ -781,7 +696,7 @@ class FakeTelegram:
         raw = params.get("text")
         text = ""
         if raw not in (None, ""):  # empty: the "Thinking..." placeholder (Bot API 10.0)
-            text, _ = _checked_text(params)
+            text, _ = checked_text(params)
         thread = params.get("message_thread_id")
         thread_id = None if thread is None else _int(params, "message_thread_id", 0)
         self._drafts.append(Draft(chat_id, draft_id, text, self.clock(), thread_id))
@@ -939,18 +854,6 @@ def _chat_id(params: JSON) -> int:
     if isinstance(value, str) and not value.lstrip("-").isdigit():
         raise ApiError(400, "Bad Request: chat not found")  # no @usernames here
     return _int(params, "chat_id", 0)
-
-
-def _checked_text(params: JSON) -> tuple[str, list[JSON]]:
-    raw = params.get("text")
-    if not isinstance(raw, str) or not raw.strip():
-        raise ApiError(400, "Bad Request: message text is empty")
-    text, entities = parse_text(raw, params.get("parse_mode"), params.get("entities"))
-    if not text.strip():
-        raise ApiError(400, "Bad Request: message text is empty")
-    if utf16_len(text) > MAX_TEXT_UTF16:
-        raise ApiError(400, "Bad Request: message is too long")
-    return text, entities
 
 
 def _command_key(scope: object, language_code: object) -> tuple[str, str]:
