@@ -445,3 +445,20 @@ async def test_announced_limits_let_discord_py_pace_itself_with_no_429(dc: FakeD
     assert dc.rate_limited() == []
     assert [c.status for c in dc.calls("PATCH", EDIT_ROUTE)] == [200] * 4
     assert dc.visible_contents(CHANNEL_ID) == ["4"]
+
+
+async def test_past_the_global_limit_every_route_gets_a_global_429(dc: FakeDiscord) -> None:
+    dc.rate_limits = DiscordLimits(overall=Limit(2, 60.0))
+    auth = {"Authorization": f"Bot {TOKEN}"}
+    async with aiohttp.ClientSession(headers=auth) as http:
+        for _ in range(2):
+            async with http.get(f"{dc.api_base}/channels/{CHANNEL_ID}") as r:
+                assert r.status == 200
+        url = f"{dc.api_base}/channels/{THREAD_ID}/messages"
+        async with http.post(url, json={"content": "hi"}) as refused:
+            body, headers = await refused.json(), refused.headers
+    assert refused.status == 429
+    assert body["global"] is True and 59.0 < body["retry_after"] <= 60.0
+    assert (headers["X-RateLimit-Global"], headers["X-RateLimit-Scope"]) == ("true", "global")
+    assert [(c.method, c.status) for c in dc.rate_limited()] == [("POST", 429)]
+    assert dc.sent_messages() == []

@@ -31,17 +31,19 @@ _MESSAGES, _MESSAGE = (
     "/channels/{channel_id}/messages",
     "/channels/{channel_id}/messages/{message_id}",
 )
-PER_CHANNEL = Limit(5, 5.0)
+PER_CHANNEL, GLOBAL = Limit(5, 5.0), Limit(50, 1.0)
 
 
 @dataclass(frozen=True, slots=True)
 class DiscordLimits:
     """Discord's per-channel message buckets: each (method, route) of `routes` its own window
-    per channel; `announce` puts the window's state in the successes' headers."""
+    per channel; `announce` puts the window's state in the successes' headers. `overall`:
+    Discord's global limit, 50 requests per second per bot, interactions exempt."""
 
     per_channel: Limit = PER_CHANNEL
     routes: frozenset[tuple[str, str]] = frozenset([("POST", _MESSAGES), ("PATCH", _MESSAGE)])
     announce: bool = True
+    overall: Limit | None = GLOBAL
 
 
 DISCORD_LIMITS = DiscordLimits()

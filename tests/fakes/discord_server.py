@@ -103,7 +103,9 @@ Streaming previews (a message, then edits) rely on:
   `X-RateLimit-Remaining` and `Reset-After`, so discord.py waits before it would hit the
   limit, as it does on Discord; `announce=False` keeps the old constant headers (a limit the
   client only learns from the 429). `dc.clock` (`time.monotonic`) times the windows and
-  `RestCall.arrived` (`RestCall.at` stays the time of the answer).
+  `RestCall.arrived` (`RestCall.at` stays the time of the answer). `DiscordLimits.overall`
+  is Discord's global limit (50 requests per second, interactions exempt): past it the 429
+  has `"global": true`, `X-RateLimit-Global: true` and `X-RateLimit-Scope: global`.
 """
 
 from __future__ import annotations
@@ -235,7 +237,7 @@ class FakeDiscord:
         self.token = token
         self.rate_limits = rate_limits
         self.clock: Callable[[], float] = time.monotonic
-        self._windows: dict[Limit, Windows] = {}
+        self._windows: dict[tuple[str, Limit], Windows] = {}
         self.bot = FakeUser(bot_user_id, bot_username, bot=True)
         self.heartbeat_interval_ms = heartbeat_interval_ms
         # Real Discord sends the bot a MESSAGE_CREATE for each message it sends itself.
@@ -779,11 +781,22 @@ class FakeDiscord:
         refusal, now = self._refusal(request, route, path), self.clock()
         # Decided and counted before the handler runs: concurrent calls cannot all slip in.
         bucket = None if refusal else self._bucket(request, route)
-        retry_after = None if bucket is None else bucket[0].wait(bucket[1], now) or None
-        if bucket is not None and retry_after is not None:
-            refusal = self._limited(route, bucket[0].limit, retry_after)
-        elif bucket is not None:
-            bucket[0].add(bucket[1], now)
+        overall = None if refusal else self._overall(route)
+        global_wait = 0.0 if overall is None else overall.wait("all", now)
+        route_wait = 0.0 if bucket is None else bucket[0].wait(bucket[1], now)
+        retry_after = None
+        if overall is not None and global_wait:
+            retry_after = global_wait
+            refusal = self._limited(route, overall.limit, global_wait, global_=True)
+        elif bucket is not None and route_wait:
+            retry_after = route_wait
+            refusal = self._limited(route, bucket[0].limit, route_wait, global_=False)
+        else:
+            for windows, key in [
+                *([bucket] if bucket else []),
+                *([(overall, "all")] if overall else []),
+            ]:
+                windows.add(key, now)
         try:
             response = refusal or await handler(request)
         except p.RestError as exc:
@@ -835,13 +848,25 @@ class FakeDiscord:
         limits = self.rate_limits
         if limits is None or (request.method, route) not in limits.routes:
             return None
-        windows = self._windows.setdefault(limits.per_channel, Windows(limits.per_channel))
+        windows = self._windows_of("channel", limits.per_channel)
         return windows, (request.method, route, request.match_info.get("channel_id"))
 
-    def _limited(self, route: str, limit: Limit, retry_after: float) -> web.Response:
-        """Discord's 429 for a per-route bucket: its body and the headers discord.py reads."""
+    def _overall(self, route: str) -> Windows | None:
+        """The bot's global window, for every call but interactions' and the public ones."""
+        limits = self.rate_limits
+        if limits is None or limits.overall is None or route.startswith("/interactions/"):
+            return None
+        return None if route == "/gateway" else self._windows_of("overall", limits.overall)
+
+    def _windows_of(self, name: str, limit: Limit) -> Windows:
+        return self._windows.setdefault((name, limit), Windows(limit))
+
+    def _limited(
+        self, route: str, limit: Limit, retry_after: float, *, global_: bool
+    ) -> web.Response:
+        """Discord's 429 (a route's bucket, or global): its body and what discord.py reads."""
         body, headers = p.failure_response(
-            route, 429, retry_after=round(retry_after, 3), global_=False, via=True, body=None
+            route, 429, retry_after=round(retry_after, 3), global_=global_, via=True, body=None
         )
         headers["X-RateLimit-Limit"] = str(limit.calls)
         return p.json_response(429, body, headers)
