@@ -1,11 +1,12 @@
 """Group commit, shared by the store backends.
 
-Every write is an operation sent to one writer task. The writer takes all operations that are
-waiting and hands them to the backend's ``apply`` as one batch, which the backend commits as
-one transaction: under load, many conversations' admissions and answers share one commit
-instead of queueing behind one commit each. Each operation still settles as a unit: ``apply``
-may refuse one operation (it sets ``op.error``) and commit the others, and a batch that fails
-is retried one operation per transaction, so one bad row never sinks the others.
+Every write (a typed command, ``_ops``) is sent to one writer task. The writer takes all
+writes that are waiting and hands them to the backend's ``apply`` as one batch, which the
+backend commits as one transaction: under load, many conversations' admissions and answers
+share one commit instead of queueing behind one commit each. Each write still settles as a
+unit: ``apply`` returns one result per write, and may refuse one write (its result is a
+``StoreError``) and commit the others; a batch that fails is retried one write per
+transaction, so one bad row never sinks the others.
 Operations settle in the order they reached the writer, which is the order their ids were
 assigned, so the tasks that wait on them resume in admission order.
 """
@@ -13,27 +14,31 @@ assigned, so the tasks that wait on them resume in admission order.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway.errors import StoreClosed, StoreError
+from gateway.store._ops import StoreWrite, Write
 
 MAX_BATCH = 512
+R = TypeVar("R")
+
+#: What a backend's ``apply`` does with a batch: one result per write, in order.
+Apply = Callable[[list[StoreWrite]], Awaitable[Sequence[object]]]
 
 
 @dataclass(eq=False, slots=True)
-class Op:
+class Pending:
     """One write waiting for the writer; ``done`` is set once it committed or failed."""
 
-    kind: str
-    args: tuple[Any, ...]
+    write: StoreWrite
     done: anyio.Event = field(default_factory=anyio.Event)
-    result: Any = None
+    result: object = None
     error: BaseException | None = None
 
 
@@ -42,21 +47,23 @@ class GroupWriter:
 
     def __init__(
         self,
-        apply: Callable[[list[Op]], Awaitable[None]],
+        apply: Apply,
         *,
         mailbox: int,
         observe: Callable[[str, dict[str, Any]], None],
     ) -> None:
         self._apply = apply
         self._observe = observe
-        self._send, self._receive = anyio.create_memory_object_stream[Op](mailbox)
+        self._send, self._receive = anyio.create_memory_object_stream[Pending](mailbox)
         self._stats = {"commits": 0, "operations": 0, "batch_max": 0, "retried_batches": 0}
 
     def statistics(self) -> dict[str, int]:
         return dict(self._stats)
 
-    async def submit(self, kind: str, *args: Any) -> Any:
-        op = Op(kind, args)
+    async def submit(self, write: Write[R]) -> R:
+        """Queue ``write`` and wait until it committed: its result, or its error raised."""
+        assert isinstance(write, StoreWrite), f"not a store write: {write!r}"
+        op = Pending(write)
         try:
             await self._send.send(op)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
@@ -64,7 +71,8 @@ class GroupWriter:
         await op.done.wait()
         if op.error is not None:
             raise op.error
-        return op.result
+        # The backend returned what ``write``'s class promises (``_ops``: Write[R]).
+        return cast(R, op.result)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -81,7 +89,7 @@ class GroupWriter:
         self._send.close()
 
     async def run(self) -> None:
-        receive: MemoryObjectReceiveStream[Op] = self._receive
+        receive: MemoryObjectReceiveStream[Pending] = self._receive
         async with receive:
             async for first in receive:
                 batch = [first]
@@ -93,12 +101,12 @@ class GroupWriter:
                 with anyio.CancelScope(shield=True):
                     await self._commit(batch)
 
-    async def _commit(self, batch: list[Op]) -> None:
+    async def _commit(self, batch: list[Pending]) -> None:
         started = time.perf_counter()
         for op in batch:  # a retried operation starts clean
             op.result, op.error = None, None
         try:
-            await self._apply(batch)
+            results = await self._apply([op.write for op in batch])
         except StoreError as exc:
             # The backend lost its connection: whether the batch committed is unknown, so it
             # is not re-applied piecemeal. Each operation fails; callers retry as after a crash.
@@ -113,7 +121,10 @@ class GroupWriter:
         except Exception as exc:
             if len(batch) == 1:
                 op = batch[0]
-                op.result, op.error = None, StoreError(f"store write {op.kind!r} failed: {exc}")
+                op.result, op.error = (
+                    None,
+                    StoreError(f"store write {type(op.write).__name__} failed: {exc}"),
+                )
                 op.error.__cause__ = exc
                 op.done.set()
                 return
@@ -129,5 +140,9 @@ class GroupWriter:
             "store_commit",
             {"seconds": time.perf_counter() - started, "operations": len(batch)},
         )
-        for op in batch:
+        for op, result in zip(batch, results, strict=True):
+            if isinstance(result, StoreError):
+                op.error = result  # refused alone (``LeaseLost``): the others committed
+            else:
+                op.result = result
             op.done.set()
