@@ -23,10 +23,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 import anyio
-import asyncpg
 
 from gateway.errors import GatewayError, MailboxFull, StoreError
 from gateway.messages import TurnOutcome
@@ -40,7 +39,14 @@ log = logging.getLogger(__name__)
 
 #: A node that has not renewed its leases for this share of the lease stops its turns.
 SELF_FENCE_AT = 0.8
-_UNREACHABLE = (StoreError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+#: The store failed (it raises only StoreError), or took longer than we gave it (fail_after).
+_UNREACHABLE = (StoreError, TimeoutError)
+
+
+class _Listener(Protocol):
+    """The store's notification connection, as far as this actor looks at it."""
+
+    def is_closed(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +175,7 @@ class Cluster:
                 except _UNREACHABLE as exc:
                     log.warning("cluster: leases not released at stop", extra={"error": str(exc)})
 
-    async def _beat_while_open(self, listener: asyncpg.Connection) -> None:
+    async def _beat_while_open(self, listener: _Listener) -> None:
         while not listener.is_closed():
             await anyio.sleep(self._heartbeat_s)
             await self._heartbeat()

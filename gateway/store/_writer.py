@@ -22,7 +22,7 @@ from typing import Any, TypeVar, cast
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from gateway.errors import StoreClosed, StoreError
+from gateway.errors import StoreClosed, StoreError, StoreUnavailable
 from gateway.store._ops import StoreWrite, Write
 
 MAX_BATCH = 512
@@ -107,9 +107,9 @@ class GroupWriter:
             op.result, op.error = None, None
         try:
             results = await self._apply([op.write for op in batch])
-        except StoreError as exc:
-            # The backend lost its connection: whether the batch committed is unknown, so it
-            # is not re-applied piecemeal. Each operation fails; callers retry as after a crash.
+        except (StoreUnavailable, StoreClosed) as exc:
+            # The backend lost its database: whether the batch committed is unknown, so it is
+            # not re-applied piecemeal. Each write fails; callers retry as after a crash.
             for op in batch:
                 # An exception of its own for each waiter: one instance raised in many tasks
                 # would gather every task's traceback.
@@ -119,16 +119,15 @@ class GroupWriter:
                 op.done.set()
             return
         except Exception as exc:
+            # The database refused a statement (a StoreError), or a bug of ours.
             if len(batch) == 1:
                 op = batch[0]
-                op.result, op.error = (
-                    None,
-                    StoreError(f"store write {type(op.write).__name__} failed: {exc}"),
-                )
+                name = type(op.write).__name__
+                op.result, op.error = None, StoreError(f"store write {name} failed: {exc}")
                 op.error.__cause__ = exc
                 op.done.set()
                 return
-            # Settle each operation on its own so one bad row cannot sink the rest.
+            # Settle each write on its own so one bad row cannot sink the rest.
             self._stats["retried_batches"] += 1
             for op in batch:
                 await self._commit([op])

@@ -32,7 +32,7 @@ from typing import Any, assert_never
 import anyio
 import asyncpg
 
-from gateway.errors import LeaseLost, StoreClosed, StoreError
+from gateway.errors import LeaseLost, StoreClosed, StoreUnavailable
 from gateway.messages import (
     Admission,
     ChunkState,
@@ -43,6 +43,7 @@ from gateway.messages import (
     TurnOutcome,
     TurnResult,
 )
+from gateway.store._errors import kind_of, mapped
 from gateway.store._ops import (
     AdmitRow,
     AnswerTurn,
@@ -59,7 +60,7 @@ from gateway.store._ops import (
     StoreWrite,
     only,
 )
-from gateway.store._pg_connection import connection_lost, redact, session_settings
+from gateway.store._pg_connection import PG_ERRORS, connection_lost, redact, session_settings
 from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_reads import MSG_COLUMNS, PgReadsMixin, to_message
@@ -136,11 +137,15 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                     results.extend(await self._apply(self._writer, list(run)))
         except Exception as exc:
             if not connection_lost(exc) and not self._writer.is_closed():
-                raise  # the server refused a statement: the writer retries op by op
+                # The server refused a statement: the writer retries write by write.
+                kind = kind_of(exc, PG_ERRORS)
+                if kind is None:
+                    raise  # a bug of ours: likewise
+                raise kind(f"the database refused a write: {exc}") from exc
             if self._closing:
                 raise StoreClosed("the store is closed") from exc
             self._writer.terminate()  # reconnected before the next batch
-            raise StoreError(f"the database connection was lost: {exc}") from exc
+            raise StoreUnavailable(f"the database connection was lost: {exc}") from exc
         for action in self._after_commit:
             action()
         return results
@@ -180,13 +185,10 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
         return [None] * len(run)
 
     async def _reconnect_writer(self) -> None:
-        try:
-            with anyio.fail_after(self.lease_s):
-                self._writer = await asyncpg.connect(
-                    self.url, server_settings=session_settings(self.lease_s)
-                )
-        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-            raise StoreError(f"cannot reach the database: {exc}") from exc
+        with mapped(PG_ERRORS, "cannot reach the database"), anyio.fail_after(self.lease_s):
+            self._writer = await asyncpg.connect(
+                self.url, server_settings=session_settings(self.lease_s)
+            )
         log.warning("store: reconnected to the database")
 
     async def _apply_admit(self, db: asyncpg.Connection, ops: list[AdmitRow]) -> list[Admission]:
@@ -555,14 +557,15 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
     async def listening(self, callback: Callable[[str], None]) -> AsyncIterator[asyncpg.Connection]:
         """Deliver this node's notifications (``pending:<key>``, ``reply:<row id>``) to
         ``callback`` on a connection of their own; yields it, to check it is still open."""
-        with anyio.fail_after(self.lease_s):
+        with mapped(PG_ERRORS, "cannot listen"), anyio.fail_after(self.lease_s):
             db = await asyncpg.connect(self.url)
 
         def notified(connection: Any, pid: int, name: str, payload: object) -> None:
             callback(str(payload))
 
         try:
-            await db.add_listener(channel(self.node), notified)
+            with mapped(PG_ERRORS, "cannot listen"):
+                await db.add_listener(channel(self.node), notified)
             yield db
         finally:
             with anyio.CancelScope(shield=True):
@@ -580,18 +583,17 @@ async def open_postgres_store(
     observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
 ) -> AsyncIterator[PostgresStore]:
     """Connect (migrating the schema as needed) to the database at ``url``; close on exit."""
-    try:
-        with anyio.fail_after(30):
-            writer = await asyncpg.connect(url, server_settings=session_settings(lease_s))
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        raise StoreError(f"cannot open the store at {redact(url)}: {exc}") from exc
+    opening = f"cannot open the store at {redact(url)}"
+    with mapped(PG_ERRORS, opening), anyio.fail_after(30):
+        writer = await asyncpg.connect(url, server_settings=session_settings(lease_s))
     pool: asyncpg.Pool | None = None
     store: PostgresStore | None = None
     try:
-        await migrate(writer)
-        pool = await asyncpg.create_pool(
-            url, min_size=1, max_size=pool_size, server_settings=session_settings(lease_s)
-        )
+        with mapped(PG_ERRORS, opening):
+            await migrate(writer)
+            pool = await asyncpg.create_pool(
+                url, min_size=1, max_size=pool_size, server_settings=session_settings(lease_s)
+            )
         assert pool is not None
         store = PostgresStore(
             url,

@@ -37,6 +37,7 @@ from gateway.messages import (
     TurnResult,
 )
 from gateway.store import _queries as q
+from gateway.store._errors import SQLITE_ERRORS, mapped
 from gateway.store._ops import (
     AdmitRow,
     AnswerTurn,
@@ -132,7 +133,8 @@ class SqliteStore(QueuedWrites, PairingMixin):
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         try:
-            return list(await self._reader.execute_fetchall(sql, params))
+            with mapped(SQLITE_ERRORS, "store read failed"):
+                return list(await self._reader.execute_fetchall(sql, params))
         except ValueError as exc:  # aiosqlite: "no active connection"
             raise StoreClosed("the store is closed") from exc
 
@@ -220,7 +222,8 @@ class SqliteStore(QueuedWrites, PairingMixin):
         # The whole group commit is one call on aiosqlite's connection thread: one hop there
         # and back instead of one per statement (that was ~1 ms per commit).
         on_thread = cast(Callable[..., Awaitable[list[object]]], self._writer._execute)
-        return await on_thread(self._commit_on_thread, batch)
+        with mapped(SQLITE_ERRORS, "store write failed"):
+            return await on_thread(self._commit_on_thread, batch)
 
     def _commit_on_thread(self, batch: list[StoreWrite]) -> list[object]:
         """Apply ``batch`` in one transaction; runs on the writer connection's own thread."""
@@ -457,11 +460,11 @@ def _create_private(path: str) -> None:
     os.close(fd)
 
 
-async def _connect(path: str) -> aiosqlite.Connection:
+async def _connect(path: str, busy_timeout_s: float) -> aiosqlite.Connection:
     db = await aiosqlite.connect(path, isolation_level=None)
     await db.execute("PRAGMA journal_mode = WAL")
     await db.execute("PRAGMA synchronous = NORMAL")
-    await db.execute("PRAGMA busy_timeout = 5000")
+    await db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
     await db.execute("PRAGMA foreign_keys = ON")
     return db
 
@@ -492,20 +495,23 @@ async def open_sqlite_store(
     path: str,
     *,
     mailbox: int = 4096,
+    busy_timeout_s: float = 5.0,
     observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
 ) -> AsyncIterator[SqliteStore]:
-    """Open (creating and migrating as needed) the store at ``path``; close it on exit."""
-    _create_private(path)
-    try:
-        writer = await _connect(path)
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot open the store at {path}: {exc}") from exc
+    """Open (creating and migrating as needed) the store at ``path``; close it on exit.
+    ``busy_timeout_s``: how long a statement waits for a lock another process holds before
+    it fails (``StoreUnavailable``)."""
+    opening = f"cannot open the store at {path}"
+    with mapped(SQLITE_ERRORS, opening):
+        _create_private(path)
+        writer = await _connect(path, busy_timeout_s)
     reader: aiosqlite.Connection | None = None
     try:
-        await _migrate(writer)
-        reader = await _connect(path)
-        store = SqliteStore(path, writer, reader, mailbox=mailbox, observe=observe)
-        await store._init_ids()
+        with mapped(SQLITE_ERRORS, opening):
+            await _migrate(writer)
+            reader = await _connect(path, busy_timeout_s)
+            store = SqliteStore(path, writer, reader, mailbox=mailbox, observe=observe)
+            await store._init_ids()
         async with store._group.running():
             yield store
     finally:
