@@ -88,6 +88,7 @@ class StoreConfig:
     path: str = _opt("botmux.db", _non_empty)
     url: str = _opt("", _postgres_url)
     pool_size: int = _opt(10, _positive)
+    command_timeout_s: float = _opt(10.0, _positive)
 
     @property
     def shared(self) -> bool:

@@ -21,7 +21,7 @@ from gateway.errors import StoreError, StoreUnavailable
 from gateway.messages import Inbound, StoredMessage, TurnResult
 from gateway.store import Store, open_sqlite_store
 from gateway.store._errors import SQLITE_ERRORS, kind_of
-from gateway.store._pg_connection import PG_ERRORS
+from gateway.store._pg_connection import CLOSE_DEADLINE_S, PG_ERRORS
 from gateway.store.postgres import PostgresStore, open_postgres_store
 from tests.fakes.tcp_proxy import proxy_to
 
@@ -219,3 +219,28 @@ async def test_postgres_methods_fail_as_store_errors_when_the_connection_is_cut(
             # The pool and the writer reconnect: the same store carries on.
             assert await store.pending("peer:a") == [row]
             assert (await store.admit(message(2))).row.id > row.id
+
+
+async def test_a_black_holed_postgres_fails_writes_and_reads_and_closes_within_deadlines(
+    postgres_url: str,
+) -> None:
+    deadline_s = 0.5
+    async with proxy_to(postgres_url) as proxy:
+        async with open_postgres_store(
+            proxy.url(postgres_url), node="n1", lease_s=2, command_timeout_s=deadline_s
+        ) as store:
+            row = (await store.admit(message(1))).row
+            proxy.stall()  # connections stay open; nothing comes back
+            with anyio.fail_after(10):
+                with pytest.raises(StoreUnavailable, match=r"did not commit within|Timeout"):
+                    await store.admit(message(2))
+                with pytest.raises(StoreUnavailable):
+                    await store.pending("peer:a")
+            closing = anyio.current_time()
+        closed_s = anyio.current_time() - closing
+        # The writer had nothing queued; the pool and the writer connection are cut after
+        # their polite close's deadline each.
+        assert closed_s < deadline_s + 2 * CLOSE_DEADLINE_S + deadline_s, closed_s
+    # What was committed before the partition is there.
+    async with open_postgres_store(postgres_url, node="n2") as store:
+        assert await store.pending("peer:a") == [row]

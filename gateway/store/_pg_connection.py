@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
+import anyio
 import asyncpg
 
 from gateway.errors import StoreError, StoreUnavailable
@@ -24,6 +25,33 @@ def session_settings(lease_s: float) -> dict[str, str]:
     rows. PostgreSQL ends such a session after half a lease, so the others can take over (our
     transactions never sit idle: their statements follow each other at once)."""
     return {"idle_in_transaction_session_timeout": str(max(500, int(lease_s * 500)))}
+
+
+#: How long a connection (or the pool) may take to close politely before it is cut: the
+#: server rolls back whatever such a connection left open, so nothing depends on the goodbye.
+CLOSE_DEADLINE_S = 1.0
+
+
+def connect_options(lease_s: float, command_timeout_s: float) -> dict[str, Any]:
+    """asyncpg's options for every connection of the store: the session settings, and how
+    long connecting and each statement may take (``[store] command_timeout_s``), so that a
+    database that stops answering (a partition, a frozen server) fails the statement with
+    ``StoreUnavailable`` instead of holding its caller forever."""
+    return {
+        "server_settings": session_settings(lease_s),
+        "timeout": command_timeout_s,
+        "command_timeout": command_timeout_s,
+    }
+
+
+async def close_or_cut(connection: asyncpg.Connection | asyncpg.Pool) -> None:
+    """Close politely within :data:`CLOSE_DEADLINE_S`, else cut the sockets; shielded (it
+    runs at a close, perhaps a cancelled one)."""
+    with anyio.CancelScope(shield=True):
+        with anyio.move_on_after(CLOSE_DEADLINE_S) as polite:
+            await connection.close()
+        if polite.cancelled_caught:
+            connection.terminate()
 
 
 def redact(url: str) -> str:

@@ -9,10 +9,16 @@ unit: ``apply`` returns one result per write, and may refuse one write (its resu
 transaction, so one bad row never sinks the others.
 Operations settle in the order they reached the writer, which is the order their ids were
 assigned, so the tasks that wait on them resume in admission order.
+
+A commit runs shielded from cancellation (a caller that gives up must not roll back the
+others' writes) but within ``deadline_s``: one the database does not finish in time fails
+with ``StoreUnavailable`` (its outcome unknown, as after a crash). At close, what is queued
+gets the same deadline to settle; what is left after it fails, and is logged.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -24,6 +30,8 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway.errors import StoreClosed, StoreError, StoreUnavailable
 from gateway.store._ops import StoreWrite, Write
+
+log = logging.getLogger(__name__)
 
 MAX_BATCH = 512
 R = TypeVar("R")
@@ -51,9 +59,13 @@ class GroupWriter:
         *,
         mailbox: int,
         observe: Callable[[str, dict[str, Any]], None],
+        deadline_s: float = 10.0,
     ) -> None:
         self._apply = apply
         self._observe = observe
+        self._deadline_s = deadline_s
+        self._committing: anyio.CancelScope | None = None  # the commit under way, shielded
+        self._stopped = anyio.Event()
         self._send, self._receive = anyio.create_memory_object_stream[Pending](mailbox)
         self._stats = {"commits": 0, "operations": 0, "batch_max": 0, "retried_batches": 0}
 
@@ -76,13 +88,20 @@ class GroupWriter:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The writer task for the body's duration; at its end, what is queued settles first."""
+        """The writer task for the body's duration; at its end, what is queued settles first,
+        within the deadline: a database that stopped answering cannot hold the close up."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.run)
             try:
                 yield
             finally:
                 self.close()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self._deadline_s):
+                    await self._stopped.wait()
+                if not self._stopped.is_set():
+                    if self._committing is not None:
+                        self._committing.cancel()
+                    tg.cancel_scope.cancel()
 
     def close(self) -> None:
         """No more operations: the writer settles what is queued, then ``run`` returns."""
@@ -91,32 +110,53 @@ class GroupWriter:
     async def run(self) -> None:
         receive: MemoryObjectReceiveStream[Pending] = self._receive
         async with receive:
-            async for first in receive:
-                batch = [first]
-                while len(batch) < MAX_BATCH:
+            try:
+                async for first in receive:
+                    batch = [first]
+                    while len(batch) < MAX_BATCH:
+                        try:
+                            batch.append(receive.receive_nowait())
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                    with anyio.CancelScope(shield=True) as self._committing:
+                        await self._commit(batch)
+                    self._committing = None
+                    # Cut short by the close deadline: outcome unknown.
+                    _fail(batch, StoreUnavailable("the store closed before this write settled"))
+            finally:
+                left = []
+                while True:
                     try:
-                        batch.append(receive.receive_nowait())
+                        left.append(receive.receive_nowait())
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                with anyio.CancelScope(shield=True):
-                    await self._commit(batch)
+                if left:
+                    log.warning(
+                        "store: closed with writes not committed (their callers were told)",
+                        extra={"writes": len(left), "deadline_s": self._deadline_s},
+                    )
+                    _fail(left, StoreClosed("the store closed before this write was committed"))
+                self._stopped.set()
 
     async def _commit(self, batch: list[Pending]) -> None:
         started = time.perf_counter()
         for op in batch:  # a retried operation starts clean
             op.result, op.error = None, None
         try:
-            results = await self._apply([op.write for op in batch])
+            with anyio.fail_after(self._deadline_s):
+                results = await self._apply([op.write for op in batch])
+        except TimeoutError:  # the backends raise theirs as StoreErrors: this is the deadline
+            _fail(
+                batch,
+                StoreUnavailable(
+                    f"the database did not commit within {self._deadline_s} s (outcome unknown)"
+                ),
+            )
+            return
         except (StoreUnavailable, StoreClosed) as exc:
             # The backend lost its database: whether the batch committed is unknown, so it is
             # not re-applied piecemeal. Each write fails; callers retry as after a crash.
-            for op in batch:
-                # An exception of its own for each waiter: one instance raised in many tasks
-                # would gather every task's traceback.
-                error = type(exc)(str(exc))
-                error.__cause__ = exc.__cause__
-                op.result, op.error = None, error
-                op.done.set()
+            _fail(batch, exc)
             return
         except Exception as exc:
             # The database refused a statement (a StoreError), or a bug of ours.
@@ -145,3 +185,16 @@ class GroupWriter:
             else:
                 op.result = result
             op.done.set()
+
+
+def _fail(batch: list[Pending], exc: StoreError) -> None:
+    """Fail every write of ``batch`` not settled yet with (a copy of) ``exc``."""
+    for op in batch:
+        if op.done.is_set():
+            continue
+        # An exception of its own for each waiter: one instance raised in many tasks would
+        # gather every task's traceback.
+        error = type(exc)(str(exc))
+        error.__cause__ = exc.__cause__
+        op.result, op.error = None, error
+        op.done.set()

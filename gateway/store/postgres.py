@@ -60,7 +60,13 @@ from gateway.store._ops import (
     StoreWrite,
     only,
 )
-from gateway.store._pg_connection import PG_ERRORS, connection_lost, redact, session_settings
+from gateway.store._pg_connection import (
+    PG_ERRORS,
+    close_or_cut,
+    connect_options,
+    connection_lost,
+    redact,
+)
 from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_reads import MSG_COLUMNS, PgReadsMixin, to_message
@@ -93,6 +99,7 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
         *,
         node: str,
         lease_s: float,
+        command_timeout_s: float = 10.0,
         mailbox: int = 4096,
         clock: Callable[[], float] = time.time,
         observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
@@ -100,11 +107,14 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
         self.url = url
         self.node = node
         self.lease_s = lease_s
+        self.command_timeout_s = command_timeout_s
         self._pool = pool
         self._writer = writer
         self._clock = clock
         self._observe = observe
-        self._group = GroupWriter(self._commit, mailbox=mailbox, observe=observe)
+        self._group = GroupWriter(
+            self._commit, mailbox=mailbox, observe=observe, deadline_s=command_timeout_s
+        )
         self._after_commit: list[Callable[[], None]] = []
         self._closing = False
         self.leases: dict[str, int] = {}  # conversations this node holds: key -> fence
@@ -146,6 +156,11 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                 raise StoreClosed("the store is closed") from exc
             self._writer.terminate()  # reconnected before the next batch
             raise StoreUnavailable(f"the database connection was lost: {exc}") from exc
+        except BaseException:
+            # Cancelled (the writer's deadline, a close): the transaction's outcome is unknown
+            # and the connection may be mid-statement. Cut it; the next batch reconnects.
+            self._writer.terminate()
+            raise
         for action in self._after_commit:
             action()
         return results
@@ -184,11 +199,12 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                 assert_never(unknown)
         return [None] * len(run)
 
+    def _options(self) -> dict[str, Any]:
+        return connect_options(self.lease_s, self.command_timeout_s)
+
     async def _reconnect_writer(self) -> None:
         with mapped(PG_ERRORS, "cannot reach the database"), anyio.fail_after(self.lease_s):
-            self._writer = await asyncpg.connect(
-                self.url, server_settings=session_settings(self.lease_s)
-            )
+            self._writer = await asyncpg.connect(self.url, **self._options())
         log.warning("store: reconnected to the database")
 
     async def _apply_admit(self, db: asyncpg.Connection, ops: list[AdmitRow]) -> list[Admission]:
@@ -558,7 +574,7 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
         """Deliver this node's notifications (``pending:<key>``, ``reply:<row id>``) to
         ``callback`` on a connection of their own; yields it, to check it is still open."""
         with mapped(PG_ERRORS, "cannot listen"), anyio.fail_after(self.lease_s):
-            db = await asyncpg.connect(self.url)
+            db = await asyncpg.connect(self.url, **self._options())
 
         def notified(connection: Any, pid: int, name: str, payload: object) -> None:
             callback(str(payload))
@@ -568,8 +584,7 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                 await db.add_listener(channel(self.node), notified)
             yield db
         finally:
-            with anyio.CancelScope(shield=True):
-                await db.close()
+            await close_or_cut(db)
 
 
 @asynccontextmanager
@@ -579,21 +594,23 @@ async def open_postgres_store(
     node: str | None = None,
     lease_s: float = 5.0,
     pool_size: int = 10,
+    command_timeout_s: float = 10.0,
     mailbox: int = 4096,
     observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
 ) -> AsyncIterator[PostgresStore]:
-    """Connect (migrating the schema as needed) to the database at ``url``; close on exit."""
+    """Connect (migrating the schema as needed) to the database at ``url``; close on exit.
+    ``command_timeout_s``: how long connecting, each statement and each group commit may
+    take; it also bounds how long the close waits for queued writes."""
+    options = connect_options(lease_s, command_timeout_s)
     opening = f"cannot open the store at {redact(url)}"
     with mapped(PG_ERRORS, opening), anyio.fail_after(30):
-        writer = await asyncpg.connect(url, server_settings=session_settings(lease_s))
+        writer = await asyncpg.connect(url, **options)
     pool: asyncpg.Pool | None = None
     store: PostgresStore | None = None
     try:
         with mapped(PG_ERRORS, opening):
             await migrate(writer)
-            pool = await asyncpg.create_pool(
-                url, min_size=1, max_size=pool_size, server_settings=session_settings(lease_s)
-            )
+            pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size, **options)
         assert pool is not None
         store = PostgresStore(
             url,
@@ -601,16 +618,16 @@ async def open_postgres_store(
             writer,
             node=node or default_node_id(),
             lease_s=lease_s,
+            command_timeout_s=command_timeout_s,
             mailbox=mailbox,
             observe=observe,
         )
         async with store._group.running():
             yield store
     finally:
-        with anyio.CancelScope(shield=True):
-            if store is not None:
-                store._closing = True
-                writer = store._writer  # reconnected, perhaps
-            if pool is not None:
-                await pool.close()
-            await writer.close()
+        if store is not None:
+            store._closing = True
+            writer = store._writer  # reconnected, perhaps
+        if pool is not None:
+            await close_or_cut(pool)
+        await close_or_cut(writer)

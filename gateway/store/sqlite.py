@@ -13,6 +13,7 @@ admission order (SPEC section 5: arrival order means admission order).
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -59,6 +60,8 @@ from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._schema import MIGRATIONS
 from gateway.store._writer import GroupWriter
 from gateway.store._writes import QueuedWrites
+
+log = logging.getLogger(__name__)
 
 _MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
@@ -107,6 +110,7 @@ class SqliteStore(QueuedWrites, PairingMixin):
         reader: aiosqlite.Connection,
         *,
         mailbox: int = 4096,
+        command_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.time,
         observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
     ) -> None:
@@ -116,7 +120,9 @@ class SqliteStore(QueuedWrites, PairingMixin):
         self._clock = clock
         self._next_message_id = 0
         self._next_chunk_id = 0
-        self._group = GroupWriter(self._commit, mailbox=mailbox, observe=observe)
+        self._group = GroupWriter(
+            self._commit, mailbox=mailbox, observe=observe, deadline_s=command_timeout_s
+        )
 
     def __repr__(self) -> str:
         return f"<SqliteStore {self.path!r} commits={self._group.statistics()['commits']}>"
@@ -469,6 +475,16 @@ async def _connect(path: str, busy_timeout_s: float) -> aiosqlite.Connection:
     return db
 
 
+async def _close(db: aiosqlite.Connection, deadline_s: float) -> None:
+    """Close within the deadline (a statement waiting on a lock ends within busy_timeout_s);
+    past it, the connection's thread is told to stop once its current statement ends."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(deadline_s) as waited:
+        await db.close()
+    if waited.cancelled_caught:
+        log.warning("store: the SQLite connection did not close in time")
+        db.stop()
+
+
 async def _migrate(db: aiosqlite.Connection) -> None:
     (row,) = await db.execute_fetchall("PRAGMA user_version")
     version = row[0]
@@ -496,11 +512,13 @@ async def open_sqlite_store(
     *,
     mailbox: int = 4096,
     busy_timeout_s: float = 5.0,
+    command_timeout_s: float = 10.0,
     observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
 ) -> AsyncIterator[SqliteStore]:
     """Open (creating and migrating as needed) the store at ``path``; close it on exit.
     ``busy_timeout_s``: how long a statement waits for a lock another process holds before
-    it fails (``StoreUnavailable``)."""
+    it fails (``StoreUnavailable``); ``command_timeout_s``: how long a group commit may take
+    (and the close, for what is queued)."""
     opening = f"cannot open the store at {path}"
     with mapped(SQLITE_ERRORS, opening):
         _create_private(path)
@@ -510,12 +528,18 @@ async def open_sqlite_store(
         with mapped(SQLITE_ERRORS, opening):
             await _migrate(writer)
             reader = await _connect(path, busy_timeout_s)
-            store = SqliteStore(path, writer, reader, mailbox=mailbox, observe=observe)
+            store = SqliteStore(
+                path,
+                writer,
+                reader,
+                mailbox=mailbox,
+                command_timeout_s=command_timeout_s,
+                observe=observe,
+            )
             await store._init_ids()
         async with store._group.running():
             yield store
     finally:
-        with anyio.CancelScope(shield=True):
-            if reader is not None:
-                await reader.close()
-            await writer.close()
+        for connection in (reader, writer):
+            if connection is not None:
+                await _close(connection, command_timeout_s)
