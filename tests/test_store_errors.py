@@ -244,3 +244,35 @@ async def test_a_black_holed_postgres_fails_writes_and_reads_and_closes_within_d
     # What was committed before the partition is there.
     async with open_postgres_store(postgres_url, node="n2") as store:
         assert await store.pending("peer:a") == [row]
+
+
+async def test_writes_queued_at_a_close_against_a_black_holed_postgres_fail_within_deadlines(
+    postgres_url: str,
+) -> None:
+    deadline_s = 0.5
+    outcomes: dict[int, str] = {}
+
+    async def admit(store: Store, i: int) -> None:
+        try:
+            await store.admit(message(i))
+            outcomes[i] = "committed"
+        except StoreError as exc:
+            outcomes[i] = type(exc).__name__
+
+    async with proxy_to(postgres_url) as proxy, anyio.create_task_group() as tg:
+        async with open_postgres_store(
+            proxy.url(postgres_url), node="n1", lease_s=2, command_timeout_s=deadline_s
+        ) as store:
+            proxy.stall()
+            tg.start_soon(admit, store, 1)
+            await anyio.wait_all_tasks_blocked()  # the writer is in its commit of 1
+            tg.start_soon(admit, store, 2)
+            await anyio.wait_all_tasks_blocked()  # 2 waits behind it
+            closing = anyio.current_time()
+        closed_s = anyio.current_time() - closing
+    # Neither committed, and each caller was told (StoreUnavailable: outcome unknown), within
+    # the close's deadline for what is queued plus the connections' polite closes.
+    assert outcomes == {1: "StoreUnavailable", 2: "StoreUnavailable"}
+    assert closed_s < deadline_s + 2 * CLOSE_DEADLINE_S + deadline_s, closed_s
+    async with open_postgres_store(postgres_url, node="n2") as store:
+        assert await store.pending("peer:a") == []

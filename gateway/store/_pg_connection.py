@@ -48,10 +48,13 @@ async def close_or_cut(connection: asyncpg.Connection | asyncpg.Pool) -> None:
     """Close politely within :data:`CLOSE_DEADLINE_S`, else cut the sockets; shielded (it
     runs at a close, perhaps a cancelled one)."""
     with anyio.CancelScope(shield=True):
-        with anyio.move_on_after(CLOSE_DEADLINE_S) as polite:
-            await connection.close()
-        if polite.cancelled_caught:
-            connection.terminate()
+        with anyio.move_on_after(CLOSE_DEADLINE_S):
+            try:
+                await connection.close()
+                return
+            except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError):
+                pass  # asyncpg's own close timed out, or the socket failed: cut it
+        connection.terminate()
 
 
 def redact(url: str) -> str:
