@@ -121,8 +121,10 @@ class GroupWriter:
                     with anyio.CancelScope(shield=True) as self._committing:
                         await self._commit(batch)
                     self._committing = None
-                    # Cut short by the close deadline: outcome unknown.
-                    _fail(batch, StoreUnavailable("the store closed before this write settled"))
+                    if any(not op.done.is_set() for op in batch):
+                        # Cut short by the close deadline: outcome unknown.
+                        error = StoreUnavailable("the store closed before this write settled")
+                        _fail(batch, error)
             finally:
                 left = []
                 while True:
