@@ -23,6 +23,7 @@ from agent import Agent, ClientPool
 from gateway.config import Config
 from gateway.failpoints import Failpoints
 from gateway.intake import GatewayIntake
+from gateway.messages import platform_of
 from gateway.metrics import Metrics, Snapshot
 from gateway.ports import Intake, Leases, Outlet, PlatformAdapter
 from gateway.redelivery import redeliver
@@ -97,7 +98,7 @@ async def resume_interrupted(
     redelivered, expired = await redeliver(store, outlets, chunks, max_age_s=max_age_s)
     pending = await store.conversations_with_pending()
     for key in pending:
-        if key.split(":", 1)[0] in outlets:
+        if platform_of(key) in outlets:
             router.wake(key)
     if pending or redelivered:
         log.info(
@@ -238,7 +239,7 @@ class GatewayApp:
                 async def render_metrics() -> bytes:
                     queued: dict[str, int] = {}
                     for key, stats in router.actors().items():
-                        platform = key.split(":", 1)[0]
+                        platform = platform_of(key)
                         queued[platform] = queued.get(platform, 0) + stats["queued"]
                     self.metrics.update(
                         Snapshot(

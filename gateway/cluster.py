@@ -28,7 +28,7 @@ from typing import Any, Protocol, assert_never
 import anyio
 
 from gateway.errors import GatewayError, MailboxFull, StoreError
-from gateway.messages import TurnOutcome
+from gateway.messages import TurnOutcome, platform_of
 from gateway.ports import Outlet
 from gateway.redelivery import redeliver
 from gateway.router import Router
@@ -230,7 +230,7 @@ class Cluster:
                 assert_never(message)
 
     async def _pending_elsewhere(self, key: str) -> None:
-        if key.split(":", 1)[0] not in self._outlets or not self._router.accepting:
+        if platform_of(key) not in self._outlets or not self._router.accepting:
             return
         if self._router.get(key) is not None or await self._store.acquire(key):
             self._router.poll(key)
@@ -254,7 +254,7 @@ class Cluster:
         outcome = await self._outcome(row_id)
         if outcome is None:
             return
-        outlet = self._outlets.get(outcome.conversation.split(":", 1)[0])
+        outlet = self._outlets.get(platform_of(outcome.conversation))
         if outlet is not None:
             await outlet.deliver(outcome)
 
@@ -277,7 +277,7 @@ class Cluster:
             self._observe("takeover", {"conversations": len(takeovers)})
             await self._redeliver(takeovers)
         for key, _ in claims:
-            if key.split(":", 1)[0] in self._outlets and self._router.accepting:
+            if platform_of(key) in self._outlets and self._router.accepting:
                 self._router.poll(key)
 
     async def _redeliver(self, keys: list[str]) -> None:
@@ -386,7 +386,7 @@ class Cluster:
         kept = await store.release(idle, keep_pending=router.accepting)
         self._stats["released"] += len(idle) - len(kept)
         for key in kept:
-            if key.split(":", 1)[0] in self._outlets and router.accepting:
+            if platform_of(key) in self._outlets and router.accepting:
                 router.poll(key)
         if router.accepting:  # not while draining: the other nodes take them
             await store.claim_orphans(self._claim_batch)

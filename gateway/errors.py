@@ -34,12 +34,25 @@ class GatewayError(Exception):
 
 
 class ConfigError(GatewayError):
-    """The configuration is invalid; ``path`` names the offending key (``model.timeout_s``)."""
+    """The configuration is invalid; ``path`` names the offending key (``model.timeout_s``).
 
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}" if path else message)
+    A whole file is validated at once: ``errors`` holds every ``(path, message)`` found, the
+    first of them also in ``path`` and ``message``, and ``str()`` lists them all, one a line.
+    """
+
+    def __init__(
+        self, path: str, message: str, *, errors: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        self.errors = errors or ((path, message),)
+        super().__init__("\n".join(f"{p}: {m}" if p else m for p, m in self.errors))
         self.path = path
         self.message = message
+
+    @classmethod
+    def of(cls, errors: tuple[tuple[str, str], ...]) -> ConfigError:
+        """One error for several problems (at least one)."""
+        path, message = errors[0]
+        return cls(path, message, errors=errors)
 
 
 class StoreError(GatewayError):

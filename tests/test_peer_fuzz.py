@@ -28,7 +28,7 @@ import anyio
 import pytest
 from openapi_spec_validator import validate
 
-from gateway.config import Config
+from gateway.config import Config, PeerToken
 from platforms.peer.openapi import build_openapi
 from tests.fakes.openai_server import open_fake_model
 from tests.harness import make_config, running_gateway
@@ -48,7 +48,7 @@ def fuzz_config(db: Path, model_url: str) -> Config:
     config = make_config(db, model_url)
     peer = dataclasses.replace(
         config.peer,
-        tokens=(TOKEN,),
+        tokens=(PeerToken.plain(TOKEN),),
         auth_fail_limit=1_000_000,
         token_requests_per_min=1_000_000,
         token_burst=1_000_000,

@@ -17,7 +17,7 @@ import aiohttp
 import anyio
 import pytest
 
-from gateway.config import Config, parse_config
+from gateway.config import Config, PeerToken, parse_config
 from gateway.errors import ConfigError
 from platforms.peer.limits import (
     FailureWindow,
@@ -157,6 +157,8 @@ def test_the_limits_are_configured_in_the_peer_section(tmp_path: Path) -> None:
 
 def peer_config(tmp_path: Path, **peer: Any) -> Config:
     config = make_config(tmp_path / "b.db", None)
+    if "tokens" in peer:
+        peer["tokens"] = tuple(PeerToken.plain(t) for t in peer["tokens"])
     return dataclasses.replace(config, peer=dataclasses.replace(config.peer, **peer))
 
 

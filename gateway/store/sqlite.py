@@ -143,6 +143,8 @@ class SqliteStore(QueuedWrites, PairingMixin):
                 return list(await self._reader.execute_fetchall(sql, params))
         except ValueError as exc:  # aiosqlite: "no active connection"
             raise StoreClosed("the store is closed") from exc
+        except sqlite3.Error as exc:  # locked, I/O error, ...: the store failed, not the caller
+            raise StoreError(f"store read failed: {exc}") from exc
 
     async def pending(self, conversation: str) -> list[StoredMessage]:
         rows = await self._fetch(

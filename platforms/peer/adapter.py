@@ -26,6 +26,7 @@ from gateway.config import PeerConfig
 from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, Failure, Inbound, TurnOutcome
 from gateway.ports import Intake
+from platforms._http import serving
 from platforms.peer import convert, limits
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
@@ -90,7 +91,7 @@ class PeerAdapter:
         self._metrics = metrics
         self._waiters = _Waiters()
         self._pmids: dict[int, str] = {}
-        self._digests = limits.token_digests(config.tokens)
+        self._digests = limits.token_digests(config.token_values)
         self._auth_failures = limits.FailureWindow(
             config.auth_fail_limit, config.auth_fail_window_s, clock=clock
         )
@@ -151,20 +152,11 @@ class PeerAdapter:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, self._config.host, self._config.port, reuse_address=True)
-            await site.start()
-            server = site._server
-            sockets = getattr(server, "sockets", None) or []
-            self.port = sockets[0].getsockname()[1] if sockets else self._config.port
+        async with serving(self.build_app(), self._config.host, self._config.port) as port:
+            self.port = port
             log.info("peer API listening", extra={"listen": f"{self._config.host}:{self.port}"})
             task_status.started()
             await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await runner.cleanup()
 
     @web.middleware
     async def _auth_middleware(
