@@ -23,10 +23,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 import anyio
-import asyncpg
 
 from gateway.errors import GatewayError, MailboxFull, StoreError
 from gateway.messages import TurnOutcome, platform_of
@@ -40,7 +39,14 @@ log = logging.getLogger(__name__)
 
 #: A node that has not renewed its leases for this share of the lease stops its turns.
 SELF_FENCE_AT = 0.8
-_UNREACHABLE = (StoreError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+#: The store failed (it raises only StoreError), or took longer than we gave it (fail_after).
+_UNREACHABLE = (StoreError, TimeoutError)
+
+
+class _Listener(Protocol):
+    """The store's notification connection, as far as this actor looks at it."""
+
+    def is_closed(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,13 +169,17 @@ class Cluster:
                         await self._heartbeat()
                         await anyio.sleep(self._heartbeat_s)
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            deadline_s = store.command_timeout_s
+            with anyio.CancelScope(shield=True), anyio.move_on_after(deadline_s) as releasing:
                 try:
                     await store.release_all()
                 except _UNREACHABLE as exc:
                     log.warning("cluster: leases not released at stop", extra={"error": str(exc)})
+            if releasing.cancelled_caught:
+                # They expire after lease_s: the other nodes take over then, not at once.
+                log.warning("cluster: leases not released at stop", extra={"error": "no answer"})
 
-    async def _beat_while_open(self, listener: asyncpg.Connection) -> None:
+    async def _beat_while_open(self, listener: _Listener) -> None:
         while not listener.is_closed():
             await anyio.sleep(self._heartbeat_s)
             await self._heartbeat()

@@ -10,6 +10,7 @@ decisions: deciding what is retryable is ``policy.classify``'s job alone.
     ├── ConfigError               bad config file or value (key path in .path)
     ├── StoreError                the store failed
     │   ├── StoreClosed           closed by us: shutting down
+    │   ├── StoreUnavailable      the database is unreachable, locked or lost (broken by the peer)
     │   └── LeaseLost             another node owns the conversation now: this answer is fenced
     ├── MailboxFull               a bounded mailbox refused a message (visible, never dropped)
     ├── Refused                   a message refused before it was stored (nothing kept)
@@ -60,6 +61,12 @@ class StoreError(GatewayError):
 
 class StoreClosed(StoreError):
     """The store was closed by us (shutdown); nothing is broken."""
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached, answered too late, or the connection to it was lost
+    (SQLite: the file is locked, unwritable or its disk failed). Whether a write that was
+    under way committed is unknown; retrying later, as after a crash, is safe."""
 
 
 class LeaseLost(StoreError):
