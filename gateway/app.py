@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from agent import Agent, ClientPool
+from gateway.backlog import Caps
 from gateway.config import Config
 from gateway.failpoints import Failpoints
 from gateway.intake import GatewayIntake
@@ -227,6 +228,11 @@ class GatewayApp:
                     observe=observe,
                     at_most_once=config.gateway.unrecorded_sends == "drop",
                     elsewhere=self._control_elsewhere if config.store.shared else None,
+                    caps=Caps(
+                        per_conversation=config.gateway.max_pending_per_conversation,
+                        total=config.gateway.max_pending_total,
+                    ),
+                    max_message_chars=config.gateway.max_message_chars,
                 )
 
                 async def render_metrics() -> bytes:

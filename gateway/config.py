@@ -88,6 +88,10 @@ class StoreConfig:
     path: str = _opt("botmux.db", _non_empty)
     url: str = _opt("", _postgres_url)
     pool_size: int = _opt(10, _positive)
+    # Conversations idle this many days are deleted by a periodic sweep (0: kept forever);
+    # the peer API's anonymous ones (``peer:anon-*``) after anonymous_retention_days.
+    retention_days: float = _opt(0.0, _non_negative)
+    anonymous_retention_days: float = _opt(7.0, _non_negative)
 
     @property
     def shared(self) -> bool:
@@ -113,6 +117,7 @@ class ModelEndpoint:
     api_keys: tuple[str, ...] = _opt(("unused",), _non_empty)
     timeout_s: float = _opt(60.0, _positive)
     max_retries: int = _opt(3, _positive)
+    max_output_tokens: int = _opt(4096, _positive)  # sent as the request's max_tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +137,7 @@ class ModelConfig(ModelEndpoint):
             api_keys=self.api_keys,
             timeout_s=self.timeout_s,
             max_retries=self.max_retries,
+            max_output_tokens=self.max_output_tokens,
         )
         return (primary, *self.fallbacks)
 
@@ -140,6 +146,8 @@ class ModelConfig(ModelEndpoint):
 class AgentConfig:
     system_prompt: str = "You are a helpful assistant."
     history_messages: int = _opt(40, _non_negative)
+    # The history's budget in characters of content: the oldest rows are left out first.
+    history_chars: int = _opt(200_000, _positive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +257,11 @@ class GatewayConfig:
     # "resend" it after restart (never lost, at most one duplicate) or "drop" it (never
     # twice, possibly lost). Platforms that deduplicate sends (Discord) never duplicate.
     unrecorded_sends: str = _opt("resend", _one_of("resend", "drop"))
+    # Past either, a message is refused before it is stored (Overloaded); longer than
+    # max_message_chars, too (MessageTooLong).
+    max_pending_per_conversation: int = _opt(32, _positive)
+    max_pending_total: int = _opt(10_000, _positive)
+    max_message_chars: int = _opt(32_000, _positive)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,6 +45,7 @@ from gateway.messages import (
 )
 from gateway.store._pg_connection import connection_lost, redact, session_settings
 from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
+from gateway.store._pg_lifecycle import PgLifecycleMixin
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_reads import MSG_COLUMNS, PgReadsMixin, to_message
 from gateway.store._pg_schema import migrate
@@ -65,7 +66,7 @@ def channel(node: str) -> str:
     return f"botmux:{node}"
 
 
-class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
+class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin, PgLifecycleMixin):
     """The :class:`~gateway.store.base.Store` on PostgreSQL; see :func:`open_postgres_store`."""
 
     def __init__(
@@ -510,6 +511,8 @@ _APPLY: dict[str, Callable[[PostgresStore, asyncpg.Connection, list[Op]], Any]] 
     "pair_request": PostgresStore._apply_pair_request,
     "pair_approve": PostgresStore._apply_pair_approve,
     "pair_revoke": PostgresStore._apply_pair_revoke,
+    "purge": PostgresStore._apply_purge,
+    "delete": PostgresStore._apply_delete,
 }
 
 

@@ -37,6 +37,7 @@ from gateway.messages import (
     TurnResult,
 )
 from gateway.store import _queries as q
+from gateway.store._lifecycle import LifecycleMixin
 from gateway.store._pairing import PairingMixin
 from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._schema import MIGRATIONS
@@ -80,7 +81,7 @@ def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
     )
 
 
-class SqliteStore(QueuedWrites, PairingMixin):
+class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
     """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
 
     def __init__(
@@ -403,6 +404,8 @@ _APPLY: dict[str, Callable[[SqliteStore, sqlite3.Connection, list[Op]], None]] =
     "pair_request": SqliteStore._apply_pair_request,
     "pair_approve": SqliteStore._apply_pair_approve,
     "pair_revoke": SqliteStore._apply_pair_revoke,
+    "purge": SqliteStore._apply_purge,
+    "delete": SqliteStore._apply_delete,
 }
 
 
