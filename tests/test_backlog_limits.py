@@ -12,7 +12,7 @@ import aiohttp
 import anyio
 import pytest
 
-from tests.fakes.openai_server import Hold, open_fake_model
+from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.harness import GatewayProcess, config_text, free_port, make_config, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -33,7 +33,9 @@ async def test_a_flood_of_one_conversation_stores_the_cap_and_refuses_the_rest(
     port = free_port()
     config = tmp_path / "botmux.toml"
     async with open_fake_model() as fake:
-        fake.default = lambda r: Hold()  # the slowest model: no turn ends during the flood
+        fake.default = lambda r: Hold(
+            ok(f"echo: {r.last_user}")
+        )  # the slowest model: no turn ends during the flood
         config.write_text(
             config_text(db, fake.base_url, listen=f"127.0.0.1:{port}")
             + "\n[gateway]\nmax_pending_per_conversation = 32\ndrain_timeout_s = 0\n"
@@ -75,7 +77,7 @@ async def test_the_gateway_cap_counts_every_conversation_and_survives_a_restart(
     db = tmp_path / "b.db"
     extra = "[gateway]\nmax_pending_total = 5\ndrain_timeout_s = 0\n"
     async with open_fake_model() as fake:
-        fake.default = lambda r: Hold()
+        fake.default = lambda r: Hold(ok(f"echo: {r.last_user}"))
         statuses: list[tuple[int, str]] = []
         fifteen = anyio.Event()
         async with (
@@ -113,7 +115,7 @@ async def test_a_redelivery_at_the_cap_is_a_duplicate_not_a_refusal(tmp_path: Pa
     db = tmp_path / "b.db"
     extra = "[gateway]\nmax_pending_per_conversation = 2\ndrain_timeout_s = 0\n"
     async with open_fake_model() as fake:
-        fake.default = lambda r: Hold()
+        fake.default = lambda r: Hold(ok(f"echo: {r.last_user}"))
         async with (
             running_gateway(make_config(db, fake.base_url, extra=extra)) as (_, url),
             aiohttp.ClientSession() as http,

@@ -151,7 +151,12 @@ class PeerAdapter:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False)
+        # A client that hangs up while it waits for its turn cancels its handler, which lets
+        # go of the body, the text and its waiter (the turn itself runs on, and its reply
+        # is stored: a retry with the same Idempotency-Key gets it).
+        runner = web.AppRunner(
+            self.build_app(), access_log=None, handle_signals=False, handler_cancellation=True
+        )
         await runner.setup()
         try:
             site = web.TCPSite(runner, self._config.host, self._config.port, reuse_address=True)
