@@ -24,6 +24,7 @@ from gateway.intake import GatewayIntake
 from gateway.metrics import Metrics, Snapshot
 from gateway.ports import Intake, Leases, Outlet, PlatformAdapter
 from gateway.redelivery import redeliver
+from gateway.retention import sweep_retention
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
 from gateway.store import Store, describe, open_store
@@ -286,6 +287,7 @@ class GatewayApp:
                             store, router, outlets, max_age_s=config.gateway.outbox_max_age_s
                         )
                     self._ready["accepting"] = True
+                    tg.start_soon(sweep_retention, store, router, config.store)
                     fields = {"config": config.source, "store": describe(config)}
                     if cluster is not None:
                         fields["node"] = cluster.node

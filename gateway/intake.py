@@ -47,6 +47,7 @@ PAIRING_TTL_S = 3600.0
 PAIRING_MAX_PENDING = 3
 #: What a request waiting for a row learns when an operator purged it (``sessions purge``).
 PURGED_REPLY = "The message was dropped by an operator before it was answered."
+DELETED_REPLY = "The conversation was deleted before this message was answered."
 
 
 class GatewayIntake:
@@ -218,7 +219,10 @@ class GatewayIntake:
     async def outcome(self, user_row_id: int) -> TurnOutcome | None:
         """How a user row's turn ended, read back from the store; None while it is pending."""
         row = await self._store.message(user_row_id)
-        if row is None or row.state == MessageState.PENDING:
+        if row is None:  # its conversation was deleted
+            deleted = Failure("deleted", False, detail="the conversation was deleted")
+            return TurnOutcome("", user_row_id, DELETED_REPLY, deleted, ())
+        if row.state == MessageState.PENDING:
             return None
         if row.state == MessageState.CANCELLED:
             return TurnOutcome(row.conversation, row.id, STOPPED_REPLY, None, ())
@@ -230,6 +234,21 @@ class GatewayIntake:
             return None
         failure = Failure(reply.failure, reply.failure in TRANSIENT) if reply.failure else None
         return TurnOutcome(row.conversation, row.id, reply.content, failure, ())
+
+    async def delete(self, conversation: str, *, by: str) -> int | None:
+        """Remove a conversation, its rows and its outbox (``DELETE /api/sessions/{id}``):
+        the rows removed, or None when there was no such conversation. A turn running here
+        is stopped and the actor's cached history dropped, so nothing of it is sent again."""
+        if self._router.get(conversation) is not None:
+            self._send_control(conversation, StopTurn())
+            self._send_control(conversation, ResetContext())
+        removed = await self._store.delete_conversation(conversation)
+        if removed is not None:
+            log.warning(
+                "conversation deleted",
+                extra={"conversation": conversation, "rows": removed, "by": by},
+            )
+        return removed
 
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         return await self._store.reply_to(user_row_id)

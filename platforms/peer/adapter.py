@@ -139,6 +139,7 @@ class PeerAdapter:
         )
         app.router.add_post("/api/sessions/{session_id}/chat", self._chat)
         app.router.add_get("/api/sessions/{session_id}/messages", self._messages)
+        app.router.add_delete("/api/sessions/{session_id}", self._delete)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/healthz", self._healthz)
@@ -268,6 +269,13 @@ class PeerAdapter:
         session_id = convert.check_session_id(request.match_info["session_id"])
         rows = await self._intake.transcript(convert.conversation_key(session_id))
         return web.json_response(convert.transcript_json(rows))
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        session_id = convert.check_session_id(request.match_info["session_id"])
+        removed = await self._intake.delete(convert.conversation_key(session_id), by="peer API")
+        if removed is None:
+            return json_error(404, f"no session {session_id}", "not_found")
+        return web.json_response({"session_id": session_id, "deleted": True, "messages": removed})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         parsed = convert.completion_request(await self._read_json(request))
