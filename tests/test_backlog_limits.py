@@ -12,6 +12,8 @@ import aiohttp
 import anyio
 import pytest
 
+from gateway.messages import Inbound
+from gateway.store import open_sqlite_store
 from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.harness import GatewayProcess, config_text, free_port, make_config, running_gateway
 
@@ -174,3 +176,19 @@ async def test_a_message_over_max_message_chars_is_413_and_not_stored(tmp_path: 
     assert (
         'botmux_messages_refused_total{platform="peer",reason="too_long",scope=""} 2.0' in metrics
     )
+
+
+async def test_a_backlog_stored_before_start_runs_in_order_each_row_read_whole(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "b.db"
+    texts = [f"message {i} " + "z" * 5_000 for i in range(40)]
+    async with open_sqlite_store(str(db)) as store:
+        for i, text in enumerate(texts):  # more than the cap: stored before it existed
+            await store.admit(Inbound("peer", "peer:backlog", f"m{i}", text))
+    async with open_fake_model() as fake:
+        async with running_gateway(make_config(db, fake.base_url)):
+            with anyio.fail_after(30):
+                await fake.wait_for_completed(len(texts))
+    assert [r.last_user for r in fake.requests] == texts
+    assert {state for _, state in user_rows(db)} == {"answered"}
