@@ -105,7 +105,7 @@ class GatewayIntake:
         except Overloaded as exc:
             self._refused(inbound, "overloaded", scope=exc.scope)
             raise
-        added = False
+        added = True  # until admit says: the gate's counts are upper bounds (a hang-up, say)
         try:
             admission = await self._store.admit(inbound)
             added = not admission.duplicate
