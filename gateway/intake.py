@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 
 from gateway.errors import ConversationClosed, MailboxFull
+from gateway.events import DuplicateIgnored, MessageAdmitted, Observe
 from gateway.messages import (
     COMMANDS,
     STOPPED_REPLY,
@@ -50,7 +51,7 @@ class GatewayIntake:
         router: Router,
         runner: TurnRunner,
         *,
-        observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+        observe: Observe = lambda event: None,
         at_most_once: bool = False,
         elsewhere: Callable[[str, str], Awaitable[bool]] | None = None,
     ) -> None:
@@ -82,17 +83,13 @@ class GatewayIntake:
         if not self._accepting:
             raise ConversationClosed("botmux is shutting down")
         admission = await self._store.admit(inbound)
-        fields = {
-            "conversation": inbound.conversation,
-            "platform": inbound.platform,
-            "row": admission.row.id,
-        }
+        facts = (inbound.conversation, inbound.platform, admission.row.id)
         if admission.duplicate:
             self._stats["duplicates"] += 1
-            self._observe("duplicate", fields)
+            self._observe(DuplicateIgnored(*facts))
         else:
             self._stats["admitted"] += 1
-            self._observe("admitted", fields)
+            self._observe(MessageAdmitted(*facts))
             if admission.local:  # else the node holding the conversation was notified
                 await self._router.deliver(admission.row)
         return admission

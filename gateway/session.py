@@ -24,6 +24,16 @@ from typing import Any, assert_never
 import anyio
 
 from gateway.errors import ConversationClosed, LeaseLost, MailboxFull
+from gateway.events import (
+    AnswerCommitted,
+    Observe,
+    TurnAbandoned,
+    TurnCancelled,
+    TurnCompleted,
+    TurnFenced,
+    TurnRerun,
+    TurnStarted,
+)
 from gateway.messages import (
     STOPPED_REPLY,
     ChatMessage,
@@ -75,7 +85,7 @@ class SessionDeps:
     limiter: anyio.CapacityLimiter
     history_messages: int
     mailbox_size: int
-    observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None
+    observe: Observe = lambda event: None
     clock: Callable[[], float] = time.monotonic
     # Several nodes: whether this node still holds the conversation's lease, asked before
     # each turn (a node frozen past its lease must not call the model again), and, without
@@ -261,15 +271,8 @@ class SessionActor:
         deps = self._deps
         history = await self._load_history()
         started = time.monotonic()
-        deps.observe(
-            "turn_started",
-            {
-                "conversation": self.key,
-                "platform": self.platform,
-                "row": row.id,
-                "waited_s": max(0.0, time.time() - row.created_at),
-            },
-        )
+        waited = max(0.0, time.time() - row.created_at)
+        deps.observe(TurnStarted(self.key, self.platform, row.id, waited))
         result: TurnResult | None = None
         async with deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:
@@ -283,22 +286,16 @@ class SessionActor:
                     # Nothing of the failed attempt is visible yet (replies go out only after
                     # the answer commit), so the re-run adopts the same stored row.
                     self._stats["reruns"] += 1
-                    deps.observe(
-                        "turn_rerun",
-                        {"conversation": self.key, "row": row.id, "reason": result.failure.reason},
-                    )
+                    deps.observe(TurnRerun(self.key, row.id, result.failure.reason))
                     result = await self._run(history, row)
             self._turn_scope = None
         if self._abandoned:
-            deps.observe("turn_abandoned", {"conversation": self.key, "row": row.id})
+            deps.observe(TurnAbandoned(self.key, row.id))
             return
         if scope.cancelled_caught or result is None:
             self._stats["cancelled"] += 1
             await deps.store.cancel(row.id)
-            deps.observe(
-                "turn_cancelled",
-                {"conversation": self.key, "row": row.id, "platform": self.platform},
-            )
+            deps.observe(TurnCancelled(self.key, row.id, self.platform))
             # Nothing to send (the /stop command answered already), but whoever waits for this
             # turn (a peer API request) learns how it ended.
             await self._outlet.deliver(TurnOutcome(self.key, row.id, STOPPED_REPLY, None, ()))
@@ -312,30 +309,19 @@ class SessionActor:
                 "lease lost: answer discarded",
                 extra={"conversation": self.key, "row": row.id, "reason": str(exc)},
             )
-            deps.observe("turn_fenced", {"conversation": self.key, "row": row.id})
+            deps.observe(TurnFenced(self.key, row.id))
             self.abandon()
             return
-        deps.observe(
-            "answer_committed",
-            {"conversation": self.key, "platform": self.platform, "row": row.id},
-        )
+        deps.observe(AnswerCommitted(self.key, self.platform, row.id))
         self._last_result = result
         if result.failure is None:
             self._stats["turns"] += 1
             self._remember(row.content, result.reply)
         else:
             self._stats["failed"] += 1
-        deps.observe(
-            "turn_completed",
-            {
-                "conversation": self.key,
-                "row": row.id,
-                "platform": self.platform,
-                "failure": result.failure.reason if result.failure else None,
-                "model": result.model,
-                "seconds": time.monotonic() - started,
-            },
-        )
+        failure = result.failure.reason if result.failure else None
+        seconds = time.monotonic() - started
+        deps.observe(TurnCompleted(self.key, row.id, self.platform, failure, result.model, seconds))
         await self._outlet.deliver(outcome)
 
     async def _may_run(self) -> bool:
