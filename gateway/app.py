@@ -219,7 +219,7 @@ class GatewayApp:
                     queued: dict[str, int] = {}
                     for key, stats in router.actors().items():
                         platform = platform_of(key)
-                        queued[platform] = queued.get(platform, 0) + stats["queued"]
+                        queued[platform] = queued.get(platform, 0) + stats.queued
                     self.metrics.update(
                         Snapshot(
                             live_sessions=router.statistics()["live"],

@@ -110,7 +110,7 @@ class GatewayIntake:
                 return "Started a fresh context: earlier messages no longer count."
             case "stop":
                 actor = self._router.get(conversation)
-                if actor is not None and actor.statistics()["running"] is not None:
+                if actor is not None and actor.statistics().running is not None:
                     self._send_control(conversation, StopTurn())
                     return "Stopping the current reply."
                 if (
@@ -135,16 +135,15 @@ class GatewayIntake:
     async def _status(self, conversation: str) -> str:
         status: dict[str, Any] = self._runner.status()
         actor = self._router.get(conversation)
-        if actor is not None:
-            stats = actor.statistics()
-        else:  # evicted, or running on another node: the store knows what is queued
-            stats = {"queued": len(await self._store.pending(conversation))}
+        stats = actor.statistics() if actor is not None else None
+        # Evicted, or running on another node: the store knows what is queued.
+        queued = stats.queued if stats else len(await self._store.pending(conversation))
         lines = [f"Model: {status.get('model') or 'not configured'}"]
         for line in status.get("lines", []):
             lines.append(str(line))
-        lines.append(f"Queued turns here: {stats['queued']}")
-        if stats.get("last_fell_back"):
-            lines.append(f"The last turn fell back to {stats.get('last_model')}.")
+        lines.append(f"Queued turns here: {queued}")
+        if stats is not None and stats.last_fell_back:
+            lines.append(f"The last turn fell back to {stats.last_model}.")
         return "\n".join(lines)
 
     async def before_send(self, chunk_id: int) -> None:
