@@ -21,7 +21,7 @@ import anyio
 
 from agent import Agent, ClientPool
 from gateway.config import Config
-from gateway.events import Event, Observe, log_fields
+from gateway.events import Event, Observe, log_line
 from gateway.failpoints import Failpoints
 from gateway.intake import GatewayIntake
 from gateway.messages import platform_of
@@ -59,7 +59,8 @@ class Observer:
             self._failpoints.passed(event)
         self._metrics.observe(event)
         if log.isEnabledFor(event.level):
-            log.log(event.level, event.name, extra=log_fields(event))
+            level, message, fields = log_line(event)
+            log.log(level, message, extra=fields)
 
 
 async def resume_interrupted(

@@ -5,7 +5,8 @@ policy engine, couriers, adapters, the cluster) calls one :data:`Observe` with o
 the composition root's observer logs it, counts it (``gateway.metrics``) and passes it to the
 failpoints (``gateway.failpoints``). Those two dispatch with a ``match`` over :data:`Event`
 ending in ``assert_never``, so mypy rejects an event that one of them forgot; the log line is
-read off the class (``name``, ``level``) and its fields, so it cannot forget one either.
+read off the class (``name``, ``level``) and its fields (:func:`log_line`), so it cannot
+forget one either.
 
 The log line keeps the shape it had when events were strings: the message is ``name``, the
 ``extra`` fields are the event's fields in declaration order (a field of ``None`` that only
@@ -401,6 +402,13 @@ Observe = Callable[[Event], None]
 
 # A decision's fields that only some decisions have: absent from its log line when None.
 _OPTIONAL = frozenset({"delay_s", "to", "seconds", "key", "benched_for_s"})
+
+
+def log_line(event: Event) -> tuple[int, str, dict[str, object]]:
+    """The event's log line: its level, its message (the name), its ``extra`` fields. Read off
+    the class, so a new event cannot be forgotten here (mypy rejects one without a ``name``
+    or a ``level``, as the metrics' and the failpoints' ``match`` reject one they lack)."""
+    return event.level, event.name, log_fields(event)
 
 
 def log_fields(event: Event) -> dict[str, object]:
