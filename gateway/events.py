@@ -413,10 +413,7 @@ def log_line(event: Event) -> tuple[int, str, dict[str, object]]:
 
 def log_fields(event: Event) -> dict[str, object]:
     """The ``extra`` of the event's log line: its fields, in declaration order."""
-    fields: dict[str, object] = {}
-    for f in dataclasses.fields(event):
-        value = getattr(event, f.name)
-        if value is None and isinstance(event, PolicyDecided) and f.name in _OPTIONAL:
-            continue
-        fields[f.name] = value
+    fields = {f.name: getattr(event, f.name) for f in dataclasses.fields(event)}
+    if isinstance(event, PolicyDecided):
+        return {k: v for k, v in fields.items() if v is not None or k not in _OPTIONAL}
     return fields

@@ -164,35 +164,37 @@ class Metrics:
 
     def observe(self, event: Event) -> None:
         """The one sink for runtime events (intake, session actors, policy, couriers)."""
-        match event:
+        match event:  # the events of every turn first: a class pattern is an isinstance
+            case StoreCommitted(seconds=seconds, operations=operations):
+                self.store_commit.observe(seconds)
+                self.store_batch.observe(operations)
             case MessageAdmitted(platform=platform):
                 self.admitted.labels(platform).inc()
-            case DuplicateIgnored(platform=platform):
-                self.duplicates.labels(platform).inc()
             case TurnStarted(platform=platform, waited_s=waited):
                 self.turns_started.labels(platform).inc()
                 self.queue_wait.labels(platform).observe(waited)
+            case ModelCalled(model=model, outcome=outcome, reason=reason):
+                self.model_calls.labels(model, outcome, reason).inc()
+            case AnswerCommitted() | ChunkRecorded():
+                pass  # the failpoints' places; the turn and the delivery are counted already
             case TurnCompleted(platform=platform, failure=failure, seconds=seconds):
-                outcome = "failed" if failure else "answered"
-                self.turns.labels(platform, outcome, failure or "").inc()
+                ended = "failed" if failure else "answered"
+                self.turns.labels(platform, ended, failure or "").inc()
                 self.turn_seconds.labels(platform).observe(seconds)
+            case ChunkSent(platform=platform):
+                self.deliveries.labels(platform, "sent", "").inc()
+            case DuplicateIgnored(platform=platform):
+                self.duplicates.labels(platform).inc()
             case TurnCancelled(platform=platform):
                 self.turns.labels(platform, "cancelled", "").inc()
             case TurnRerun(reason=reason):
                 self.decisions.labels("rerun", reason).inc()
-            case ModelCalled(model=model, outcome=outcome, reason=reason):
-                self.model_calls.labels(model, outcome, reason).inc()
             case PolicyDecided(decision=decision, reason=reason):
                 self.decisions.labels(decision, reason).inc()
-            case ChunkSent(platform=platform):
-                self.deliveries.labels(platform, "sent", "").inc()
             case SendRetried(platform=platform, reason=reason):
                 self.deliveries.labels(platform, "retry", reason).inc()
             case SendFailed(platform=platform, reason=reason):
                 self.deliveries.labels(platform, "failed", reason).inc()
-            case StoreCommitted(seconds=seconds, operations=operations):
-                self.store_commit.observe(seconds)
-                self.store_batch.observe(operations)
             case TakeoverDone(conversations=conversations):
                 self.cluster.labels("takeover").inc(conversations)
             case LeaseWasLost() | TurnFenced() | TurnAbandoned() | HeartbeatFailed() | SelfFenced():
@@ -210,8 +212,6 @@ class Metrics:
             case DiscordBackfilled(reason=reason, messages=messages):
                 self.discord_backfills.labels(reason).inc()
                 self.discord_backfilled.labels(reason).inc(messages)
-            case AnswerCommitted() | ChunkRecorded():
-                pass  # the failpoints' places; the turn and the delivery are counted already
             case _:
                 assert_never(event)
 
