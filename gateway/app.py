@@ -284,7 +284,7 @@ class GatewayApp:
                     if drain.cancelled_caught:
                         # What is left: those turns stay pending in the store, resumed at
                         # the next start (or by another node).
-                        left = {key: stats["queued"] for key, stats in router.actors().items()}
+                        left = {key: stats.queued for key, stats in router.actors().items()}
                         log.warning(
                             "drain deadline reached; unfinished turns stay pending",
                             extra={
