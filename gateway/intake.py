@@ -47,6 +47,9 @@ HELP = "\n".join(
 )
 PAIRING_TTL_S = 3600.0
 PAIRING_MAX_PENDING = 3
+# How long recording what a platform did with a chunk may take while shielded (a drain waits
+# for it): past it the store is not answering, and the chunk counts as sent, not recorded.
+RECORD_DEADLINE_S = 30.0
 #: What a request waiting for a row learns when an operator purged it (``sessions purge``).
 PURGED_REPLY = "The message was dropped by an operator before it was answered."
 DELETED_REPLY = "The conversation was deleted before this message was answered."
@@ -190,17 +193,28 @@ class GatewayIntake:
 
     async def before_send(self, chunk_id: int) -> None:
         if self._at_most_once:
-            with anyio.CancelScope(shield=True):
-                await self._store.mark_sending(chunk_id)
+            await self._record("sending", chunk_id, self._store.mark_sending(chunk_id))
 
     async def delivered(self, chunk_id: int, platform_message_id: str) -> None:
-        with anyio.CancelScope(shield=True):
-            await self._store.mark_delivered(chunk_id, platform_message_id)
+        await self._record(
+            "delivered", chunk_id, self._store.mark_delivered(chunk_id, platform_message_id)
+        )
 
     async def undeliverable(self, chunk_id: int, reason: str) -> None:
         log.warning("reply chunk undeliverable", extra={"chunk": chunk_id, "reason": reason})
-        with anyio.CancelScope(shield=True):
-            await self._store.chunk_failed(chunk_id)
+        await self._record("failed", chunk_id, self._store.chunk_failed(chunk_id))
+
+    async def _record(self, state: str, chunk_id: int, write: Awaitable[None]) -> None:
+        """What a platform did with a chunk is recorded even while the sender is cancelled
+        (a drain), within a deadline: a record cut short is a chunk sent but not recorded,
+        which the restart handles as ``[gateway] unrecorded_sends`` says."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_DEADLINE_S) as scope:
+            await write
+        if scope.cancelled_caught:
+            log.warning(
+                "reply chunk state not recorded in time",
+                extra={"chunk": chunk_id, "state": state, "deadline_s": RECORD_DEADLINE_S},
+            )
 
     async def is_approved(self, platform: str, user_id: str) -> bool:
         return await self._store.is_approved(platform, user_id)
