@@ -22,7 +22,7 @@ import anyio
 from gateway.config import Config, load_config
 from gateway.errors import ConfigError, GatewayError
 from gateway.failpoints import Failpoints
-from gateway.logs import configure_logging
+from gateway.logs import RedactingFilter, configure_logging, install_excepthooks
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 PAIRING_PLATFORMS = ("telegram", "discord")
@@ -124,6 +124,7 @@ def _run(config: Config) -> int:
         print(f"botmux: config error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     configure_logging(level=config.log.level, fmt=config.log.format, secrets=config.secrets())
+    install_excepthooks(config.secrets())
     if failpoints:
         logging.getLogger("gateway").warning(
             "failpoints armed: this process will kill itself (a testing aid)",
@@ -150,9 +151,11 @@ def _run(config: Config) -> int:
         cause = _expected_failure(exc)
         if cause is None:
             raise
-        # A port in use, a store that cannot be opened: one line, not a traceback.
-        logging.getLogger("gateway").error("botmux could not run", extra={"error": str(cause)})
-        print(f"botmux: error: {cause}", file=sys.stderr)
+        # A port in use, a store that cannot be opened, a refused bot token: one line, not a
+        # traceback, and never a secret (a library's text may quote one).
+        line = RedactingFilter(config.secrets()).redact(str(cause))
+        logging.getLogger("gateway").error("botmux could not run", extra={"error": line})
+        print(f"botmux: error: {line}", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
 
