@@ -19,6 +19,7 @@ from typing import Any, NoReturn
 
 import anyio
 
+from gateway import exposure
 from gateway.config import Config, load_config
 from gateway.errors import ConfigError, GatewayError
 from gateway.failpoints import Failpoints
@@ -125,6 +126,8 @@ def _run(config: Config) -> int:
         return EXIT_USAGE
     configure_logging(level=config.log.level, fmt=config.log.format, secrets=config.secrets())
     install_excepthooks(config.secrets())
+    for warning in exposure.warnings(config):  # what `check` says, said where it runs
+        logging.getLogger("gateway").warning(f"config warning: {warning}")
     if failpoints:
         logging.getLogger("gateway").warning(
             "failpoints armed: this process will kill itself (a testing aid)",
@@ -214,12 +217,12 @@ def _check(config: Config) -> int:
     else:
         dc = config.discord
         guilds = f"{len(dc.allow_guilds)} allowed guild(s)" if dc.allow_guilds else "every guild"
+        who = "every member" if dc.guild_access == "everyone" else "allowed and paired users"
+        guilds += f" ({who})"
         mention = "mention or reply needed" if dc.require_mention else "answers everything"
         print(f"discord: via {dc.api_base}, {guilds}, {mention}")
-    if config.source != "(embedded defaults)" and config.secrets():
-        mode = os.stat(config.source).st_mode
-        if mode & 0o077:
-            print(f"warning: {config.source} holds secrets and is readable by others (chmod 600)")
+    for warning in exposure.warnings(config):
+        print(f"warning: {warning}")
     return EXIT_OK
 
 
