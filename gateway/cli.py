@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+import unicodedata
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -175,6 +176,29 @@ def _expected_failure(exc: BaseException) -> BaseException | None:
     return None
 
 
+# Bidirectional overrides, embeddings, isolates and marks: they reorder what a terminal shows.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _printable(text: str, *, indent: str = "    ") -> str:
+    """``text`` safe to print to a terminal: stored content is what strangers and the model
+    wrote, so control characters (ESC, C1) and bidi controls are shown escaped (``\\x1b``,
+    ``\\u202e``) instead of being obeyed. A newline stays one, indented, so no line of a
+    message can pass for a row of its own."""
+    out = []
+    for ch in text:
+        if ch == "\n":
+            out.append("\n" + indent)
+        elif ch == "\t":
+            out.append(ch)
+        elif ch in _BIDI or unicodedata.category(ch) == "Cc":
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def _mask(secret: str) -> str:
     return "unused" if secret == "unused" else f"…{secret[-4:]}" if len(secret) > 8 else "****"
 
@@ -235,7 +259,7 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
             print(f"{'conversation':<40} {'messages':>8} {'pending':>7}  last activity")
             for c in rows:
                 when = datetime.fromtimestamp(c.updated_at).strftime("%Y-%m-%d %H:%M:%S")
-                print(f"{c.key:<40} {c.messages:>8} {c.pending:>7}  {when}")
+                print(f"{_printable(c.key):<40} {c.messages:>8} {c.pending:>7}  {when}")
             return EXIT_OK
         assert key is not None
         messages = await store.transcript(key)
@@ -245,7 +269,7 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
         for m in messages:
             when = datetime.fromtimestamp(m.created_at).strftime("%Y-%m-%d %H:%M:%S")
             state = (m.failure and f"failed:{m.failure}") or m.state
-            print(f"#{m.id} {when} {m.role:<9} [{state}] {m.content}")
+            print(f"#{m.id} {when} {m.role:<9} [{state}] {_printable(m.content)}")
         return EXIT_OK
 
 
@@ -342,7 +366,8 @@ async def _pairing(config: Config, args: argparse.Namespace) -> int:
             print("pending codes:" if codes else "pending codes: none")
             for c in codes:
                 left = max(0, int(c.expires_at - time.time()) // 60)
-                print(f"  {c.platform:<9} {c.code}  user {c.user_id} {c.label}  ({left} min left)")
+                who = _printable(f"user {c.user_id} {c.label}")
+                print(f"  {c.platform:<9} {c.code}  {who}  ({left} min left)")
             users = await store.approved_users()
             print("approved users:" if users else "approved users: none")
             for platform, user_id, when in users:
