@@ -76,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     approve = psub.add_parser("approve", help="let the user behind a code in")
     approve.add_argument("platform", choices=PAIRING_PLATFORMS)
     approve.add_argument("code")
+    reject = psub.add_parser("reject", help="refuse a pending code (its user gets no new one)")
+    reject.add_argument("platform", choices=PAIRING_PLATFORMS)
+    reject.add_argument("code")
     revoke = psub.add_parser("revoke", help="withdraw a user's approval")
     revoke.add_argument("platform", choices=PAIRING_PLATFORMS)
     revoke.add_argument("user_id")
@@ -383,6 +386,16 @@ async def _pairing(config: Config, args: argparse.Namespace) -> int:
                 )
                 return EXIT_FAILURE
             print(f"approved {args.platform} user {approved}")
+            return EXIT_OK
+        if args.action == "reject":
+            rejected = await store.reject_pairing(args.platform, args.code)
+            if rejected is None:
+                print(
+                    f"botmux: no pending {args.platform} code {args.code!r} (expired?)",
+                    file=sys.stderr,
+                )
+                return EXIT_FAILURE
+            print(f"rejected {args.platform} user {rejected}'s code {args.code.strip().upper()}")
             return EXIT_OK
         if await store.revoke_user(args.platform, args.user_id):
             print(f"revoked {args.platform} user {args.user_id}")

@@ -39,7 +39,7 @@ HELP = (
     "/help - this text"
 )
 PAIRING_TTL_S = 3600.0
-PAIRING_MAX_PENDING = 3
+PAIRING_MAX_PENDING = 100  # per platform; each user holds at most one code (L2: squatting)
 
 
 class GatewayIntake:

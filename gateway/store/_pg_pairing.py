@@ -9,7 +9,7 @@ from typing import Any
 import asyncpg
 
 from gateway.messages import PairingCode
-from gateway.store._pairing import CODE_ALPHABET
+from gateway.store._pairing import CODE_ALPHABET, REJECTED
 
 
 class PgPairingMixin:
@@ -27,8 +27,9 @@ class PgPairingMixin:
     async def pairing_codes(self) -> list[PairingCode]:
         rows = await self._fetch(
             "SELECT platform, code, user_id, label, created_at, expires_at FROM pairing_codes"
-            " WHERE expires_at > $1 ORDER BY created_at",
+            " WHERE expires_at > $1 AND left(code, 1) != $2 ORDER BY created_at",
             self._clock(),
+            REJECTED,
         )
         return [PairingCode(*r) for r in rows]
 
@@ -50,11 +51,13 @@ class PgPairingMixin:
                 platform,
                 user_id,
             )
-            if mine is not None:
+            if mine is not None:  # one code per user at a time (a rejected one included)
                 op.result = (None, "pending")
                 continue
             count = await db.fetchval(
-                "SELECT COUNT(*) FROM pairing_codes WHERE platform = $1", platform
+                "SELECT COUNT(*) FROM pairing_codes WHERE platform = $1 AND left(code, 1) != $2",
+                platform,
+                REJECTED,
             )
             if count >= max_pending:
                 op.result = (None, "full")
@@ -78,10 +81,11 @@ class PgPairingMixin:
             platform, code = op.args
             user_id = await db.fetchval(
                 "SELECT user_id FROM pairing_codes WHERE platform = $1 AND code = $2"
-                " AND expires_at > $3",
+                " AND expires_at > $3 AND left(code, 1) != $4",
                 platform,
                 code,
                 now,
+                REJECTED,
             )
             if user_id is None:
                 op.result = None
@@ -104,3 +108,19 @@ class PgPairingMixin:
                 "DELETE FROM approved_users WHERE platform = $1 AND user_id = $2", *op.args
             )
             op.result = status != "DELETE 0"
+
+    async def _apply_pair_reject(self, db: asyncpg.Connection, ops: list[Any]) -> None:
+        now = self._clock()
+        for op in ops:
+            platform, code = op.args
+            op.result = None
+            if code.startswith(REJECTED):
+                continue
+            op.result = await db.fetchval(
+                "UPDATE pairing_codes SET code = $1 WHERE platform = $2 AND code = $3"
+                " AND expires_at > $4 RETURNING user_id",
+                REJECTED + code,
+                platform,
+                code,
+                now,
+            )

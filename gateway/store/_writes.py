@@ -58,6 +58,10 @@ class QueuedWrites:
         user: str | None = await self._submit("pair_approve", platform, code.strip().upper())
         return user
 
+    async def reject_pairing(self, platform: str, code: str) -> str | None:
+        user: str | None = await self._submit("pair_reject", platform, code.strip().upper())
+        return user
+
     async def revoke_user(self, platform: str, user_id: str) -> bool:
         revoked: bool = await self._submit("pair_revoke", platform, user_id)
         return revoked

@@ -510,6 +510,7 @@ _APPLY: dict[str, Callable[[PostgresStore, asyncpg.Connection, list[Op]], Any]] 
     "pair_request": PostgresStore._apply_pair_request,
     "pair_approve": PostgresStore._apply_pair_approve,
     "pair_revoke": PostgresStore._apply_pair_revoke,
+    "pair_reject": PostgresStore._apply_pair_reject,
 }
 
 

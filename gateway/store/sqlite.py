@@ -403,6 +403,7 @@ _APPLY: dict[str, Callable[[SqliteStore, sqlite3.Connection, list[Op]], None]] =
     "pair_request": SqliteStore._apply_pair_request,
     "pair_approve": SqliteStore._apply_pair_approve,
     "pair_revoke": SqliteStore._apply_pair_revoke,
+    "pair_reject": SqliteStore._apply_pair_reject,
 }
 
 
