@@ -38,6 +38,7 @@ HELP = (
     "/status - show the model in use and the queue\n"
     "/help - this text"
 )
+STOP_NOT_SENT = "Could not stop the reply: this conversation is busy. Try /stop again shortly."
 PAIRING_TTL_S = 3600.0
 PAIRING_MAX_PENDING = 100  # per platform; each user holds at most one code (L2: squatting)
 
@@ -112,8 +113,9 @@ class GatewayIntake:
             case "stop":
                 actor = self._router.get(conversation)
                 if actor is not None and actor.statistics()["running"] is not None:
-                    self._send_control(conversation, StopTurn())
-                    return "Stopping the current reply."
+                    if self._send_control(conversation, StopTurn()):
+                        return "Stopping the current reply."
+                    return STOP_NOT_SENT  # the truth: nothing was told to stop
                 if (
                     actor is None
                     and self._elsewhere is not None
@@ -125,13 +127,15 @@ class GatewayIntake:
             case _:
                 return f"Unknown command /{name}. " + HELP
 
-    def _send_control(self, conversation: str, message: StopTurn | ResetContext) -> None:
+    def _send_control(self, conversation: str, message: StopTurn | ResetContext) -> bool:
+        """Whether the conversation's actor got ``message``."""
         try:
-            self._router.send_nowait(conversation, message)
+            return self._router.send_nowait(conversation, message)
         except MailboxFull:
             log.warning(
                 "control message refused: mailbox full", extra={"conversation": conversation}
             )
+            return False
 
     async def _status(self, conversation: str) -> str:
         status: dict[str, Any] = self._runner.status()
