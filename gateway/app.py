@@ -3,7 +3,10 @@
 Startup is ordered (store, router, adapters, then resumption of interrupted work, then ready)
 and shutdown is the reverse with a drain: intake stops first, running turns get up to
 ``gateway.drain_timeout_s`` to finish, queued deliveries go out, the store closes last.
-Turns that did not finish stay pending and are resumed at the next start.
+Turns that did not finish stay pending and are resumed at the next start. Every wait after
+the drain has a deadline of its own (``[store] command_timeout_s`` for the store's writes and
+its close), so a database that stopped answering cannot hold the process: SIGTERM exits within
+``drain_timeout_s`` plus about two ``command_timeout_s``.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from agent import Agent, ClientPool
 from gateway.config import Config
 from gateway.failpoints import Failpoints
 from gateway.intake import GatewayIntake
+from gateway.messages import platform_of
 from gateway.metrics import Metrics, Snapshot
 from gateway.ports import Intake, Leases, Outlet, PlatformAdapter
 from gateway.redelivery import redeliver
@@ -32,6 +36,9 @@ if TYPE_CHECKING:
     from gateway.cluster import Cluster
 
 log = logging.getLogger("gateway")
+
+#: How long the model clients may take to close at the end (their sockets, nothing durable).
+CLOSE_DEADLINE_S = 5.0
 
 
 class Observer:
@@ -91,7 +98,7 @@ async def resume_interrupted(
     redelivered, expired = await redeliver(store, outlets, chunks, max_age_s=max_age_s)
     pending = await store.conversations_with_pending()
     for key in pending:
-        if key.split(":", 1)[0] in outlets:
+        if platform_of(key) in outlets:
             router.wake(key)
     if pending or redelivered:
         log.info(
@@ -232,7 +239,7 @@ class GatewayApp:
                 async def render_metrics() -> bytes:
                     queued: dict[str, int] = {}
                     for key, stats in router.actors().items():
-                        platform = key.split(":", 1)[0]
+                        platform = platform_of(key)
                         queued[platform] = queued.get(platform, 0) + stats["queued"]
                     self.metrics.update(
                         Snapshot(
@@ -295,9 +302,19 @@ class GatewayApp:
                         for adapter in self.adapters:
                             await adapter.wait_delivered()
                     if drain.cancelled_caught:
-                        log.warning("drain deadline reached; unfinished turns stay pending")
+                        # What is left: those turns stay pending in the store, resumed at
+                        # the next start (or by another node).
+                        left = {key: stats["queued"] for key, stats in router.actors().items()}
+                        log.warning(
+                            "drain deadline reached; unfinished turns stay pending",
+                            extra={
+                                "turns": sum(left.values()),
+                                "conversations": sorted(k for k, n in left.items() if n),
+                                "deadline_s": config.gateway.drain_timeout_s,
+                            },
+                        )
                     tg.cancel_scope.cancel()
         finally:
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_DEADLINE_S):
                 await clients.aclose()
             log.info("botmux stopped")

@@ -98,7 +98,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(config_arg)
     except ConfigError as exc:
-        print(f"botmux: config error: {exc}", file=sys.stderr)
+        for path, message in exc.errors:  # all of them: fix the file once, not once per key
+            print(
+                f"botmux: config error: {path}: {message}"
+                if path
+                else f"botmux: config error: {message}",
+                file=sys.stderr,
+            )
         return EXIT_USAGE
     try:
         if args.command == "run":
@@ -227,8 +233,9 @@ def _check(config: Config) -> int:
             role = "primary" if i == 0 else f"fallback {i}"
             keys = ", ".join(_mask(k) for k in endpoint.api_keys)
             print(f"model ({role}): {endpoint.model} at {endpoint.base_url} keys [{keys}]")
+    names = ", ".join(t.name for t in config.peer.tokens)
     auth = (
-        f"{len(config.peer.tokens)} bearer token(s)"
+        f"{len(config.peer.tokens)} bearer token(s): {names}"
         if config.peer.tokens
         else "no auth (loopback only)"
     )
@@ -282,7 +289,9 @@ async def _scrape(config: Config) -> tuple[dict[str, object] | None, str | None]
 
     host = config.peer.host if config.peer.host not in ("0.0.0.0", "::") else "127.0.0.1"
     base = f"http://{host}:{config.peer.port}"
-    headers = {"Authorization": f"Bearer {config.peer.tokens[0]}"} if config.peer.tokens else {}
+    headers = (
+        {"Authorization": f"Bearer {config.peer.token_values[0]}"} if config.peer.tokens else {}
+    )
     timeout = aiohttp.ClientTimeout(total=2)
     try:
         async with aiohttp.ClientSession(timeout=timeout, headers=headers) as http:

@@ -23,13 +23,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 import anyio
-import asyncpg
 
 from gateway.errors import GatewayError, MailboxFull, StoreError
-from gateway.messages import TurnOutcome
+from gateway.messages import TurnOutcome, platform_of
 from gateway.ports import Outlet
 from gateway.redelivery import redeliver
 from gateway.router import Router
@@ -40,7 +39,14 @@ log = logging.getLogger(__name__)
 
 #: A node that has not renewed its leases for this share of the lease stops its turns.
 SELF_FENCE_AT = 0.8
-_UNREACHABLE = (StoreError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
+#: The store failed (it raises only StoreError), or took longer than we gave it (fail_after).
+_UNREACHABLE = (StoreError, TimeoutError)
+
+
+class _Listener(Protocol):
+    """The store's notification connection, as far as this actor looks at it."""
+
+    def is_closed(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,13 +169,17 @@ class Cluster:
                         await self._heartbeat()
                         await anyio.sleep(self._heartbeat_s)
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+            deadline_s = store.command_timeout_s
+            with anyio.CancelScope(shield=True), anyio.move_on_after(deadline_s) as releasing:
                 try:
                     await store.release_all()
                 except _UNREACHABLE as exc:
                     log.warning("cluster: leases not released at stop", extra={"error": str(exc)})
+            if releasing.cancelled_caught:
+                # They expire after lease_s: the other nodes take over then, not at once.
+                log.warning("cluster: leases not released at stop", extra={"error": "no answer"})
 
-    async def _beat_while_open(self, listener: asyncpg.Connection) -> None:
+    async def _beat_while_open(self, listener: _Listener) -> None:
         while not listener.is_closed():
             await anyio.sleep(self._heartbeat_s)
             await self._heartbeat()
@@ -220,7 +230,7 @@ class Cluster:
                 assert_never(message)
 
     async def _pending_elsewhere(self, key: str) -> None:
-        if key.split(":", 1)[0] not in self._outlets or not self._router.accepting:
+        if platform_of(key) not in self._outlets or not self._router.accepting:
             return
         if self._router.get(key) is not None or await self._store.acquire(key):
             self._router.poll(key)
@@ -244,7 +254,7 @@ class Cluster:
         outcome = await self._outcome(row_id)
         if outcome is None:
             return
-        outlet = self._outlets.get(outcome.conversation.split(":", 1)[0])
+        outlet = self._outlets.get(platform_of(outcome.conversation))
         if outlet is not None:
             await outlet.deliver(outcome)
 
@@ -267,7 +277,7 @@ class Cluster:
             self._observe("takeover", {"conversations": len(takeovers)})
             await self._redeliver(takeovers)
         for key, _ in claims:
-            if key.split(":", 1)[0] in self._outlets and self._router.accepting:
+            if platform_of(key) in self._outlets and self._router.accepting:
                 self._router.poll(key)
 
     async def _redeliver(self, keys: list[str]) -> None:
@@ -376,7 +386,7 @@ class Cluster:
         kept = await store.release(idle, keep_pending=router.accepting)
         self._stats["released"] += len(idle) - len(kept)
         for key in kept:
-            if key.split(":", 1)[0] in self._outlets and router.accepting:
+            if platform_of(key) in self._outlets and router.accepting:
                 router.poll(key)
         if router.accepting:  # not while draining: the other nodes take them
             await store.claim_orphans(self._claim_batch)

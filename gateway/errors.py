@@ -10,6 +10,7 @@ decisions: deciding what is retryable is ``policy.classify``'s job alone.
     ├── ConfigError               bad config file or value (key path in .path)
     ├── StoreError                the store failed
     │   ├── StoreClosed           closed by us: shutting down
+    │   ├── StoreUnavailable      the database is unreachable, locked or lost (broken by the peer)
     │   └── LeaseLost             another node owns the conversation now: this answer is fenced
     ├── MailboxFull               a bounded mailbox refused a message (visible, never dropped)
     ├── Refused                   a message refused before it was stored (nothing kept)
@@ -33,12 +34,25 @@ class GatewayError(Exception):
 
 
 class ConfigError(GatewayError):
-    """The configuration is invalid; ``path`` names the offending key (``model.timeout_s``)."""
+    """The configuration is invalid; ``path`` names the offending key (``model.timeout_s``).
 
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}" if path else message)
+    A whole file is validated at once: ``errors`` holds every ``(path, message)`` found, the
+    first of them also in ``path`` and ``message``, and ``str()`` lists them all, one a line.
+    """
+
+    def __init__(
+        self, path: str, message: str, *, errors: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        self.errors = errors or ((path, message),)
+        super().__init__("\n".join(f"{p}: {m}" if p else m for p, m in self.errors))
         self.path = path
         self.message = message
+
+    @classmethod
+    def of(cls, errors: tuple[tuple[str, str], ...]) -> ConfigError:
+        """One error for several problems (at least one)."""
+        path, message = errors[0]
+        return cls(path, message, errors=errors)
 
 
 class StoreError(GatewayError):
@@ -47,6 +61,12 @@ class StoreError(GatewayError):
 
 class StoreClosed(StoreError):
     """The store was closed by us (shutdown); nothing is broken."""
+
+
+class StoreUnavailable(StoreError):
+    """The database could not be reached, answered too late, or the connection to it was lost
+    (SQLite: the file is locked, unwritable or its disk failed). Whether a write that was
+    under way committed is unknown; retrying later, as after a crash, is safe."""
 
 
 class LeaseLost(StoreError):

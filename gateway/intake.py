@@ -15,6 +15,7 @@ import anyio
 
 from gateway.errors import ConversationClosed, MailboxFull
 from gateway.messages import (
+    COMMANDS,
     STOPPED_REPLY,
     Admission,
     Failure,
@@ -22,6 +23,7 @@ from gateway.messages import (
     MessageState,
     StoredMessage,
     TurnOutcome,
+    command_named,
 )
 from gateway.ports import TurnRunner
 from gateway.router import Router
@@ -31,12 +33,11 @@ from policy import TRANSIENT
 
 log = logging.getLogger(__name__)
 
-HELP = (
-    "I'm botmux, a gateway to an AI assistant. Send a message and I'll answer.\n"
-    "/new - start a fresh conversation context\n"
-    "/stop - stop the reply being written\n"
-    "/status - show the model in use and the queue\n"
-    "/help - this text"
+HELP = "\n".join(
+    [
+        "I'm botmux, a gateway to an AI assistant. Send a message and I'll answer.",
+        *(f"/{c.name} - {c.description}" for c in COMMANDS if c.alias_of is None),
+    ]
 )
 STOP_NOT_SENT = "Could not stop the reply: this conversation is busy. Try /stop again shortly."
 PAIRING_TTL_S = 3600.0
@@ -98,8 +99,9 @@ class GatewayIntake:
         return admission
 
     async def command(self, platform: str, conversation: str, name: str) -> str:
-        match name:
-            case "help" | "start":
+        known = command_named(name)
+        match known.name if known is not None else name:
+            case "help":
                 return HELP
             case "status":
                 return await self._status(conversation)

@@ -3,12 +3,21 @@
 Redaction happens in the handler's filter, for every record, so no caller has to remember it:
 any configured secret (API keys, bot tokens, peer tokens) that appears in a message, an
 argument or an ``extra`` field is replaced by ``[REDACTED]``.
+
+An ``extra`` that is not a string (a list, a dict, an exception, any object) is cleaned in
+what the formatters would print of it: lists, tuples, sets and dicts item by item (keys too),
+any other object by its ``str()`` (what both formatters print of it) and its ``repr()`` (what
+the console shows of it inside a container), secrets searched also as repr() and JSON escape
+them. Cost: no printing of strings, numbers or containers, only of other objects; a value is
+rebuilt only if it shows a secret: containers item by item (same type, clean items kept as
+the same objects), any other object replaced by its cleaned text.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import threading
 import time
@@ -17,21 +26,83 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+_CONTAINERS = (list, tuple, set, frozenset)
+_NUMBERS = (int, float)
+_MAX_DEPTH = 8  # deeper (or cyclic) values are cleaned as a whole, in their printed form
+REDACTED = "[REDACTED]"
+
+
+def _spellings(secret: str) -> set[str]:
+    """The secret as it appears raw, inside a repr() and inside JSON (escaped)."""
+    return {secret, repr(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
 
 
 class RedactingFilter(logging.Filter):
     def __init__(self, secrets: Iterable[str]) -> None:
         super().__init__()
-        self._secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
+        raw = {s for s in secrets if len(s) >= 4}
+        spelt = {form for secret in raw for form in _spellings(secret)}
+        self._secrets = sorted(spelt, key=len, reverse=True)
+        # One search for all of them; a value without a secret costs one pass.
+        self._pattern = re.compile("|".join(map(re.escape, self._secrets)) or "(?!)")
+        # Only a secret made of digits (and signs, dots) can show in a printed number.
+        self._numeric = any(set(secret) <= set("0123456789.+-e") for secret in raw)
+
+    def _shows_secret(self, text: str) -> bool:
+        return self._pattern.search(text) is not None
 
     def redact(self, value: str) -> str:
         """``value`` with every configured secret replaced (for text that is no log record)."""
         return self._clean(value)
 
     def _clean(self, value: str) -> str:
+        if not self._shows_secret(value):
+            return value
         for secret in self._secrets:
             if secret in value:
-                value = value.replace(secret, "[REDACTED]")
+                value = value.replace(secret, REDACTED)
+        return value
+
+    def _leaks(self, value: object, depth: int = 0) -> bool:
+        """Whether anything a formatter would print of ``value`` shows a secret: a walk over
+        containers, printing only what is neither a string nor a number (str() and repr())."""
+        if isinstance(value, str):
+            return self._shows_secret(value)
+        if value is None or isinstance(value, bool):
+            return False
+        if isinstance(value, _NUMBERS):
+            return self._numeric and self._shows_secret(str(value))
+        if depth < _MAX_DEPTH and isinstance(value, _CONTAINERS) and type(value) in _CONTAINERS:
+            return any(self._leaks(item, depth + 1) for item in value)
+        if depth < _MAX_DEPTH and isinstance(value, dict) and type(value) is dict:
+            return any(
+                self._leaks(k, depth + 1) or self._leaks(v, depth + 1) for k, v in value.items()
+            )
+        try:
+            return self._shows_secret(str(value)) or self._shows_secret(repr(value))
+        except Exception:  # unprintable: take the careful path
+            return True
+
+    def _scrub(self, value: object, depth: int = 0) -> object:
+        """``value`` with every secret gone from what it prints; clean parts kept as they are."""
+        if isinstance(value, str):
+            return self._clean(value)
+        if depth and not self._leaks(value):  # a clean part stays the very same object
+            return value
+        # Exact types only: a subclass (a namedtuple, an OrderedDict) may not rebuild like this.
+        if depth < _MAX_DEPTH and isinstance(value, _CONTAINERS) and type(value) in _CONTAINERS:
+            return type(value)(self._scrub(item, depth + 1) for item in value)
+        if depth < _MAX_DEPTH and isinstance(value, dict) and type(value) is dict:
+            return {self._scrub(k, depth + 1): self._scrub(v, depth + 1) for k, v in value.items()}
+        try:
+            text = str(value)
+            shown = repr(value)
+        except Exception:
+            return "[unprintable]"
+        if self._shows_secret(text):
+            return self._clean(text)
+        if self._shows_secret(shown):
+            return self._clean(shown)
         return value
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -40,8 +111,12 @@ class RedactingFilter(logging.Filter):
         record.msg = self._clean(record.getMessage())
         record.args = None
         for key, value in list(vars(record).items()):
-            if key not in _STANDARD and isinstance(value, str):
+            if key in _STANDARD:
+                continue
+            if isinstance(value, str):
                 setattr(record, key, self._clean(value))
+            elif self._leaks(value):
+                setattr(record, key, self._scrub(value))
         if record.exc_info and record.exc_info[1] is not None:
             record.exc_text = self._clean(logging.Formatter().formatException(record.exc_info))
             record.exc_info = None

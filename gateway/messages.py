@@ -10,11 +10,60 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-#: Control commands: answered at once by the runtime, never queued as turns (SPEC section 2).
-CONTROL_COMMANDS = frozenset({"start", "help", "new", "status", "stop"})
-
 #: What whoever waits for a turn learns when ``/stop`` cancelled it before it answered.
 STOPPED_REPLY = "The turn was stopped before it answered."
+
+
+@dataclass(frozen=True, slots=True)
+class ControlCommand:
+    """A command the runtime answers itself (SPEC section 2). The one table of them,
+    :data:`COMMANDS`, feeds ``/help``, Telegram's command menu and Discord's slash commands.
+
+    ``skips_queue``: answered at once, never queued behind the conversation's turns.
+    ``alias_of``: another name for that command (Telegram's habitual ``/start``): listed in
+    Telegram's menu, where users expect it, but not in ``/help`` or as a slash command.
+    """
+
+    name: str
+    description: str
+    skips_queue: bool = True
+    alias_of: str | None = None
+
+
+COMMANDS = (
+    ControlCommand("start", "Say hello and show what I can do", alias_of="help"),
+    ControlCommand("help", "Show what I can do and the commands"),
+    ControlCommand("new", "Start a fresh conversation context"),
+    ControlCommand("status", "Show the model in use and the queue"),
+    ControlCommand("stop", "Stop the reply being written"),
+)
+
+#: Control commands: answered at once by the runtime, never queued as turns (SPEC section 2).
+CONTROL_COMMANDS = frozenset(c.name for c in COMMANDS if c.skips_queue)
+
+
+def command_named(name: str) -> ControlCommand | None:
+    """The control command ``name`` stands for (an alias gives the command it names)."""
+    for command in COMMANDS:
+        if command.name == name:
+            return command_named(command.alias_of) if command.alias_of else command
+    return None
+
+
+def conversation_key(platform: str, local: str) -> str:
+    """``<platform>:<local part>``: every conversation key has this shape (SPEC section 2)."""
+    return f"{platform}:{local}"
+
+
+def platform_of(key: str) -> str:
+    """The platform a conversation key belongs to (``telegram`` for ``telegram:42``)."""
+    return key.partition(":")[0]
+
+
+def local_part(key: str, platform: str) -> str | None:
+    """What follows ``<platform>:`` in ``key``; None when ``key`` is not ``platform``'s."""
+    head, sep, rest = key.partition(":")
+    return rest if sep and head == platform else None
 
 
 class MessageState(StrEnum):

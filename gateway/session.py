@@ -31,6 +31,7 @@ from gateway.messages import (
     StoredMessage,
     TurnOutcome,
     TurnResult,
+    platform_of,
 )
 from gateway.ports import Outlet, TurnRunner
 from gateway.store.base import Store
@@ -109,7 +110,7 @@ class SessionActor:
 
     def __init__(self, key: str, deps: SessionDeps) -> None:
         self.key = key
-        self.platform = key.split(":", 1)[0]
+        self.platform = platform_of(key)
         self._deps = deps
         self._outlet = deps.outlets[self.platform]
         self._send, self._receive = anyio.create_memory_object_stream[SessionMessage](

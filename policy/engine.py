@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import anyio
 
 from gateway.errors import GatewayError
-from gateway.messages import Failure
+from gateway.messages import Failure, platform_of
 from policy.backoff import Backoff
 from policy.classify import TRANSIENT, classify
 from policy.credentials import CredentialPool
@@ -160,7 +160,7 @@ class ModelPolicy:
         """
         where: Where = {
             "conversation": conversation,
-            "platform": conversation.split(":", 1)[0],
+            "platform": platform_of(conversation),
             "turn": turn,
         }
         state = TurnState()

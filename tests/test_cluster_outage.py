@@ -6,10 +6,7 @@ botmux runs in-process here, talking to PostgreSQL through a TCP proxy the test 
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -19,69 +16,10 @@ import asyncpg
 import pytest
 
 from tests.fakes.openai_server import Hold, open_fake_model
+from tests.fakes.tcp_proxy import proxy_to
 from tests.harness import make_config, running_gateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
-
-
-class Proxy:
-    """TCP on 127.0.0.1 to PostgreSQL; ``cut`` drops every connection and refuses new ones."""
-
-    def __init__(self, target: tuple[str, int]) -> None:
-        self.target = target
-        self.port = 0
-        self.up = True
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._server: asyncio.Server | None = None
-
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                writer.write(data)
-                await writer.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            writer.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self.up:
-            writer.transport.abort()
-            return
-        upstream_reader, upstream_writer = await asyncio.open_connection(*self.target)
-        self._writers.update((writer, upstream_writer))
-        await asyncio.gather(
-            self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer)
-        )
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    def cut(self) -> None:
-        self.up = False
-        for writer in self._writers:
-            writer.transport.abort()
-        self._writers.clear()
-
-    def restore(self) -> None:
-        self.up = True
-
-    async def close(self) -> None:
-        self.cut()
-        if self._server is not None:
-            self._server.close()
-
-
-@asynccontextmanager
-async def proxy_to(url: str) -> AsyncIterator[Proxy]:
-    parts = urlsplit(url)
-    proxy = Proxy((parts.hostname or "127.0.0.1", parts.port or 5432))
-    await proxy.start()
-    try:
-        yield proxy
-    finally:
-        await proxy.close()
 
 
 async def test_a_node_cut_off_from_the_database_stops_its_turns_and_recovers(

@@ -101,3 +101,181 @@ def test_a_postgresql_store_and_its_password_kept_secret() -> None:
     assert config.store.shared and config.cluster.node_id == "n1"
     assert "s3cret-password" in config.secrets()  # redacted from every log line
     assert not parse("").store.shared  # SQLite stays the default
+
+
+def test_every_problem_is_reported_at_once_each_with_its_key() -> None:
+    text = (
+        "surprise = 1\n"
+        "[model]\nmodel = 'm'\ntimeout_s = -1\nmax_retries = 'three'\n"
+        "[[model.fallbacks]]\nmodel = 'f'\nbogus = 2\n"
+        "[peer]\nlisten = 'nowhere'\n"
+    )
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    assert dict(err.value.errors) == {
+        "model.timeout_s": "must be greater than 0",
+        "model.max_retries": "must be an integer, got a string",
+        "model.fallbacks[0].bogus": (
+            "unknown key (known here: api_keys, base_url, max_output_tokens, max_retries,"
+            " model, timeout_s)"
+        ),
+        "peer.listen": "must be HOST:PORT, for example 127.0.0.1:8642",
+        "surprise": (
+            "unknown key (known here: agent, cluster, discord, gateway, log, model, peer,"
+            " store, telegram)"
+        ),
+    }
+    assert (err.value.path, err.value.message) == err.value.errors[0]
+    assert str(err.value).splitlines() == [f"{p}: {m}" for p, m in err.value.errors]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("max_concurrent_turns = '5'", "must be an integer, got a string"),
+        ("max_concurrent_turns = 5.0", "must be an integer, got a number"),
+        ("max_concurrent_turns = true", "must be an integer, got true or false"),
+        ("idle_evict_s = '600'", "must be a number, got a string"),
+        ("unrecorded_sends = 1", "must be a string, got an integer"),
+        ("unrecorded_sends = 1979-05-27", "must be a string, got a date or time"),
+    ],
+)
+def test_types_are_strict_as_toml_writes_them(line: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(f"[gateway]\n{line}\n")
+    assert err.value.errors == ((f"gateway.{line.split()[0]}", message),)
+
+
+def test_an_integer_may_come_from_a_variable_and_a_number_takes_an_integer() -> None:
+    config = parse(
+        '[telegram]\ntoken = "t"\nallow_users = ["${ADMIN}", 7]\n[gateway]\nidle_evict_s = 5\n',
+        {"ADMIN": " 4242 "},
+    )
+    assert config.telegram is not None and config.telegram.allow_users == (4242, 7)
+    assert config.gateway.idle_evict_s == 5.0 and isinstance(config.gateway.idle_evict_s, float)
+    with pytest.raises(ConfigError) as err:
+        parse('[telegram]\ntoken = "t"\nallow_users = ["${ADMIN}"]\n', {"ADMIN": "root"})
+    assert err.value.errors == (
+        ("telegram.allow_users[0]", "must be an integer, got a string (from ${ADMIN})"),
+    )
+
+
+def test_the_attributes_stay_frozen_dataclasses() -> None:
+    import dataclasses
+
+    config = parse("[model]\nmodel = 'm'\n[[model.fallbacks]]\nmodel = 'f'\n")
+    assert config.model is not None
+    assert [e.model for e in config.model.chain] == ["m", "f"]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.peer.listen = "0.0.0.0:1"  # type: ignore[misc]
+    moved = dataclasses.replace(config, peer=dataclasses.replace(config.peer, listen="[::1]:9"))
+    assert (moved.peer.host, moved.peer.port) == ("::1", 9)
+
+
+def test_check_names_three_problems_and_exits_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+    import sys
+
+    config = tmp_path / "bad.toml"
+    config.write_text(
+        '[model]\nmodel = "m"\ntimeout_s = 0\n'
+        '[peer]\nlisten = "127.0.0.1:8642"\nbogus = true\n'
+        '[log]\nformat = "xml"\n'
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "gateway", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "botmux: config error: model.timeout_s: must be greater than 0",
+        "botmux: config error: peer.bogus: unknown key (known here: auth_fail_limit,"
+        " auth_fail_window_s, header_timeout_s, idle_timeout_s, listen, max_body_bytes,"
+        " max_connections, token_burst, token_requests_per_min, tokens, trusted_proxies)",
+        "botmux: config error: log.format: must be one of 'console', 'json'",
+    ]
+
+
+def test_the_limits_of_spec_sections_11_and_14_and_their_defaults() -> None:
+    config = parse(
+        "[model]\nmodel = 'm'\n[[model.fallbacks]]\nmodel = 'f'\nmax_output_tokens = 512\n"
+    )
+    peer, gateway, store = config.peer, config.gateway, config.store
+    assert (peer.header_timeout_s, peer.idle_timeout_s, peer.max_connections) == (10.0, 75.0, 1000)
+    assert peer.trusted_proxies == ()
+    assert (
+        gateway.max_pending_per_conversation,
+        gateway.max_pending_total,
+        gateway.max_message_chars,
+    ) == (32, 10_000, 32_000)
+    assert config.agent.history_chars == 200_000
+    assert config.model is not None
+    assert [e.max_output_tokens for e in config.model.chain] == [4096, 512]
+    assert (store.retention_days, store.anonymous_retention_days) == (0, 7)
+    assert store.command_timeout_s == 10.0
+    proxies = parse("[peer]\ntrusted_proxies = ['10.0.0.0/8', '192.168.1.7', '::1', 'fd00::/8']")
+    assert proxies.peer.trusted_proxies == ("10.0.0.0/8", "192.168.1.7", "::1", "fd00::/8")
+
+
+@pytest.mark.parametrize(
+    ("text", "path"),
+    [
+        ("[peer]\nheader_timeout_s = 0", "peer.header_timeout_s"),
+        ("[peer]\nidle_timeout_s = -1", "peer.idle_timeout_s"),
+        ("[peer]\nmax_connections = 0", "peer.max_connections"),
+        ("[peer]\ntrusted_proxies = ['10.0.0.0/8', 'proxy.internal']", "peer.trusted_proxies[1]"),
+        ("[peer]\ntrusted_proxies = '10.0.0.1'", "peer.trusted_proxies"),
+        ("[gateway]\nmax_pending_per_conversation = 0", "gateway.max_pending_per_conversation"),
+        ("[gateway]\nmax_pending_total = -5", "gateway.max_pending_total"),
+        ("[gateway]\nmax_message_chars = 0", "gateway.max_message_chars"),
+        ("[agent]\nhistory_chars = 0", "agent.history_chars"),
+        ("[model]\nmodel = 'm'\nmax_output_tokens = 0", "model.max_output_tokens"),
+        (
+            "[model]\nmodel = 'm'\n[[model.fallbacks]]\nmodel = 'f'\nmax_output_tokens = -1",
+            "model.fallbacks[0].max_output_tokens",
+        ),
+        ("[store]\nretention_days = -1", "store.retention_days"),
+        ("[store]\nanonymous_retention_days = -0.5", "store.anonymous_retention_days"),
+        ("[store]\ncommand_timeout_s = 0", "store.command_timeout_s"),
+    ],
+)
+def test_bad_limits_are_refused_naming_the_key(text: str, path: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse(text)
+    assert [p for p, _ in err.value.errors] == [path]
+
+
+def test_the_example_config_names_every_key() -> None:
+    import dataclasses
+    import re
+    from pathlib import Path
+
+    from gateway import config as schema
+
+    example = (Path(__file__).parent.parent / "deploy" / "botmux.example.toml").read_text()
+    written = set(re.findall(r"^(?:# )?([a-z_]+) = ", example, re.MULTILINE))
+    tables = [schema.StoreConfig, schema.ModelConfig, schema.AgentConfig, schema.PeerConfig]
+    tables += [schema.PeerToken, schema.GatewayConfig, schema.ClusterConfig, schema.LogConfig]
+    tables += [schema.TelegramConfig, schema.DiscordConfig]
+    missing = {
+        f"{cls.__name__}.{f.name}"
+        for cls in tables
+        for f in dataclasses.fields(cls)
+        if f.name not in written and f.name != "fallbacks"
+    }
+    assert not missing
+
+
+def test_what_the_file_may_not_say_and_where_the_environment_model_goes_wrong() -> None:
+    with pytest.raises(ConfigError) as err:
+        parse('source = "elsewhere"\nbogus = "${UNSET}"\n')
+    assert [p for p, _ in err.value.errors] == ["source", "bogus"]
+    assert all(m.startswith("unknown key") for _, m in err.value.errors), err.value.errors
+    with pytest.raises(ConfigError) as err:
+        parse("", {"OPENAI_BASE_URL": "ftp://x", "OPENAI_API_KEY": "sk-${NOT-EXPANDED}"})
+    assert err.value.errors == (
+        ("model (from environment).base_url", "must be an http:// or https:// URL"),
+    )

@@ -20,8 +20,12 @@ two shards: guild A (and DMs) on shard 0, guild B on shard 1. What is shown:
   identifies them well within ``lease_s``. Messages sent as it stops are answered once (any
   the draining node refused, the new node reads back).
 
-Takeover times are measured on the test process's clock: from the signal to the IDENTIFY of
-the shard by another node, as the fake received it.
+Takeover times are checked against the lease arithmetic, not a stopwatch: the lease's expiry
+as PostgreSQL recorded it (``leases.lease_until``, the database's clock) against the IDENTIFY
+of the shard by another node as the fake received it (converted from its monotonic clock to
+the wall clock, which the database on this machine shares). A busy machine makes the nodes
+late, which these bounds allow; only a takeover before the lease lapsed (after SIGKILL), or
+one that waited for the lease to lapse (after SIGTERM), fails them.
 """
 
 from __future__ import annotations
@@ -133,6 +137,20 @@ async def make_node(
 
 
 fetch = pg_fetch
+
+
+def wall(monotonic: float) -> float:
+    """A fake's timestamp (``time.monotonic``) on the database's clock (the wall clock)."""
+    return monotonic + time.time() - time.monotonic()
+
+
+async def shard_lease(postgres_url: str, shard: int) -> tuple[str | None, float]:
+    """Who holds ``discord:shard:<shard>`` now, and until when (the database's clock)."""
+    (row,) = await fetch(
+        postgres_url,
+        f"SELECT owner, lease_until FROM leases WHERE name = 'discord:shard:{shard}'",
+    )
+    return row["owner"], row["lease_until"]
 
 
 async def readiness(node: GatewayProcess) -> dict[str, bool]:
@@ -265,15 +283,18 @@ async def test_sigkill_of_a_shard_node_hands_the_shard_over_without_loss_or_dupl
     await answered(dc, postgres_url, expected(1))
 
     victim = found[0]  # guild A and the DMs
-    killed_at = time.monotonic()
     nodes[victim].signal(signal.SIGKILL)
+    assert await nodes[victim].wait() == -signal.SIGKILL
+    owner, until = await shard_lease(postgres_url, 0)
+    if owner != victim:  # taken already: its expiry was no earlier than its last heartbeat's
+        (row,) = await fetch(postgres_url, f"SELECT last_seen FROM nodes WHERE node = '{victim}'")
+        until = float(row["last_seen"]) + LEASE_S
     # Said while shard 0 has no session anywhere: only channel history has it.
     await inject(dc, 1, GUILD_CHANNELS)
     after = await holders(dc, lambda now: 0 in now and now[0] != victim)
     [took] = [c for c in dc.shard_connections(0) if c.client == after[0]]
     assert took.identified is not None
-    takeover_s = took.identified - killed_at
-    assert await nodes[victim].wait() == -signal.SIGKILL
+    takeover_s = wall(took.identified) - until  # after the lease lapsed
     await inject(dc, 2, GUILD_CHANNELS)
     await inject(dc, 1, (DM,))
     await inject(dc, 2, (DM,))
@@ -285,10 +306,14 @@ async def test_sigkill_of_a_shard_node_hands_the_shard_over_without_loss_or_dupl
     assert after[0] not in found.values()  # ...and the node that ran none took shard 0
     heir = nodes[after[0]].log()
     assert "discord shard started" in heir and "shard_started" in heir  # and it read back
-    # The lease outlived its holder by lease_s at most (renewed up to a heartbeat before the
-    # kill); the heir's next look, a heartbeat later at most, took it, then connected.
-    assert LEASE_S - HEARTBEAT_S - 0.2 < takeover_s < LEASE_S + 2 * HEARTBEAT_S + 1.0
-    print("\ndiscord shard takeover after SIGKILL:", json.dumps({"seconds": takeover_s}))
+    # Not before the dead node's lease lapsed (as the database recorded it); taken at one of
+    # the heir's next looks (every heartbeat_s; a lease of slack for a loaded machine), then
+    # connected and identified.
+    assert 0 < takeover_s < LEASE_S
+    print(
+        "\ndiscord shard takeover after SIGKILL:",
+        json.dumps({"seconds_after_the_lease_lapsed": round(takeover_s, 3)}),
+    )
 
 
 async def test_a_frozen_shard_node_closes_its_connection_when_it_wakes(
@@ -323,7 +348,9 @@ async def test_a_frozen_shard_node_closes_its_connection_when_it_wakes(
     [(first, second)] = dc.overlapping_shard_connections()  # the freeze, and only it
     assert first is old and second.client != victim and second.shard == 0
     assert "discord shard stopped: its lease was lost" in nodes[victim].log()
-    assert closed_s < HEARTBEAT_S + 1.0  # at the first look after waking
+    # At its first look after waking (every heartbeat_s): well before a lease, the longest the
+    # design lets a node act on what it no longer holds.
+    assert closed_s < LEASE_S
     print("\ndiscord shard closed after waking:", json.dumps({"seconds": closed_s}))
 
 
@@ -338,6 +365,8 @@ async def test_sigterm_of_a_shard_node_hands_its_shards_over_at_once(
 
     victim = found[0]
     heir_name = found[1]
+    owner, held_until = await shard_lease(postgres_url, 0)
+    assert owner == victim
     stopped_at = time.monotonic()
     nodes[victim].signal(signal.SIGTERM)
     # Arrives while the victim drains (it admits nothing more) or after its handover.
@@ -360,6 +389,7 @@ async def test_sigterm_of_a_shard_node_hands_its_shards_over_at_once(
     leases = await fetch(postgres_url, "SELECT name, owner FROM leases WHERE name LIKE 'discord:%'")
     owners = {r["name"]: r["owner"] for r in leases}
     assert owners["discord:shard:0"] == owners["discord:shard:1"] == heir_name
-    # Released at once: the heir's next look took it, well before the lease could lapse.
-    assert takeover_s < LEASE_S
+    # Released at once: the heir's next look took it before the lease the victim held at
+    # SIGTERM could lapse.
+    assert wall(took.identified) < held_until
     print("\ndiscord shard takeover after SIGTERM:", json.dumps({"seconds": takeover_s}))

@@ -2,7 +2,8 @@
 
 Why: the Discord adapter's end-to-end tests trust `tests/fakes/discord_server.py` to behave
 like Discord where it matters (login, READY and GUILD_CREATE, MESSAGE_CREATE in DMs, guild
-channels and threads, nonces, 429s, RESUME with replay, re-IDENTIFY, history). These tests
+channels and threads, nonces, 429s, RESUME with replay, re-IDENTIFY, history, and the edits
+and per-channel rate limits streaming previews rely on). These tests
 pin that down with no botmux code involved, so a failing adapter test points at the adapter.
 """
 
@@ -14,10 +15,17 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import aiohttp
 import anyio
 import pytest
 
-from tests.fakes.discord_server import FakeDiscord, open_fake_discord, point_discord_py_at
+from tests.fakes._rate_limits import Limit
+from tests.fakes.discord_server import (
+    DiscordLimits,
+    FakeDiscord,
+    open_fake_discord,
+    point_discord_py_at,
+)
 
 with warnings.catch_warnings():
     # discord.py imports the stdlib's audioop, deprecated since 3.11: not ours to fix.
@@ -333,3 +341,124 @@ async def test_members_intent_chunks_the_guild_and_commands_sync(dc: FakeDiscord
     assert [c.id for c in synced] == [c.id for c in fetched]
     assert [c["name"] for c in dc.commands(GUILD_ID)] == [c.name for c in in_guild] == ["ping"]
     assert [op.d["user_ids"] for op in dc.ops(8)] == [[USER_ID]]
+
+
+# -- streaming: edits and deletes under Discord's per-channel rate limits --------------------
+
+
+EDIT_ROUTE = "/channels/{channel_id}/messages/{message_id}"
+
+
+def limited(dc: FakeDiscord, limit: Limit, *, announce: bool) -> None:
+    dc.rate_limits = DiscordLimits(per_channel=limit, announce=announce)
+
+
+async def test_an_edit_past_the_channel_limit_gets_discords_429(dc: FakeDiscord) -> None:
+    limited(dc, Limit(2, 60.0), announce=False)  # the client learns of it only from the 429
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            client.http.max_ratelimit_timeout = 30.0  # longer waits raise RateLimited
+            channel = client.get_channel(CHANNEL_ID)
+            thread = client.get_channel(THREAD_ID)
+            assert isinstance(channel, discord.TextChannel)
+            assert isinstance(thread, discord.Thread)
+            preview = await channel.send("Hel")
+            await preview.edit(content="Hello")
+            await preview.edit(content="Hello wo")
+            with pytest.raises(discord.RateLimited) as caught:
+                await preview.edit(content="Hello world")
+            other = await thread.send("elsewhere")
+            await other.edit(content="another channel has its own window")
+            await preview.delete()  # deletes are not limited by default
+    assert 59.0 < caught.value.retry_after <= 60.0
+    [refused] = dc.rate_limited()
+    assert (refused.method, refused.route, refused.status) == ("PATCH", EDIT_ROUTE, 429)
+    assert refused.json["content"] == "Hello world"
+    assert refused.retry_after == pytest.approx(caught.value.retry_after, abs=1.0)
+    assert [(c.method, c.status) for c in dc.calls(route=EDIT_ROUTE)] == [
+        ("PATCH", 200),
+        ("PATCH", 200),
+        ("PATCH", 429),
+        ("PATCH", 200),
+        ("DELETE", 204),
+    ]
+    assert dc.visible_contents(CHANNEL_ID) == []
+    assert dc.visible_contents(THREAD_ID) == ["another channel has its own window"]
+    assert dc.statistics()["rate_limited"] == 1
+
+
+async def test_the_429_has_discords_body_and_rate_limit_headers(dc: FakeDiscord) -> None:
+    limited(dc, Limit(1, 60.0), announce=True)
+    message = dc.store_message(CHANNEL_ID, "x", author_id=BOT_ID)
+    url = f"{dc.api_base}/channels/{CHANNEL_ID}/messages/{message['id']}"
+    auth = {"Authorization": f"Bot {TOKEN}"}
+    async with aiohttp.ClientSession(headers=auth) as http:
+        async with http.patch(url, json={"content": "y"}) as first:
+            assert first.status == 200
+            assert first.headers["X-RateLimit-Limit"] == "1"
+            assert first.headers["X-RateLimit-Remaining"] == "0"
+            assert 59.0 < float(first.headers["X-RateLimit-Reset-After"]) <= 60.0
+        async with http.patch(url, json={"content": "z"}) as second:
+            body, headers = await second.json(), second.headers
+    assert second.status == 429
+    assert set(body) == {"message", "retry_after", "global"}
+    assert (body["message"], body["global"]) == ("You are being rate limited.", False)
+    assert 59.0 < body["retry_after"] <= 60.0
+    assert headers["Retry-After"] == "60"
+    assert (headers["X-RateLimit-Remaining"], headers["X-RateLimit-Scope"]) == ("0", "user")
+    assert headers["X-RateLimit-Limit"] == "1" and "X-RateLimit-Bucket" in headers
+    assert "Via" in headers  # what discord.py needs to take it for a rate limit, not a ban
+    assert [m["content"] for m in dc.history(CHANNEL_ID)] == ["y"]
+
+
+async def test_discord_py_waits_out_a_short_window_and_no_edit_is_lost(dc: FakeDiscord) -> None:
+    limit = Limit(3, 0.3)
+    limited(dc, limit, announce=False)
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            channel = client.get_channel(CHANNEL_ID)
+            assert isinstance(channel, discord.TextChannel)
+            preview = await channel.send("0")
+            for i in range(1, 6):
+                await preview.edit(content=str(i))
+    edits = dc.calls("PATCH", EDIT_ROUTE)
+    assert dc.rate_limited("PATCH", EDIT_ROUTE)  # discord.py met the limit, waited, retried
+    assert [c.json["content"] for c in edits if c.status == 200] == ["1", "2", "3", "4", "5"]
+    admitted = [c.arrived for c in edits if c.status == 200]
+    # Never more than the limit inside one window.
+    assert all(
+        later - first >= limit.per_s
+        for first, later in zip(admitted, admitted[limit.calls :], strict=False)
+    )
+    assert dc.visible_contents(CHANNEL_ID) == ["5"]
+
+
+async def test_announced_limits_let_discord_py_pace_itself_with_no_429(dc: FakeDiscord) -> None:
+    limited(dc, Limit(2, 0.2), announce=True)
+    with anyio.fail_after(20):
+        async with running_client(dc) as client:
+            channel = client.get_channel(CHANNEL_ID)
+            assert isinstance(channel, discord.TextChannel)
+            preview = await channel.send("0")
+            for i in range(1, 5):
+                await preview.edit(content=str(i))
+    assert dc.rate_limited() == []
+    assert [c.status for c in dc.calls("PATCH", EDIT_ROUTE)] == [200] * 4
+    assert dc.visible_contents(CHANNEL_ID) == ["4"]
+
+
+async def test_past_the_global_limit_every_route_gets_a_global_429(dc: FakeDiscord) -> None:
+    dc.rate_limits = DiscordLimits(overall=Limit(2, 60.0))
+    auth = {"Authorization": f"Bot {TOKEN}"}
+    async with aiohttp.ClientSession(headers=auth) as http:
+        for _ in range(2):
+            async with http.get(f"{dc.api_base}/channels/{CHANNEL_ID}") as r:
+                assert r.status == 200
+        url = f"{dc.api_base}/channels/{THREAD_ID}/messages"
+        async with http.post(url, json={"content": "hi"}) as refused:
+            body, headers = await refused.json(), refused.headers
+    assert refused.status == 429
+    assert body["global"] is True and 59.0 < body["retry_after"] <= 60.0
+    assert (headers["X-RateLimit-Global"], headers["X-RateLimit-Scope"]) == ("true", "global")
+    assert [(c.method, c.status) for c in dc.rate_limited()] == [("POST", 429)]
+    assert dc.sent_messages() == []

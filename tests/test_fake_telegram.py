@@ -2,12 +2,14 @@
 
 The Telegram adapter's end-to-end tests trust this fake; these tests show that PTB accepts its
 answers and that its long polling, offsets, conflicts, scripted failures and limits behave as
-the real Bot API does.
+the real Bot API does, and what streaming relies on: drafts, edits, deletes, and 429s with
+``retry_after`` past Telegram's flood limits.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -25,9 +27,11 @@ from telegram.error import (
 )
 from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
 
+from tests.fakes._rate_limits import Limit
 from tests.fakes.telegram_server import (
     CONFLICT_POLL,
     FakeTelegram,
+    TelegramLimits,
     open_fake_telegram,
     photo_extra,
 )
@@ -302,3 +306,130 @@ async def test_raw_http_envelope_json_bodies_and_unknown_methods(tg: FakeTelegra
     assert answer["ok"] is True and answer["result"]["text"] == "json body"
     assert tg.sent_messages(42) == ["json body"]
     assert tg.calls_to("sendMessage")[0].params == body
+
+
+# -- streaming: drafts, edits and deletes, and 429s past Telegram's limits -------------------
+
+
+async def test_drafts_grow_in_a_private_chat_and_never_become_messages(tg: FakeTelegram) -> None:
+    async with make_bot(tg) as bot:
+        assert await bot.send_message_draft(42, 7, "") is True  # the "Thinking..." placeholder
+        assert await bot.send_message_draft(42, 7, "Hel") is True
+        assert await bot.send_message_draft(42, 7, "Hello <b>wor</b>", parse_mode="HTML")
+        await bot.send_message_draft(42, 8, "another turn", message_thread_id=3)
+        with pytest.raises(BadRequest, match="only to private chats"):
+            await bot.send_message_draft(-1001, 7, "not in a group")
+        with pytest.raises(BadRequest, match="draft_id"):
+            await bot.send_message_draft(42, 0, "no id")
+        with pytest.raises(BadRequest, match="too long"):
+            await bot.send_message_draft(42, 7, "x" * 4097)
+        await bot.send_message(42, "Hello world")
+        with anyio.fail_after(5):
+            assert len(await tg.wait_for_drafts(4, 42)) == 4
+    assert tg.draft_texts(42, 7) == ["", "Hel", "Hello wor"]
+    assert [(d.draft_id, d.message_thread_id) for d in tg.drafts(42)] == [
+        (7, None),
+        (7, None),
+        (7, None),
+        (8, 3),
+    ]
+    assert tg.sent_messages(42) == ["Hello world"]
+    assert tg.statistics().drafts == 4
+
+
+async def test_a_preview_edited_then_deleted_leaves_only_the_answer(tg: FakeTelegram) -> None:
+    async with make_bot(tg) as bot:
+        preview = await bot.send_message(-1001, "Hel")
+        await bot.edit_message_text("Hello wo", chat_id=-1001, message_id=preview.message_id)
+        answer = await bot.send_message(-1001, "Hello world")
+        assert await bot.delete_message(-1001, preview.message_id) is True
+        with pytest.raises(BadRequest, match="Message to delete not found"):
+            await bot.delete_message(-1001, preview.message_id)
+        with pytest.raises(BadRequest, match="Message to edit not found"):
+            await bot.edit_message_text("late", chat_id=-1001, message_id=preview.message_id)
+    assert tg.sent_messages(-1001) == ["Hel", "Hello world"]  # as each was sent
+    assert tg.visible_messages(-1001) == ["Hello world"]
+    assert [m["message_id"] for m in tg.bot_messages(-1001)] == [answer.message_id]
+    assert tg.deleted_messages() == [(-1001, preview.message_id)]
+
+
+async def test_edits_past_the_per_chat_limit_get_429_with_retry_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PTB_TIMEDELTA", "true")
+    limits = TelegramLimits(per_chat=Limit(2, 60.0), per_group=None, overall=None)
+    async with open_fake_telegram(limits=limits) as tg, make_bot(tg) as bot:
+        sent = await bot.send_message(42, "a")
+        await bot.edit_message_text("ab", chat_id=42, message_id=sent.message_id)
+        with pytest.raises(RetryAfter) as caught:
+            await bot.edit_message_text("abc", chat_id=42, message_id=sent.message_id)
+        other = await bot.send_message(43, "another chat is not limited")
+        # Drafts are not counted by default (Telegram documents no limit for them).
+        await bot.send_message_draft(42, 1, "draft")
+    assert dt.timedelta(0) < caught.value.retry_after <= dt.timedelta(seconds=60)
+    [refused] = tg.rate_limited()
+    assert (refused.method, refused.params["text"], refused.retry_after) == (
+        "editMessageText",
+        "abc",
+        int(caught.value.retry_after.total_seconds()),
+    )
+    assert tg.visible_messages(42) == ["ab"]  # the refused edit changed nothing
+    assert other.text == "another chat is not limited"
+    assert [(a.call.method, a.status) for a in tg.answers] == [
+        ("getMe", 200),
+        ("sendMessage", 200),
+        ("editMessageText", 200),
+        ("editMessageText", 429),
+        ("sendMessage", 200),
+        ("sendMessageDraft", 200),
+    ]
+    assert all(a.call.at <= b.call.at for a, b in itertools.pairwise(tg.answers))
+    assert tg.statistics().rate_limited == 1
+
+
+async def test_group_overall_and_draft_limits_and_the_window_reopens(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("PTB_TIMEDELTA", "true")
+    now = [1000.0]
+    limits = TelegramLimits(
+        per_chat=None, per_group=Limit(2, 60.0), overall=Limit(3, 1.0), draft_per_chat=Limit(1, 1.0)
+    )
+    async with open_fake_telegram(limits=limits) as tg, make_bot(tg) as bot:
+        tg.clock = lambda: now[0]
+        await bot.send_message(-1001, "1")
+        await bot.send_message(-1001, "2")
+        with pytest.raises(RetryAfter) as group:
+            await bot.send_message(-1001, "3")  # the group's 20/min, here 2/min
+        await bot.send_message(42, "private chats are no group")
+        with pytest.raises(RetryAfter) as overall:
+            await bot.send_message(43, "the bot's overall limit")
+        await bot.send_message_draft(42, 1, "d1")
+        with pytest.raises(RetryAfter):
+            await bot.send_message_draft(42, 1, "d2")
+        now[0] += 1.0  # the overall and draft windows have passed, the group's has not
+        await bot.send_message(43, "overall again")
+        await bot.send_message_draft(42, 1, "d2")
+        with pytest.raises(RetryAfter):
+            await bot.send_message(-1001, "3")
+        now[0] += 59.0
+        await bot.send_message(-1001, "3")
+    assert group.value.retry_after == dt.timedelta(seconds=60)
+    assert overall.value.retry_after == dt.timedelta(seconds=1)
+    assert tg.sent_messages(-1001) == ["1", "2", "3"]
+    assert tg.draft_texts(42) == ["d1", "d2"]
+    assert [c.method for c in tg.rate_limited()] == [
+        "sendMessage",
+        "sendMessage",
+        "sendMessageDraft",
+        "sendMessage",
+    ]
+
+
+async def test_without_limits_nothing_is_refused(tg: FakeTelegram) -> None:
+    async with make_bot(tg) as bot:
+        sent = await bot.send_message(-1001, "0")
+        for i in range(1, 40):
+            await bot.edit_message_text(str(i), chat_id=-1001, message_id=sent.message_id)
+    assert tg.rate_limited() == []
+    assert tg.visible_messages(-1001) == ["39"]

@@ -12,6 +12,7 @@ import aiohttp
 import anyio
 import pytest
 
+from gateway.config import PeerToken
 from gateway.logs import configure_logging
 from tests.fakes.openai_server import error, open_fake_model, rate_limited
 from tests.harness import make_config, running_gateway
@@ -85,7 +86,9 @@ async def test_no_log_line_carries_a_secret(tmp_path: Path) -> None:
         config = make_config(tmp_path / "b.db", fake.base_url, keys=(key,), listen="127.0.0.1:0")
         import dataclasses
 
-        config = dataclasses.replace(config, peer=dataclasses.replace(config.peer, tokens=(token,)))
+        config = dataclasses.replace(
+            config, peer=dataclasses.replace(config.peer, tokens=(PeerToken.plain(token),))
+        )
         handler = configure_logging(
             level="debug", fmt="json", secrets=config.secrets(), stream=stream
         )

@@ -12,6 +12,7 @@ import anyio
 import openai
 import pytest
 
+from gateway.config import PeerToken
 from tests.fakes.openai_server import Hold, ok, open_fake_model, unauthorized
 from tests.harness import make_config, running_gateway
 
@@ -314,7 +315,9 @@ async def test_bearer_tokens_guard_every_route_but_the_probes(tmp_path: Path) ->
     config = type(config)(
         **{
             **{f: getattr(config, f) for f in config.__dataclass_fields__},
-            "peer": type(config.peer)(listen="127.0.0.1:0", tokens=("s3cret-token",)),
+            "peer": type(config.peer)(
+                listen="127.0.0.1:0", tokens=(PeerToken.plain("s3cret-token"),)
+            ),
         }
     )
     async with running_gateway(config) as (_, url), aiohttp.ClientSession() as http:

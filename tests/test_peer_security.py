@@ -17,7 +17,7 @@ import aiohttp
 import anyio
 import pytest
 
-from gateway.config import Config, parse_config
+from gateway.config import Config, PeerToken, parse_config
 from gateway.errors import ConfigError
 from platforms.peer.limits import (
     FailureWindow,
@@ -157,6 +157,8 @@ def test_the_limits_are_configured_in_the_peer_section(tmp_path: Path) -> None:
 
 def peer_config(tmp_path: Path, **peer: Any) -> Config:
     config = make_config(tmp_path / "b.db", None)
+    if "tokens" in peer:
+        peer["tokens"] = tuple(PeerToken.plain(t) for t in peer["tokens"])
     return dataclasses.replace(config, peer=dataclasses.replace(config.peer, **peer))
 
 
@@ -194,9 +196,8 @@ async def test_failed_auth_is_limited_per_address_and_others_go_on(
             await guesser.get(f"{url}/v1/models"), "too_many_auth_failures"
         )
         assert 55 <= retry_after <= 60
-        # Locked out means refused before the token is looked at, even the right one: a right
-        # guess must not be told apart from a wrong one during the lockout.
-        await assert_429(await same_address.get(f"{url}/v1/models"), "too_many_auth_failures")
+        # A valid token is served whatever others at its address (a proxy, a NAT) failed.
+        assert (await same_address.get(f"{url}/v1/models")).status == 200
         await assert_429(
             await guesser.post(f"{url}/api/sessions/s/chat", json={"message": "x"}),
             "too_many_auth_failures",
@@ -211,7 +212,7 @@ async def test_failed_auth_is_limited_per_address_and_others_go_on(
         assert (await elsewhere.get(f"{url}/metrics")).status == 200
         assert app.peer is not None
         stats = app.peer.statistics()
-        assert stats["unauthorized"] == 5 and stats["locked_out_refusals"] == 3
+        assert stats["unauthorized"] == 5 and stats["locked_out_refusals"] == 2
     locked = [r for r in caplog.records if "too many failures" in r.getMessage()]
     assert [getattr(r, "client", None) for r in locked] == ["127.0.0.1"]
     assert all("guess-number-x" not in r.getMessage() + str(r.__dict__) for r in caplog.records)
@@ -234,7 +235,7 @@ async def test_an_address_is_let_in_again_when_the_window_has_passed(tmp_path: P
                 await assert_429(r, "too_many_auth_failures")
                 break
         assert statuses[:2] == [401, 401] and statuses[-1] == 429, statuses
-        assert (await right.get(f"{url}/v1/models")).status == 429
+        assert (await right.get(f"{url}/v1/models")).status == 200  # never locked out
         await anyio.sleep(window)  # every failure has now left the window
         assert (await right.get(f"{url}/v1/models")).status == 200
         assert (await wrong.get(f"{url}/v1/models")).status == 401  # counted afresh

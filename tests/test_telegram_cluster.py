@@ -21,8 +21,12 @@ under its own path prefix, so the fake knows which node made each call (``Call.c
   Telegram when its last call failed);
 - the poller's decision (``poller_step``) as a table, without I/O.
 
-Takeover times are measured on the test process's clock: from SIGTERM, or from the killed
-process's exit (waitpid), to the first getUpdates of another node, as the fake received it.
+Takeover times are checked against the lease arithmetic, not a stopwatch: the lease's expiry
+as PostgreSQL recorded it (``leases.lease_until``, the database's clock) against the first
+getUpdates of another node as the fake received it (converted from its monotonic clock to
+the wall clock, which the database on this machine shares). A busy machine makes the nodes
+late, which these bounds allow; only a takeover before the lease lapsed (after SIGKILL), or
+one that waited for the lease to lapse (after SIGTERM), fails them.
 """
 
 from __future__ import annotations
@@ -95,6 +99,30 @@ async def make_node(
 
 
 fetch = pg_fetch
+
+
+def wall(monotonic: float) -> float:
+    """A fake's timestamp (``time.monotonic``) on the database's clock (the wall clock)."""
+    return monotonic + time.time() - time.monotonic()
+
+
+async def poller_lease(postgres_url: str) -> tuple[str | None, float]:
+    """Who holds ``telegram:poller`` now, and until when (the database's clock)."""
+    (row,) = await fetch(
+        postgres_url, "SELECT owner, lease_until FROM leases WHERE name = 'telegram:poller'"
+    )
+    return row["owner"], row["lease_until"]
+
+
+async def lapse_of(postgres_url: str, node: str) -> float:
+    """When the leases of ``node``, dead, lapsed or will: its poller lease's recorded expiry
+    while it still holds the row, else (already taken) its last heartbeat plus the lease, the
+    earliest that expiry can have been."""
+    owner, until = await poller_lease(postgres_url)
+    if owner == node:
+        return until
+    (row,) = await fetch(postgres_url, f"SELECT last_seen FROM nodes WHERE node = '{node}'")
+    return float(row["last_seen"]) + LEASE_S
 
 
 async def delivered(url: str) -> int:
@@ -201,14 +229,15 @@ async def test_sigkill_of_the_poller_hands_polling_over_without_loss_or_duplicat
     arriving = inject(tg, 5)
     with anyio.fail_after(10):
         assert await victim.wait() == -signal.SIGKILL
-    killed_at = time.monotonic()
+    lapsed = await lapse_of(postgres_url, "n0")
+    last_poll = max(p.started for p in tg.polls if p.client == "n0")
     admitted = await fetch(postgres_url, f"SELECT 1 FROM messages WHERE content = 'c{CHATS[0]}#5'")
     assert len(admitted) == 1 and not tg.is_confirmed(arriving[0])  # stored, not acknowledged
     model.default = lambda r: Sleep(0.02, Ok(f"echo: {r.last_user}"))
     model.release()
 
-    heir, took_at = await the_poller(tg, since=killed_at, but="n0")
-    takeover_s = took_at - killed_at
+    heir, took_at = await the_poller(tg, since=last_poll, but="n0")
+    takeover_s = wall(took_at) - lapsed  # after the lease lapsed
     inject(tg, 6)
     with anyio.fail_after(30):
         await tg.wait_for_sent(7 * len(CHATS))
@@ -219,13 +248,16 @@ async def test_sigkill_of_the_poller_hands_polling_over_without_loss_or_duplicat
     await rows_are_exactly_once(postgres_url, 7 * len(CHATS))
     assert not tg.pending_updates()
     # The heir alone polls after the kill, and no two nodes ever polled at the same time.
-    assert {p.client for p in tg.polls if p.started > killed_at} == {heir}
+    assert {p.client for p in tg.polls if p.started > last_poll} == {heir}
     assert tg.overlapping_polls() == []
     assert "telegram: this node polls now" in heirs[heir].log()
-    # The lease outlived its holder by lease_s at most (renewed up to a heartbeat before the
-    # kill); the heir's next look, a heartbeat later at most, took it.
-    assert LEASE_S - HEARTBEAT_S - 0.2 < takeover_s < LEASE_S + 2 * HEARTBEAT_S + 1.0
-    print("\ntelegram poller takeover after SIGKILL:", json.dumps({"seconds": takeover_s}))
+    # Not before the dead node's lease lapsed (as the database recorded it); taken at one of
+    # the heir's next looks (every heartbeat_s; a lease of slack for a loaded machine).
+    assert 0 < takeover_s < LEASE_S
+    print(
+        "\ntelegram poller takeover after SIGKILL:",
+        json.dumps({"seconds_after_the_lease_lapsed": round(takeover_s, 3)}),
+    )
 
 
 async def test_sigterm_of_the_poller_hands_polling_over_at_the_start_of_its_drain(
@@ -242,11 +274,13 @@ async def test_sigterm_of_the_poller_hands_polling_over_at_the_start_of_its_drai
     with anyio.fail_after(10):
         await model.wait_for_requests(2 * len(CHATS))
 
+    owner, held_until = await poller_lease(postgres_url)
+    assert owner == victim
     stopped_at = time.monotonic()
     nodes[victim].signal(signal.SIGTERM)
     inject(tg, 2)  # arrives while the poller hands over: taken by one of them, once
     heir, took_at = await the_poller(tg, since=stopped_at, but=victim)
-    takeover_s = took_at - stopped_at
+    takeover_s = wall(took_at) - wall(stopped_at)
     assert nodes[victim].proc is not None and nodes[victim].proc.returncode is None  # draining
     model.default = lambda r: Sleep(0.02, Ok(f"echo: {r.last_user}"))
     model.release()
@@ -263,9 +297,9 @@ async def test_sigterm_of_the_poller_hands_polling_over_at_the_start_of_its_drai
     assert tg.overlapping_polls() == []
     assert "telegram: this node stopped polling: released" in nodes[victim].log()
     assert "telegram: this node polls now" in nodes[heir].log()
-    # Released at the drain's first look (a heartbeat at most), taken at the heir's next look:
-    # not the lease's expiry, and not the end of the drain.
-    assert takeover_s < 2 * HEARTBEAT_S + 0.4 < LEASE_S
+    # Released at the drain's first look, taken at the heir's next look: before the lease the
+    # victim held at SIGTERM could lapse (and before the end of the drain, asserted above).
+    assert wall(took_at) < held_until
     print("\ntelegram poller takeover after SIGTERM:", json.dumps({"seconds": takeover_s}))
 
 

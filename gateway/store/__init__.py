@@ -26,11 +26,14 @@ async def open_store(
             node=config.cluster.node_id or None,
             lease_s=config.cluster.lease_s,
             pool_size=config.store.pool_size,
+            command_timeout_s=config.store.command_timeout_s,
             observe=observe,
         ) as shared:
             yield shared
     else:
-        async with open_sqlite_store(config.store.path, observe=observe) as local:
+        async with open_sqlite_store(
+            config.store.path, command_timeout_s=config.store.command_timeout_s, observe=observe
+        ) as local:
             yield local
 
 

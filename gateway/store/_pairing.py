@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.messages import PairingCode
+from gateway.store._ops import ApprovePairing, RejectPairing, RequestPairing, RevokeUser
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed by hand
 # A rejected code stays until it would have expired, with this mark in front (no code
@@ -51,10 +52,13 @@ class PairingMixin:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
-    def _apply_pair_request(self, db: sqlite3.Connection, ops: list[Any]) -> None:
+    def _apply_pair_request(
+        self, db: sqlite3.Connection, ops: list[RequestPairing]
+    ) -> list[tuple[str | None, str]]:
         now = self._clock()
+        results: list[tuple[str | None, str]] = []
         for op in ops:
-            platform, user_id, label, ttl_s, max_pending = op.args
+            platform, user_id = op.platform, op.user_id
             db.execute("DELETE FROM pairing_codes WHERE expires_at <= ?", (now,))
             mine = fetchall(
                 db,
@@ -62,7 +66,7 @@ class PairingMixin:
                 (platform, user_id),
             )
             if mine:  # one code per user at a time (a rejected one included)
-                op.result = (None, "pending")
+                results.append((None, "pending"))
                 continue
             counted = list(
                 fetchall(
@@ -73,21 +77,25 @@ class PairingMixin:
                 )
             )
             count = counted[0][0]
-            if count >= max_pending:
-                op.result = (None, "full")
+            if count >= op.max_pending:
+                results.append((None, "full"))
                 continue
             code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(8))
             db.execute(
                 "INSERT INTO pairing_codes (platform, code, user_id, label, created_at, expires_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (platform, code, user_id, label, now, now + ttl_s),
+                (platform, code, user_id, op.label, now, now + op.ttl_s),
             )
-            op.result = (code, "new")
+            results.append((code, "new"))
+        return results
 
-    def _apply_pair_approve(self, db: sqlite3.Connection, ops: list[Any]) -> None:
+    def _apply_pair_approve(
+        self, db: sqlite3.Connection, ops: list[ApprovePairing]
+    ) -> list[str | None]:
         now = self._clock()
+        results: list[str | None] = []
         for op in ops:
-            platform, code = op.args
+            platform, code = op.platform, op.code
             rows = list(
                 fetchall(
                     db,
@@ -97,9 +105,9 @@ class PairingMixin:
                 )
             )
             if not rows:
-                op.result = None
+                results.append(None)
                 continue
-            user_id = rows[0][0]
+            user_id: str = rows[0][0]
             db.execute(
                 "DELETE FROM pairing_codes WHERE platform = ? AND user_id = ?", (platform, user_id)
             )
@@ -108,19 +116,26 @@ class PairingMixin:
                 " ON CONFLICT DO NOTHING",
                 (platform, user_id, now),
             )
-            op.result = user_id
+            results.append(user_id)
+        return results
 
-    def _apply_pair_revoke(self, db: sqlite3.Connection, ops: list[Any]) -> None:
+    def _apply_pair_revoke(self, db: sqlite3.Connection, ops: list[RevokeUser]) -> list[bool]:
+        results = []
         for op in ops:
             cursor = db.execute(
-                "DELETE FROM approved_users WHERE platform = ? AND user_id = ?", op.args
+                "DELETE FROM approved_users WHERE platform = ? AND user_id = ?",
+                (op.platform, op.user_id),
             )
-            op.result = cursor.rowcount > 0
+            results.append(cursor.rowcount > 0)
+        return results
 
-    def _apply_pair_reject(self, db: sqlite3.Connection, ops: list[Any]) -> None:
+    def _apply_pair_reject(
+        self, db: sqlite3.Connection, ops: list[RejectPairing]
+    ) -> list[str | None]:
         now = self._clock()
+        results: list[str | None] = []
         for op in ops:
-            platform, code = op.args
+            platform, code = op.platform, op.code
             rows = (
                 []
                 if code.startswith(REJECTED)
@@ -131,9 +146,10 @@ class PairingMixin:
                     (platform, code, now),
                 )
             )
-            op.result = rows[0][0] if rows else None
             if rows:
                 db.execute(
                     "UPDATE pairing_codes SET code = ? WHERE platform = ? AND code = ?",
                     (REJECTED + code, platform, code),
                 )
+            results.append(rows[0][0] if rows else None)
+        return results

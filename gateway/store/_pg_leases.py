@@ -29,6 +29,7 @@ from typing import Any
 import asyncpg
 
 from gateway.errors import StoreError
+from gateway.store._pg_connection import translating
 
 NOW = "extract(epoch from clock_timestamp())"
 #: A node row is alive while its heartbeat is fresh (``n`` is the nodes table).
@@ -76,6 +77,7 @@ class LeasesMixin:
     claimed: Callable[[list[tuple[str, str | None]]], None]
     _pool: asyncpg.Pool
 
+    @translating("lease statement failed")
     async def register_node(self) -> None:
         """Record this node; refuse to start beside a live node of the same name (two
         processes sharing a name would share leases, and fencing could not tell them apart)."""
@@ -97,6 +99,7 @@ class LeasesMixin:
                 self.lease_s,
             )
 
+    @translating("lease statement failed")
     async def inherit_previous(self) -> list[tuple[str, str | None]]:
         """At start: what this node's name held before (a process that died) is this
         process's now, with new fences: [(key, previous owner)], for a takeover."""
@@ -107,6 +110,7 @@ class LeasesMixin:
         self.leases = {r["key"]: r["fence"] for r in rows}
         return [(r["key"], self.node) for r in rows]
 
+    @translating("lease statement failed")
     async def renew(self) -> Renewal:
         """One heartbeat: every conversation lease at once (this node's row), then the named
         leases. When the heartbeat came too late, also which conversations were taken."""
@@ -164,6 +168,7 @@ class LeasesMixin:
         with_pending = tuple(r[0] for r in pending if r[0] in self.leases)
         return Renewal(lost, lost_named, with_pending)
 
+    @translating("lease statement failed")
     async def release(self, keys: Sequence[str], *, keep_pending: bool = True) -> list[str]:
         """Give up idle conversations; one with undelivered replies (this node's couriers are
         sending them) is kept, and so is one with pending rows unless ``keep_pending`` is
@@ -190,6 +195,7 @@ class LeasesMixin:
             self.leases.pop(key, None)
         return [k for k in held if k not in released]
 
+    @translating("lease statement failed")
     async def claim_orphans(self, limit: int) -> list[tuple[str, str | None]]:
         """Take conversations with pending rows or undelivered replies held by nobody or by
         a dead node: [(key, previous owner)]."""
@@ -214,6 +220,7 @@ class LeasesMixin:
             self.claimed(claims)
         return claims
 
+    @translating("lease statement failed")
     async def acquire(self, key: str) -> bool:
         """Hold ``key`` (a notification named it): True when this node holds its lease now.
         Never waits on a row another transaction holds: the heartbeat comes back for it."""
@@ -235,6 +242,7 @@ class LeasesMixin:
         self.leases[key] = row["fence"]
         return True
 
+    @translating("lease statement failed")
     async def notify_owner(self, key: str, payload: str) -> bool:
         """NOTIFY the node holding ``key``, if another node does: True when one was told."""
         row = await self._pool.fetchrow(
@@ -246,6 +254,7 @@ class LeasesMixin:
         )
         return row is not None
 
+    @translating("lease statement failed")
     async def try_named(self, name: str) -> bool:
         """Take the named lease if nobody holds it live (or we do): True when we hold it."""
         async with self._pool.acquire() as db, db.transaction():
@@ -265,6 +274,7 @@ class LeasesMixin:
         self.named[name] = fence
         return True
 
+    @translating("lease statement failed")
     async def release_named(self, name: str) -> None:
         fence = self.named.pop(name, None)
         if fence is not None:
@@ -276,6 +286,7 @@ class LeasesMixin:
                 fence,
             )
 
+    @translating("lease statement failed")
     async def release_all(self) -> None:
         """At a clean stop: give up every conversation lease at once. They stay marked as
         this node's, so whoever takes them next knows to send what is undelivered. Named
@@ -284,10 +295,12 @@ class LeasesMixin:
         await self._pool.execute("UPDATE nodes SET last_seen = 0 WHERE node = $1", self.node)
         self.leases.clear()
 
+    @translating("lease statement failed")
     async def live_nodes(self) -> list[str]:
         rows = await self._pool.fetch(f"SELECT node FROM nodes n WHERE {ALIVE} ORDER BY node")
         return [r["node"] for r in rows]
 
+    @translating("lease statement failed")
     async def nodes(self) -> list[dict[str, Any]]:
         """Every node seen, with whether it is alive and how many conversations it holds."""
         rows = await self._pool.fetch(

@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 
 from gateway.messages import PairingCode
+from gateway.store._ops import ApprovePairing, RejectPairing, RequestPairing, RevokeUser
 from gateway.store._pairing import CODE_ALPHABET, REJECTED
 
 
@@ -39,10 +40,13 @@ class PgPairingMixin:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
-    async def _apply_pair_request(self, db: asyncpg.Connection, ops: list[Any]) -> None:
+    async def _apply_pair_request(
+        self, db: asyncpg.Connection, ops: list[RequestPairing]
+    ) -> list[tuple[str | None, str]]:
         now = self._clock()
+        results: list[tuple[str | None, str]] = []
         for op in ops:
-            platform, user_id, label, ttl_s, max_pending = op.args
+            platform, user_id = op.platform, op.user_id
             # One platform's requests are serialized, so the count below cannot race.
             await db.execute("SELECT pg_advisory_xact_lock(hashtext('pairing:' || $1))", platform)
             await db.execute("DELETE FROM pairing_codes WHERE expires_at <= $1", now)
@@ -52,15 +56,15 @@ class PgPairingMixin:
                 user_id,
             )
             if mine is not None:  # one code per user at a time (a rejected one included)
-                op.result = (None, "pending")
+                results.append((None, "pending"))
                 continue
             count = await db.fetchval(
                 "SELECT COUNT(*) FROM pairing_codes WHERE platform = $1 AND left(code, 1) != $2",
                 platform,
                 REJECTED,
             )
-            if count >= max_pending:
-                op.result = (None, "full")
+            if count >= op.max_pending:
+                results.append((None, "full"))
                 continue
             code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(8))
             await db.execute(
@@ -69,17 +73,21 @@ class PgPairingMixin:
                 platform,
                 code,
                 user_id,
-                label,
+                op.label,
                 now,
-                now + ttl_s,
+                now + op.ttl_s,
             )
-            op.result = (code, "new")
+            results.append((code, "new"))
+        return results
 
-    async def _apply_pair_approve(self, db: asyncpg.Connection, ops: list[Any]) -> None:
+    async def _apply_pair_approve(
+        self, db: asyncpg.Connection, ops: list[ApprovePairing]
+    ) -> list[str | None]:
         now = self._clock()
+        results: list[str | None] = []
         for op in ops:
-            platform, code = op.args
-            user_id = await db.fetchval(
+            platform, code = op.platform, op.code
+            user_id: str | None = await db.fetchval(
                 "SELECT user_id FROM pairing_codes WHERE platform = $1 AND code = $2"
                 " AND expires_at > $3 AND left(code, 1) != $4",
                 platform,
@@ -88,7 +96,7 @@ class PgPairingMixin:
                 REJECTED,
             )
             if user_id is None:
-                op.result = None
+                results.append(None)
                 continue
             await db.execute(
                 "DELETE FROM pairing_codes WHERE platform = $1 AND user_id = $2", platform, user_id
@@ -100,27 +108,35 @@ class PgPairingMixin:
                 user_id,
                 now,
             )
-            op.result = user_id
+            results.append(user_id)
+        return results
 
-    async def _apply_pair_revoke(self, db: asyncpg.Connection, ops: list[Any]) -> None:
+    async def _apply_pair_revoke(self, db: asyncpg.Connection, ops: list[RevokeUser]) -> list[bool]:
+        results = []
         for op in ops:
             status = await db.execute(
-                "DELETE FROM approved_users WHERE platform = $1 AND user_id = $2", *op.args
+                "DELETE FROM approved_users WHERE platform = $1 AND user_id = $2",
+                op.platform,
+                op.user_id,
             )
-            op.result = status != "DELETE 0"
+            results.append(status != "DELETE 0")
+        return results
 
-    async def _apply_pair_reject(self, db: asyncpg.Connection, ops: list[Any]) -> None:
+    async def _apply_pair_reject(
+        self, db: asyncpg.Connection, ops: list[RejectPairing]
+    ) -> list[str | None]:
         now = self._clock()
+        results: list[str | None] = []
         for op in ops:
-            platform, code = op.args
-            op.result = None
-            if code.startswith(REJECTED):
-                continue
-            op.result = await db.fetchval(
-                "UPDATE pairing_codes SET code = $1 WHERE platform = $2 AND code = $3"
-                " AND expires_at > $4 RETURNING user_id",
-                REJECTED + code,
-                platform,
-                code,
-                now,
-            )
+            user_id: str | None = None
+            if not op.code.startswith(REJECTED):
+                user_id = await db.fetchval(
+                    "UPDATE pairing_codes SET code = $1 WHERE platform = $2 AND code = $3"
+                    " AND expires_at > $4 RETURNING user_id",
+                    REJECTED + op.code,
+                    op.platform,
+                    op.code,
+                    now,
+                )
+            results.append(user_id)
+        return results

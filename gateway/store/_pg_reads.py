@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
 import asyncpg
 
-from gateway.errors import StoreClosed, StoreError
+from gateway.errors import StoreClosed, StoreUnavailable
 from gateway.messages import ConversationInfo, OutboxChunk, StoredMessage
 from gateway.store import _queries as q
+from gateway.store._errors import mapped
+from gateway.store._pg_connection import PG_ERRORS
 
 MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
@@ -35,11 +36,12 @@ class PgReadsMixin:
 
     async def _fetch(self, sql: str, *params: Any) -> list[asyncpg.Record]:
         try:
-            return list(await self._pool.fetch(sql, *params))
-        except (asyncpg.InterfaceError, anyio.ClosedResourceError) as exc:
-            raise StoreClosed("the store is closed") from exc
-        except (asyncpg.PostgresError, OSError) as exc:
-            raise StoreError(f"store read failed: {exc}") from exc
+            with mapped(PG_ERRORS, "store read failed"):
+                return list(await self._pool.fetch(sql, *params))
+        except StoreUnavailable as exc:
+            if self._pool.is_closing():
+                raise StoreClosed("the store is closed") from exc
+            raise
 
     async def pending(self, conversation: str) -> list[StoredMessage]:
         rows = await self._fetch(

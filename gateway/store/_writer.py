@@ -1,39 +1,52 @@
 """Group commit, shared by the store backends.
 
-Every write is an operation sent to one writer task. The writer takes all operations that are
-waiting and hands them to the backend's ``apply`` as one batch, which the backend commits as
-one transaction: under load, many conversations' admissions and answers share one commit
-instead of queueing behind one commit each. Each operation still settles as a unit: ``apply``
-may refuse one operation (it sets ``op.error``) and commit the others, and a batch that fails
-is retried one operation per transaction, so one bad row never sinks the others.
+Every write (a typed command, ``_ops``) is sent to one writer task. The writer takes all
+writes that are waiting and hands them to the backend's ``apply`` as one batch, which the
+backend commits as one transaction: under load, many conversations' admissions and answers
+share one commit instead of queueing behind one commit each. Each write still settles as a
+unit: ``apply`` returns one result per write, and may refuse one write (its result is a
+``StoreError``) and commit the others; a batch that fails is retried one write per
+transaction, so one bad row never sinks the others.
 Operations settle in the order they reached the writer, which is the order their ids were
 assigned, so the tasks that wait on them resume in admission order.
+
+A commit runs shielded from cancellation (a caller that gives up must not roll back the
+others' writes) but within ``deadline_s``: one the database does not finish in time fails
+with ``StoreUnavailable`` (its outcome unknown, as after a crash). At close, what is queued
+gets the same deadline to settle; what is left after it fails, and is logged.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from gateway.errors import StoreClosed, StoreError
+from gateway.errors import StoreClosed, StoreError, StoreUnavailable
+from gateway.store._ops import StoreWrite, Write
+
+log = logging.getLogger(__name__)
 
 MAX_BATCH = 512
+R = TypeVar("R")
+
+#: What a backend's ``apply`` does with a batch: one result per write, in order.
+Apply = Callable[[list[StoreWrite]], Awaitable[Sequence[object]]]
 
 
 @dataclass(eq=False, slots=True)
-class Op:
+class Pending:
     """One write waiting for the writer; ``done`` is set once it committed or failed."""
 
-    kind: str
-    args: tuple[Any, ...]
+    write: StoreWrite
     done: anyio.Event = field(default_factory=anyio.Event)
-    result: Any = None
+    result: object = None
     error: BaseException | None = None
 
 
@@ -42,21 +55,27 @@ class GroupWriter:
 
     def __init__(
         self,
-        apply: Callable[[list[Op]], Awaitable[None]],
+        apply: Apply,
         *,
         mailbox: int,
         observe: Callable[[str, dict[str, Any]], None],
+        deadline_s: float = 10.0,
     ) -> None:
         self._apply = apply
         self._observe = observe
-        self._send, self._receive = anyio.create_memory_object_stream[Op](mailbox)
+        self._deadline_s = deadline_s
+        self._committing: anyio.CancelScope | None = None  # the commit under way, shielded
+        self._stopped = anyio.Event()
+        self._send, self._receive = anyio.create_memory_object_stream[Pending](mailbox)
         self._stats = {"commits": 0, "operations": 0, "batch_max": 0, "retried_batches": 0}
 
     def statistics(self) -> dict[str, int]:
         return dict(self._stats)
 
-    async def submit(self, kind: str, *args: Any) -> Any:
-        op = Op(kind, args)
+    async def submit(self, write: Write[R]) -> R:
+        """Queue ``write`` and wait until it committed: its result, or its error raised."""
+        assert isinstance(write, StoreWrite), f"not a store write: {write!r}"
+        op = Pending(write)
         try:
             await self._send.send(op)
         except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
@@ -64,60 +83,93 @@ class GroupWriter:
         await op.done.wait()
         if op.error is not None:
             raise op.error
-        return op.result
+        # The backend returned what ``write``'s class promises (``_ops``: Write[R]).
+        return cast(R, op.result)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
-        """The writer task for the body's duration; at its end, what is queued settles first."""
+        """The writer task for the body's duration; at its end, what is queued settles first,
+        within the deadline: a database that stopped answering cannot hold the close up."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self.run)
             try:
                 yield
             finally:
                 self.close()
+                with anyio.CancelScope(shield=True), anyio.move_on_after(self._deadline_s):
+                    await self._stopped.wait()
+                if not self._stopped.is_set():
+                    if self._committing is not None:
+                        self._committing.cancel()
+                    tg.cancel_scope.cancel()
 
     def close(self) -> None:
         """No more operations: the writer settles what is queued, then ``run`` returns."""
         self._send.close()
 
     async def run(self) -> None:
-        receive: MemoryObjectReceiveStream[Op] = self._receive
+        receive: MemoryObjectReceiveStream[Pending] = self._receive
         async with receive:
-            async for first in receive:
-                batch = [first]
-                while len(batch) < MAX_BATCH:
+            try:
+                async for first in receive:
+                    batch = [first]
+                    while len(batch) < MAX_BATCH:
+                        try:
+                            batch.append(receive.receive_nowait())
+                        except (anyio.WouldBlock, anyio.EndOfStream):
+                            break
+                    with anyio.CancelScope(shield=True) as self._committing:
+                        await self._commit(batch)
+                    self._committing = None
+                    if any(not op.done.is_set() for op in batch):
+                        # Cut short by the close deadline: outcome unknown.
+                        error = StoreUnavailable("the store closed before this write settled")
+                        _fail(batch, error)
+            finally:
+                left = []
+                while True:
                     try:
-                        batch.append(receive.receive_nowait())
+                        left.append(receive.receive_nowait())
                     except (anyio.WouldBlock, anyio.EndOfStream):
                         break
-                with anyio.CancelScope(shield=True):
-                    await self._commit(batch)
+                if left:
+                    log.warning(
+                        "store: closed with writes not committed (their callers were told)",
+                        extra={"writes": len(left), "deadline_s": self._deadline_s},
+                    )
+                    _fail(left, StoreClosed("the store closed before this write was committed"))
+                self._stopped.set()
 
-    async def _commit(self, batch: list[Op]) -> None:
+    async def _commit(self, batch: list[Pending]) -> None:
         started = time.perf_counter()
         for op in batch:  # a retried operation starts clean
             op.result, op.error = None, None
         try:
-            await self._apply(batch)
-        except StoreError as exc:
-            # The backend lost its connection: whether the batch committed is unknown, so it
-            # is not re-applied piecemeal. Each operation fails; callers retry as after a crash.
-            for op in batch:
-                # An exception of its own for each waiter: one instance raised in many tasks
-                # would gather every task's traceback.
-                error = type(exc)(str(exc))
-                error.__cause__ = exc.__cause__
-                op.result, op.error = None, error
-                op.done.set()
+            with anyio.fail_after(self._deadline_s):
+                results = await self._apply([op.write for op in batch])
+        except TimeoutError:  # the backends raise theirs as StoreErrors: this is the deadline
+            _fail(
+                batch,
+                StoreUnavailable(
+                    f"the database did not commit within {self._deadline_s} s (outcome unknown)"
+                ),
+            )
+            return
+        except (StoreUnavailable, StoreClosed) as exc:
+            # The backend lost its database: whether the batch committed is unknown, so it is
+            # not re-applied piecemeal. Each write fails; callers retry as after a crash.
+            _fail(batch, exc)
             return
         except Exception as exc:
+            # The database refused a statement (a StoreError), or a bug of ours.
             if len(batch) == 1:
                 op = batch[0]
-                op.result, op.error = None, StoreError(f"store write {op.kind!r} failed: {exc}")
+                name = type(op.write).__name__
+                op.result, op.error = None, StoreError(f"store write {name} failed: {exc}")
                 op.error.__cause__ = exc
                 op.done.set()
                 return
-            # Settle each operation on its own so one bad row cannot sink the rest.
+            # Settle each write on its own so one bad row cannot sink the rest.
             self._stats["retried_batches"] += 1
             for op in batch:
                 await self._commit([op])
@@ -129,5 +181,22 @@ class GroupWriter:
             "store_commit",
             {"seconds": time.perf_counter() - started, "operations": len(batch)},
         )
-        for op in batch:
+        for op, result in zip(batch, results, strict=True):
+            if isinstance(result, StoreError):
+                op.error = result  # refused alone (``LeaseLost``): the others committed
+            else:
+                op.result = result
             op.done.set()
+
+
+def _fail(batch: list[Pending], exc: StoreError) -> None:
+    """Fail every write of ``batch`` not settled yet with (a copy of) ``exc``."""
+    for op in batch:
+        if op.done.is_set():
+            continue
+        # An exception of its own for each waiter: one instance raised in many tasks would
+        # gather every task's traceback.
+        error = type(exc)(str(exc))
+        error.__cause__ = exc.__cause__
+        op.result, op.error = None, error
+        op.done.set()

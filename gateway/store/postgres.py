@@ -27,12 +27,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from itertools import groupby
-from typing import Any
+from typing import Any, assert_never
 
 import anyio
 import asyncpg
 
-from gateway.errors import LeaseLost, StoreClosed, StoreError
+from gateway.errors import LeaseLost, StoreClosed, StoreUnavailable
 from gateway.messages import (
     Admission,
     ChunkState,
@@ -43,12 +43,36 @@ from gateway.messages import (
     TurnOutcome,
     TurnResult,
 )
-from gateway.store._pg_connection import connection_lost, redact, session_settings
+from gateway.store._errors import kind_of, mapped
+from gateway.store._ops import (
+    AdmitRow,
+    AnswerTurn,
+    ApprovePairing,
+    CancelTurn,
+    ExpireChunks,
+    ExpireInFlight,
+    FailChunk,
+    MarkDelivered,
+    MarkSending,
+    RejectPairing,
+    RequestPairing,
+    ResetConversation,
+    RevokeUser,
+    StoreWrite,
+    only,
+)
+from gateway.store._pg_connection import (
+    PG_ERRORS,
+    close_or_cut,
+    connect_options,
+    connection_lost,
+    redact,
+)
 from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_reads import MSG_COLUMNS, PgReadsMixin, to_message
 from gateway.store._pg_schema import migrate
-from gateway.store._writer import GroupWriter, Op
+from gateway.store._writer import GroupWriter
 from gateway.store._writes import QueuedWrites
 
 log = logging.getLogger(__name__)
@@ -76,6 +100,7 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
         *,
         node: str,
         lease_s: float,
+        command_timeout_s: float = 10.0,
         mailbox: int = 4096,
         clock: Callable[[], float] = time.time,
         observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
@@ -83,11 +108,14 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
         self.url = url
         self.node = node
         self.lease_s = lease_s
+        self.command_timeout_s = command_timeout_s
         self._pool = pool
         self._writer = writer
         self._clock = clock
         self._observe = observe
-        self._group = GroupWriter(self._commit, mailbox=mailbox, observe=observe)
+        self._group = GroupWriter(
+            self._commit, mailbox=mailbox, observe=observe, deadline_s=command_timeout_s
+        )
         self._after_commit: list[Callable[[], None]] = []
         self._closing = False
         self.leases: dict[str, int] = {}  # conversations this node holds: key -> fence
@@ -105,40 +133,86 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
     async def expire_in_flight(self, conversations: Sequence[str] | None = None) -> int:
         """Chunks being sent when their node died are not sent again (``unrecorded_sends =
         drop``). Several nodes: only those of ``conversations`` (taken over from a dead node)."""
-        count: int = await self._submit("expire_in_flight", conversations)
-        return count
+        return await self._group.submit(
+            ExpireInFlight(None if conversations is None else tuple(conversations))
+        )
 
-    async def _commit(self, batch: list[Op]) -> None:
+    async def _commit(self, batch: list[StoreWrite]) -> Sequence[object]:
         self._after_commit.clear()
         if self._writer.is_closed():
             await self._reconnect_writer()
+        results: list[object] = []
         try:
             async with self._writer.transaction():
-                for kind, run in groupby(batch, key=lambda op: op.kind):
-                    await _APPLY[kind](self, self._writer, list(run))
+                for _, run in groupby(batch, key=type):
+                    results.extend(await self._apply(self._writer, list(run)))
         except Exception as exc:
             if not connection_lost(exc) and not self._writer.is_closed():
-                raise  # the server refused a statement: the writer retries op by op
+                # The server refused a statement: the writer retries write by write.
+                kind = kind_of(exc, PG_ERRORS)
+                if kind is None:
+                    raise  # a bug of ours: likewise
+                raise kind(f"the database refused a write: {exc}") from exc
             if self._closing:
                 raise StoreClosed("the store is closed") from exc
             self._writer.terminate()  # reconnected before the next batch
-            raise StoreError(f"the database connection was lost: {exc}") from exc
+            raise StoreUnavailable(f"the database connection was lost: {exc}") from exc
+        except BaseException:
+            # Cancelled (the writer's deadline, a close): the transaction's outcome is unknown
+            # and the connection may be mid-statement. Cut it; the next batch reconnects.
+            self._writer.terminate()
+            raise
         for action in self._after_commit:
             action()
+        return results
+
+    async def _apply(self, db: asyncpg.Connection, run: list[StoreWrite]) -> Sequence[object]:
+        """One run of writes of the same class: one result per write."""
+        match run[0]:
+            case AdmitRow():
+                return await self._apply_admit(db, only(AdmitRow, run))
+            case AnswerTurn():
+                return await self._apply_answer(db, only(AnswerTurn, run))
+            case CancelTurn():
+                return await self._apply_cancel(db, only(CancelTurn, run))
+            case ResetConversation():
+                return await self._apply_reset(db, only(ResetConversation, run))
+            case MarkDelivered():
+                return await self._apply_delivered(db, only(MarkDelivered, run))
+            case MarkSending():
+                ids = [op.chunk_id for op in only(MarkSending, run)]
+                await self._chunks_to(db, ChunkState.SENDING, ids)
+            case ExpireChunks():
+                ids = [i for op in only(ExpireChunks, run) for i in op.chunk_ids]
+                await self._chunks_to(db, ChunkState.EXPIRED, ids)
+            case FailChunk():
+                ids = [op.chunk_id for op in only(FailChunk, run)]
+                await self._chunks_to(db, ChunkState.FAILED, ids)
+            case ExpireInFlight():
+                return await self._apply_expire_in_flight(db, only(ExpireInFlight, run))
+            case RequestPairing():
+                return await self._apply_pair_request(db, only(RequestPairing, run))
+            case ApprovePairing():
+                return await self._apply_pair_approve(db, only(ApprovePairing, run))
+            case RejectPairing():
+                return await self._apply_pair_reject(db, only(RejectPairing, run))
+            case RevokeUser():
+                return await self._apply_pair_revoke(db, only(RevokeUser, run))
+            case unknown:
+                assert_never(unknown)
+        return [None] * len(run)
+
+    def _options(self) -> dict[str, Any]:
+        return connect_options(self.lease_s, self.command_timeout_s)
 
     async def _reconnect_writer(self) -> None:
-        try:
-            with anyio.fail_after(self.lease_s):
-                self._writer = await asyncpg.connect(
-                    self.url, server_settings=session_settings(self.lease_s)
-                )
-        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-            raise StoreError(f"cannot reach the database: {exc}") from exc
+        with mapped(PG_ERRORS, "cannot reach the database"), anyio.fail_after(self.lease_s):
+            self._writer = await asyncpg.connect(self.url, **self._options())
         log.warning("store: reconnected to the database")
 
-    async def _apply_admit(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+    async def _apply_admit(self, db: asyncpg.Connection, ops: list[AdmitRow]) -> list[Admission]:
         now = self._clock()
-        inbound: list[Inbound] = [op.args[0] for op in ops]
+        inbound: list[Inbound] = [op.inbound for op in ops]
         platforms = {m.conversation: m.platform for m in inbound}
         keys = sorted(platforms)
         # New conversations first, then every row of the batch locked in key order: batches
@@ -259,21 +333,25 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                 [o for o, _ in remote],
                 [k for _, k in remote],
             )
-        for op, m, row_id in zip(ops, inbound, ids, strict=True):
+        admissions = []
+        for m, row_id in zip(inbound, ids, strict=True):
             msg = stored[(m.platform, m.platform_message_id)]
             local = placements.get(msg.conversation) is not Placement.REMOTE
-            op.result = Admission(row=msg, duplicate=msg.id != row_id, local=local)
+            admissions.append(Admission(row=msg, duplicate=msg.id != row_id, local=local))
         if fences:
             self._after_commit.append(lambda: self._took(fences))
+        return admissions
 
     def _took(self, fences: dict[str, tuple[int, str | None]]) -> None:
         for key, (fence, _) in fences.items():
             self.leases[key] = fence
         self.claimed([(key, previous) for key, (_, previous) in fences.items()])
 
-    async def _apply_answer(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+    async def _apply_answer(
+        self, db: asyncpg.Connection, ops: list[AnswerTurn]
+    ) -> list[TurnOutcome | LeaseLost]:
         now = self._clock()
-        users: list[StoredMessage] = [op.args[0] for op in ops]
+        users: list[StoredMessage] = [op.user_row for op in ops]
         keys = sorted({u.conversation for u in users})
         owners = {
             r["key"]: (r["owner"], r["fence"])
@@ -299,12 +377,15 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                 keys,
             )
         }
-        accepted: list[Op] = []
+        # Each write's result, by position: LeaseLost now, or its outcome once stored.
+        results: list[TurnOutcome | LeaseLost | None] = []
+        accepted: list[tuple[int, AnswerTurn]] = []
         for op, user in zip(ops, users, strict=True):
             owner, fence = owners.get(user.conversation, (None, -1))
             row = rows.get(user.id)
+            results.append(None)
             if owner != self.node or fence != self.leases.get(user.conversation):
-                op.error = LeaseLost(
+                results[-1] = LeaseLost(
                     f"{user.conversation} is held by {owner or 'nobody'} now (fence {fence})",
                     conversation=user.conversation,
                 )
@@ -313,23 +394,34 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                 or row["state"] != "pending"
                 or oldest.get(user.conversation) != row["seq"]
             ):
-                op.error = LeaseLost(
+                results[-1] = LeaseLost(
                     f"row {user.id} of {user.conversation} is not the oldest pending row",
                     conversation=user.conversation,
                 )
             else:
-                accepted.append(op)
-        if not accepted:
-            return
+                accepted.append((len(results) - 1, op))
+        if accepted:
+            await self._store_answers(db, accepted, rows, results, now)
+        return [r for r in results if r is not None]
+
+    async def _store_answers(
+        self,
+        db: asyncpg.Connection,
+        accepted: list[tuple[int, AnswerTurn]],
+        rows: dict[int, asyncpg.Record],
+        results: list[TurnOutcome | LeaseLost | None],
+        now: float,
+    ) -> None:
+        """The answers that passed the fence: their rows, chunks and notifications."""
         message_ids = await self._ids(db, "messages_id_seq", len(accepted))
-        chunk_count = sum(len(op.args[2]) for op in accepted)
+        chunk_count = sum(len(op.chunks) for _, op in accepted)
         chunk_ids = iter(await self._ids(db, "outbox_id_seq", chunk_count))
         assistant: list[tuple[Any, ...]] = []
         chunk_rows: list[OutboxChunk] = []
         notify: list[tuple[str, int]] = []
-        for op, message_id in zip(accepted, message_ids, strict=True):
-            user_row: StoredMessage = op.args[0]
-            result: TurnResult = op.args[1]
+        for (position, op), message_id in zip(accepted, message_ids, strict=True):
+            user_row: StoredMessage = op.user_row
+            result: TurnResult = op.result
             failure = result.failure.reason if result.failure else None
             state = MessageState.FAILED if result.failure else MessageState.ANSWERED
             assistant.append(
@@ -350,13 +442,13 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                     created_at=now,
                     reply_target=user_row.reply_target,
                 )
-                for seq, text in enumerate(op.args[2])
+                for seq, text in enumerate(op.chunks)
             )
             chunk_rows.extend(chunks)
             receiver = rows[user_row.id]["received_by"]
             if receiver and receiver != self.node:
                 notify.append((receiver, user_row.id))
-            op.result = TurnOutcome(
+            results[position] = TurnOutcome(
                 conversation=user_row.conversation,
                 user_row_id=user_row.id,
                 reply=result.reply,
@@ -393,7 +485,7 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
         await db.execute(
             "UPDATE conversations SET updated_at = $1 WHERE key = ANY($2::text[])",
             now,
-            sorted({op.args[0].conversation for op in accepted}),
+            sorted({op.user_row.conversation for _, op in accepted}),
         )
         await self._notify_replies(db, notify)
 
@@ -415,11 +507,11 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                 [i for _, i in notify],
             )
 
-    async def _apply_cancel(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+    async def _apply_cancel(self, db: asyncpg.Connection, ops: list[CancelTurn]) -> list[None]:
         rows = await db.fetch(
             "UPDATE messages SET state = 'cancelled' WHERE id = ANY($1::bigint[])"
             " AND state = 'pending' RETURNING id, received_by",
-            [op.args[0] for op in ops],
+            [op.user_row_id for op in ops],
         )
         await self._notify_replies(
             db,
@@ -429,25 +521,32 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                 if r["received_by"] not in (None, self.node)
             ],
         )
+        return [None] * len(ops)
 
-    async def _apply_reset(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+    async def _apply_reset(
+        self, db: asyncpg.Connection, ops: list[ResetConversation]
+    ) -> list[None]:
         for op in ops:
             await db.execute(
                 "UPDATE conversations SET reset_after ="
                 " (SELECT COALESCE(MAX(id), 0) FROM messages WHERE conversation = $1)"
                 " WHERE key = $1",
-                op.args[0],
+                op.conversation,
             )
+        return [None] * len(ops)
 
-    async def _apply_delivered(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+    async def _apply_delivered(
+        self, db: asyncpg.Connection, ops: list[MarkDelivered]
+    ) -> list[None]:
         await db.execute(
             "UPDATE outbox o SET state = $1, platform_message_id = x.p, delivered_at = $2"
             " FROM unnest($3::bigint[], $4::text[]) AS x(i, p) WHERE o.id = x.i",
             str(ChunkState.DELIVERED),
             self._clock(),
-            [op.args[0] for op in ops],
-            [op.args[1] for op in ops],
+            [op.chunk_id for op in ops],
+            [op.platform_message_id for op in ops],
         )
+        return [None] * len(ops)
 
     @staticmethod
     async def _chunks_to(db: asyncpg.Connection, state: ChunkState, ids: list[int]) -> None:
@@ -458,60 +557,37 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
             ids,
         )
 
-    async def _apply_expire(self, db: asyncpg.Connection, ops: list[Op]) -> None:
-        await self._chunks_to(db, ChunkState.EXPIRED, [i for op in ops for i in op.args[0]])
-
-    async def _apply_chunk_failed(self, db: asyncpg.Connection, ops: list[Op]) -> None:
-        await self._chunks_to(db, ChunkState.FAILED, [op.args[0] for op in ops])
-
-    async def _apply_sending(self, db: asyncpg.Connection, ops: list[Op]) -> None:
-        await self._chunks_to(db, ChunkState.SENDING, [op.args[0] for op in ops])
-
-    async def _apply_expire_in_flight(self, db: asyncpg.Connection, ops: list[Op]) -> None:
+    async def _apply_expire_in_flight(
+        self, db: asyncpg.Connection, ops: list[ExpireInFlight]
+    ) -> list[int]:
+        counts = []
         for op in ops:
-            (conversations,) = op.args
             status = await db.execute(
                 "UPDATE outbox SET state = $1 WHERE state = $2"
                 " AND ($3::text[] IS NULL OR conversation = ANY($3::text[]))",
                 str(ChunkState.EXPIRED),
                 str(ChunkState.SENDING),
-                None if conversations is None else list(conversations),
+                None if op.conversations is None else list(op.conversations),
             )
-            op.result = int(status.split()[-1])
+            counts.append(int(status.split()[-1]))
+        return counts
 
     @asynccontextmanager
     async def listening(self, callback: Callable[[str], None]) -> AsyncIterator[asyncpg.Connection]:
         """Deliver this node's notifications (``pending:<key>``, ``reply:<row id>``) to
         ``callback`` on a connection of their own; yields it, to check it is still open."""
-        with anyio.fail_after(self.lease_s):
-            db = await asyncpg.connect(self.url)
+        with mapped(PG_ERRORS, "cannot listen"), anyio.fail_after(self.lease_s):
+            db = await asyncpg.connect(self.url, **self._options())
 
         def notified(connection: Any, pid: int, name: str, payload: object) -> None:
             callback(str(payload))
 
         try:
-            await db.add_listener(channel(self.node), notified)
+            with mapped(PG_ERRORS, "cannot listen"):
+                await db.add_listener(channel(self.node), notified)
             yield db
         finally:
-            with anyio.CancelScope(shield=True):
-                await db.close()
-
-
-_APPLY: dict[str, Callable[[PostgresStore, asyncpg.Connection, list[Op]], Any]] = {
-    "admit": PostgresStore._apply_admit,
-    "answer": PostgresStore._apply_answer,
-    "cancel": PostgresStore._apply_cancel,
-    "reset": PostgresStore._apply_reset,
-    "delivered": PostgresStore._apply_delivered,
-    "expire": PostgresStore._apply_expire,
-    "chunk_failed": PostgresStore._apply_chunk_failed,
-    "sending": PostgresStore._apply_sending,
-    "expire_in_flight": PostgresStore._apply_expire_in_flight,
-    "pair_request": PostgresStore._apply_pair_request,
-    "pair_approve": PostgresStore._apply_pair_approve,
-    "pair_revoke": PostgresStore._apply_pair_revoke,
-    "pair_reject": PostgresStore._apply_pair_reject,
-}
+            await close_or_cut(db)
 
 
 @asynccontextmanager
@@ -521,22 +597,23 @@ async def open_postgres_store(
     node: str | None = None,
     lease_s: float = 5.0,
     pool_size: int = 10,
+    command_timeout_s: float = 10.0,
     mailbox: int = 4096,
     observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
 ) -> AsyncIterator[PostgresStore]:
-    """Connect (migrating the schema as needed) to the database at ``url``; close on exit."""
-    try:
-        with anyio.fail_after(30):
-            writer = await asyncpg.connect(url, server_settings=session_settings(lease_s))
-    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
-        raise StoreError(f"cannot open the store at {redact(url)}: {exc}") from exc
+    """Connect (migrating the schema as needed) to the database at ``url``; close on exit.
+    ``command_timeout_s``: how long connecting, each statement and each group commit may
+    take; it also bounds how long the close waits for queued writes."""
+    options = connect_options(lease_s, command_timeout_s)
+    opening = f"cannot open the store at {redact(url)}"
+    with mapped(PG_ERRORS, opening), anyio.fail_after(30):
+        writer = await asyncpg.connect(url, **options)
     pool: asyncpg.Pool | None = None
     store: PostgresStore | None = None
     try:
-        await migrate(writer)
-        pool = await asyncpg.create_pool(
-            url, min_size=1, max_size=pool_size, server_settings=session_settings(lease_s)
-        )
+        with mapped(PG_ERRORS, opening):
+            await migrate(writer)
+            pool = await asyncpg.create_pool(url, min_size=1, max_size=pool_size, **options)
         assert pool is not None
         store = PostgresStore(
             url,
@@ -544,16 +621,16 @@ async def open_postgres_store(
             writer,
             node=node or default_node_id(),
             lease_s=lease_s,
+            command_timeout_s=command_timeout_s,
             mailbox=mailbox,
             observe=observe,
         )
         async with store._group.running():
             yield store
     finally:
-        with anyio.CancelScope(shield=True):
-            if store is not None:
-                store._closing = True
-                writer = store._writer  # reconnected, perhaps
-            if pool is not None:
-                await pool.close()
-            await writer.close()
+        if store is not None:
+            store._closing = True
+            writer = store._writer  # reconnected, perhaps
+        if pool is not None:
+            await close_or_cut(pool)
+        await close_or_cut(writer)

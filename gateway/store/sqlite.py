@@ -1,7 +1,7 @@
 """The embedded store: SQLite through aiosqlite, WAL, with group commit (``_writer``).
 
-The writer applies a batch's runs of the same kind with one ``executemany`` per statement,
-all in one transaction, in one hop to aiosqlite's connection thread.
+The writer applies a batch's runs of the same write (``_ops``) with one ``executemany`` per
+statement, all in one transaction, in one hop to aiosqlite's connection thread.
 
 Reads use a second connection, which WAL lets run beside the writer and which only ever sees
 committed rows. ``synchronous=NORMAL`` keeps every commit through a process crash (SIGKILL);
@@ -13,13 +13,14 @@ admission order (SPEC section 5: arrival order means admission order).
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from itertools import groupby
-from typing import Any, cast
+from typing import Any, assert_never, cast
 
 import aiosqlite
 import anyio
@@ -37,11 +38,31 @@ from gateway.messages import (
     TurnResult,
 )
 from gateway.store import _queries as q
+from gateway.store._errors import SQLITE_ERRORS, mapped
+from gateway.store._ops import (
+    AdmitRow,
+    AnswerTurn,
+    ApprovePairing,
+    CancelTurn,
+    ExpireChunks,
+    ExpireInFlight,
+    FailChunk,
+    MarkDelivered,
+    MarkSending,
+    RejectPairing,
+    RequestPairing,
+    ResetConversation,
+    RevokeUser,
+    StoreWrite,
+    only,
+)
 from gateway.store._pairing import PairingMixin
 from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._schema import MIGRATIONS
-from gateway.store._writer import GroupWriter, Op
+from gateway.store._writer import GroupWriter
 from gateway.store._writes import QueuedWrites
+
+log = logging.getLogger(__name__)
 
 _MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
@@ -90,6 +111,7 @@ class SqliteStore(QueuedWrites, PairingMixin):
         reader: aiosqlite.Connection,
         *,
         mailbox: int = 4096,
+        command_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.time,
         observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
     ) -> None:
@@ -99,7 +121,9 @@ class SqliteStore(QueuedWrites, PairingMixin):
         self._clock = clock
         self._next_message_id = 0
         self._next_chunk_id = 0
-        self._group = GroupWriter(self._commit, mailbox=mailbox, observe=observe)
+        self._group = GroupWriter(
+            self._commit, mailbox=mailbox, observe=observe, deadline_s=command_timeout_s
+        )
 
     def __repr__(self) -> str:
         return f"<SqliteStore {self.path!r} commits={self._group.statistics()['commits']}>"
@@ -110,16 +134,18 @@ class SqliteStore(QueuedWrites, PairingMixin):
     # -- writes (``_writes.QueuedWrites``), and the one that differs ------------------------
 
     async def expire_in_flight(self) -> int:
-        count: int = await self._submit("expire_in_flight")
-        return count
+        return await self._group.submit(ExpireInFlight())
 
     # -- reads ---------------------------------------------------------------------------
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
         try:
-            return list(await self._reader.execute_fetchall(sql, params))
+            with mapped(SQLITE_ERRORS, "store read failed"):
+                return list(await self._reader.execute_fetchall(sql, params))
         except ValueError as exc:  # aiosqlite: "no active connection"
             raise StoreClosed("the store is closed") from exc
+        except sqlite3.Error as exc:  # locked, I/O error, ...: the store failed, not the caller
+            raise StoreError(f"store read failed: {exc}") from exc
 
     async def pending(self, conversation: str) -> list[StoredMessage]:
         rows = await self._fetch(
@@ -201,28 +227,63 @@ class SqliteStore(QueuedWrites, PairingMixin):
         (row,) = rows
         self._next_message_id, self._next_chunk_id = row[0], row[1]
 
-    async def _commit(self, batch: list[Op]) -> None:
+    async def _commit(self, batch: list[StoreWrite]) -> Sequence[object]:
         # The whole group commit is one call on aiosqlite's connection thread: one hop there
         # and back instead of one per statement (that was ~1 ms per commit).
-        on_thread = cast(Callable[..., Awaitable[None]], self._writer._execute)
-        await on_thread(self._commit_on_thread, batch)
+        on_thread = cast(Callable[..., Awaitable[list[object]]], self._writer._execute)
+        with mapped(SQLITE_ERRORS, "store write failed"):
+            return await on_thread(self._commit_on_thread, batch)
 
-    def _commit_on_thread(self, batch: list[Op]) -> None:
+    def _commit_on_thread(self, batch: list[StoreWrite]) -> list[object]:
         """Apply ``batch`` in one transaction; runs on the writer connection's own thread."""
         db: sqlite3.Connection = self._writer._conn
+        results: list[object] = []
         db.execute("BEGIN IMMEDIATE")
         try:
-            for kind, run in groupby(batch, key=lambda op: op.kind):
-                _APPLY[kind](self, db, list(run))
+            for _, run in groupby(batch, key=type):
+                results.extend(self._apply(db, list(run)))
             db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+        return results
 
-    def _apply_admit(self, db: sqlite3.Connection, ops: list[Op]) -> None:
+    def _apply(self, db: sqlite3.Connection, run: list[StoreWrite]) -> Sequence[object]:
+        """One run of writes of the same class: one result per write."""
+        match run[0]:
+            case AdmitRow():
+                return self._apply_admit(db, only(AdmitRow, run))
+            case AnswerTurn():
+                return self._apply_answer(db, only(AnswerTurn, run))
+            case CancelTurn():
+                return self._apply_cancel(db, only(CancelTurn, run))
+            case ResetConversation():
+                return self._apply_reset(db, only(ResetConversation, run))
+            case MarkDelivered():
+                return self._apply_delivered(db, only(MarkDelivered, run))
+            case MarkSending():
+                return self._apply_sending(db, only(MarkSending, run))
+            case ExpireChunks():
+                return self._apply_expire(db, only(ExpireChunks, run))
+            case FailChunk():
+                return self._apply_chunk_failed(db, only(FailChunk, run))
+            case ExpireInFlight():
+                return self._apply_expire_in_flight(db, only(ExpireInFlight, run))
+            case RequestPairing():
+                return self._apply_pair_request(db, only(RequestPairing, run))
+            case ApprovePairing():
+                return self._apply_pair_approve(db, only(ApprovePairing, run))
+            case RejectPairing():
+                return self._apply_pair_reject(db, only(RejectPairing, run))
+            case RevokeUser():
+                return self._apply_pair_revoke(db, only(RevokeUser, run))
+            case unknown:
+                assert_never(unknown)
+
+    def _apply_admit(self, db: sqlite3.Connection, ops: list[AdmitRow]) -> list[Admission]:
         now = self._clock()
-        inbound: list[Inbound] = [op.args[0] for op in ops]
+        inbound: list[Inbound] = [op.inbound for op in ops]
         db.executemany(
             "INSERT INTO conversations (key, platform, created_at, updated_at) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (key) DO UPDATE SET updated_at = excluded.updated_at",
@@ -262,17 +323,20 @@ class SqliteStore(QueuedWrites, PairingMixin):
             for r in found:
                 msg = _row_to_message(r)
                 stored[(msg.platform, msg.platform_message_id or "")] = msg
-        for op, m, row_id in zip(ops, inbound, proposed, strict=True):
+        admissions = []
+        for m, row_id in zip(inbound, proposed, strict=True):
             msg = stored[(m.platform, m.platform_message_id)]
-            op.result = Admission(row=msg, duplicate=msg.id != row_id)
+            admissions.append(Admission(row=msg, duplicate=msg.id != row_id))
+        return admissions
 
-    def _apply_answer(self, db: sqlite3.Connection, ops: list[Op]) -> None:
+    def _apply_answer(self, db: sqlite3.Connection, ops: list[AnswerTurn]) -> list[TurnOutcome]:
         now = self._clock()
-        assistant_rows, user_updates, chunk_rows, outcomes = [], [], [], []
+        assistant_rows, user_updates, chunk_rows = [], [], []
+        outcomes: list[TurnOutcome] = []
         for op in ops:
-            user_row: StoredMessage = op.args[0]
-            result: TurnResult = op.args[1]
-            texts: tuple[str, ...] = op.args[2]
+            user_row: StoredMessage = op.user_row
+            result: TurnResult = op.result
+            texts: tuple[str, ...] = op.chunks
             self._next_message_id += 1
             message_id = self._next_message_id
             failure = result.failure.reason if result.failure else None
@@ -318,14 +382,15 @@ class SqliteStore(QueuedWrites, PairingMixin):
                         now,
                     )
                 )
-            op.result = TurnOutcome(
-                conversation=user_row.conversation,
-                user_row_id=user_row.id,
-                reply=result.reply,
-                failure=result.failure,
-                chunks=tuple(chunks),
+            outcomes.append(
+                TurnOutcome(
+                    conversation=user_row.conversation,
+                    user_row_id=user_row.id,
+                    reply=result.reply,
+                    failure=result.failure,
+                    chunks=tuple(chunks),
+                )
             )
-            outcomes.append(op.result)
         db.executemany(
             "INSERT INTO messages (id, conversation, role, content, state, platform, user_row_id,"
             " failure, model, created_at) VALUES (?, ?, 'assistant', ?, 'final', ?, ?, ?, ?, ?)",
@@ -342,69 +407,58 @@ class SqliteStore(QueuedWrites, PairingMixin):
             "UPDATE conversations SET updated_at = ? WHERE key = ?",
             [(now, o.conversation) for o in outcomes],
         )
+        return outcomes
 
-    def _apply_cancel(self, db: sqlite3.Connection, ops: list[Op]) -> None:
+    def _apply_cancel(self, db: sqlite3.Connection, ops: list[CancelTurn]) -> list[None]:
         db.executemany(
             "UPDATE messages SET state = 'cancelled' WHERE id = ? AND state = 'pending'",
-            [(op.args[0],) for op in ops],
+            [(op.user_row_id,) for op in ops],
         )
+        return [None] * len(ops)
 
-    def _apply_reset(self, db: sqlite3.Connection, ops: list[Op]) -> None:
+    def _apply_reset(self, db: sqlite3.Connection, ops: list[ResetConversation]) -> list[None]:
         db.executemany(
             "UPDATE conversations SET reset_after ="
             " (SELECT COALESCE(MAX(id), 0) FROM messages WHERE conversation = ?) WHERE key = ?",
-            [(op.args[0], op.args[0]) for op in ops],
+            [(op.conversation, op.conversation) for op in ops],
         )
+        return [None] * len(ops)
 
-    def _apply_delivered(self, db: sqlite3.Connection, ops: list[Op]) -> None:
+    def _apply_delivered(self, db: sqlite3.Connection, ops: list[MarkDelivered]) -> list[None]:
         now = self._clock()
         db.executemany(
             "UPDATE outbox SET state = ?, platform_message_id = ?, delivered_at = ? WHERE id = ?",
-            [(str(ChunkState.DELIVERED), op.args[1], now, op.args[0]) for op in ops],
+            [(str(ChunkState.DELIVERED), op.platform_message_id, now, op.chunk_id) for op in ops],
         )
+        return [None] * len(ops)
 
-    def _apply_sending(self, db: sqlite3.Connection, ops: list[Op]) -> None:
+    def _chunks_to(self, db: sqlite3.Connection, state: ChunkState, ids: list[int]) -> None:
+        """Pending chunks ``ids`` to ``state`` (a chunk already settled stays as it is)."""
         db.executemany(
             "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
-            [(str(ChunkState.SENDING), op.args[0]) for op in ops],
+            [(str(state), cid) for cid in ids],
         )
 
-    def _apply_expire_in_flight(self, db: sqlite3.Connection, ops: list[Op]) -> None:
+    def _apply_sending(self, db: sqlite3.Connection, ops: list[MarkSending]) -> list[None]:
+        self._chunks_to(db, ChunkState.SENDING, [op.chunk_id for op in ops])
+        return [None] * len(ops)
+
+    def _apply_expire(self, db: sqlite3.Connection, ops: list[ExpireChunks]) -> list[None]:
+        self._chunks_to(db, ChunkState.EXPIRED, [cid for op in ops for cid in op.chunk_ids])
+        return [None] * len(ops)
+
+    def _apply_chunk_failed(self, db: sqlite3.Connection, ops: list[FailChunk]) -> list[None]:
+        self._chunks_to(db, ChunkState.FAILED, [op.chunk_id for op in ops])
+        return [None] * len(ops)
+
+    def _apply_expire_in_flight(
+        self, db: sqlite3.Connection, ops: list[ExpireInFlight]
+    ) -> list[int]:
         count = db.execute(
             "UPDATE outbox SET state = ? WHERE state = ?",
             (str(ChunkState.EXPIRED), str(ChunkState.SENDING)),
         ).rowcount
-        for i, op in enumerate(ops):
-            op.result = count if i == 0 else 0  # later ones found none left
-
-    def _apply_expire(self, db: sqlite3.Connection, ops: list[Op]) -> None:
-        db.executemany(
-            "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
-            [(str(ChunkState.EXPIRED), cid) for op in ops for cid in op.args[0]],
-        )
-
-    def _apply_chunk_failed(self, db: sqlite3.Connection, ops: list[Op]) -> None:
-        db.executemany(
-            "UPDATE outbox SET state = ? WHERE id = ? AND state = 'pending'",
-            [(str(ChunkState.FAILED), op.args[0]) for op in ops],
-        )
-
-
-_APPLY: dict[str, Callable[[SqliteStore, sqlite3.Connection, list[Op]], None]] = {
-    "admit": SqliteStore._apply_admit,
-    "answer": SqliteStore._apply_answer,
-    "cancel": SqliteStore._apply_cancel,
-    "reset": SqliteStore._apply_reset,
-    "delivered": SqliteStore._apply_delivered,
-    "expire": SqliteStore._apply_expire,
-    "sending": SqliteStore._apply_sending,
-    "expire_in_flight": SqliteStore._apply_expire_in_flight,
-    "chunk_failed": SqliteStore._apply_chunk_failed,
-    "pair_request": SqliteStore._apply_pair_request,
-    "pair_approve": SqliteStore._apply_pair_approve,
-    "pair_revoke": SqliteStore._apply_pair_revoke,
-    "pair_reject": SqliteStore._apply_pair_reject,
-}
+        return [count] + [0] * (len(ops) - 1)  # later ones found none left
 
 
 def _create_private(path: str) -> None:
@@ -417,13 +471,23 @@ def _create_private(path: str) -> None:
     os.close(fd)
 
 
-async def _connect(path: str) -> aiosqlite.Connection:
+async def _connect(path: str, busy_timeout_s: float) -> aiosqlite.Connection:
     db = await aiosqlite.connect(path, isolation_level=None)
     await db.execute("PRAGMA journal_mode = WAL")
     await db.execute("PRAGMA synchronous = NORMAL")
-    await db.execute("PRAGMA busy_timeout = 5000")
+    await db.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
     await db.execute("PRAGMA foreign_keys = ON")
     return db
+
+
+async def _close(db: aiosqlite.Connection, deadline_s: float) -> None:
+    """Close within the deadline (a statement waiting on a lock ends within busy_timeout_s);
+    past it, the connection's thread is told to stop once its current statement ends."""
+    with anyio.CancelScope(shield=True), anyio.move_on_after(deadline_s) as waited:
+        await db.close()
+    if waited.cancelled_caught:
+        log.warning("store: the SQLite connection did not close in time")
+        db.stop()
 
 
 async def _migrate(db: aiosqlite.Connection) -> None:
@@ -452,24 +516,35 @@ async def open_sqlite_store(
     path: str,
     *,
     mailbox: int = 4096,
+    busy_timeout_s: float = 5.0,
+    command_timeout_s: float = 10.0,
     observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
 ) -> AsyncIterator[SqliteStore]:
-    """Open (creating and migrating as needed) the store at ``path``; close it on exit."""
-    _create_private(path)
-    try:
-        writer = await _connect(path)
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot open the store at {path}: {exc}") from exc
+    """Open (creating and migrating as needed) the store at ``path``; close it on exit.
+    ``busy_timeout_s``: how long a statement waits for a lock another process holds before
+    it fails (``StoreUnavailable``); ``command_timeout_s``: how long a group commit may take
+    (and the close, for what is queued)."""
+    opening = f"cannot open the store at {path}"
+    with mapped(SQLITE_ERRORS, opening):
+        _create_private(path)
+        writer = await _connect(path, busy_timeout_s)
     reader: aiosqlite.Connection | None = None
     try:
-        await _migrate(writer)
-        reader = await _connect(path)
-        store = SqliteStore(path, writer, reader, mailbox=mailbox, observe=observe)
-        await store._init_ids()
+        with mapped(SQLITE_ERRORS, opening):
+            await _migrate(writer)
+            reader = await _connect(path, busy_timeout_s)
+            store = SqliteStore(
+                path,
+                writer,
+                reader,
+                mailbox=mailbox,
+                command_timeout_s=command_timeout_s,
+                observe=observe,
+            )
+            await store._init_ids()
         async with store._group.running():
             yield store
     finally:
-        with anyio.CancelScope(shield=True):
-            if reader is not None:
-                await reader.close()
-            await writer.close()
+        for connection in (reader, writer):
+            if connection is not None:
+                await _close(connection, command_timeout_s)

@@ -112,6 +112,19 @@ class Recent:
         return targets[: self._limit]
 
 
+async def read_back(
+    client: discord.Client, target: Target, limit: int
+) -> tuple[list[discord.Message], set[int]]:
+    """The newest ``limit`` messages of ``target``'s channel that are newer than its mark,
+    oldest first, and the ones among them the bot replied to (discord.py's errors leave
+    as they are: the caller translates)."""
+    assert client.user is not None
+    channel = client.get_partial_messageable(target.channel_id, guild_id=target.hint.guild_id)
+    recent = [m async for m in channel.history(limit=limit)]
+    missed = sorted((m for m in recent if m.id > target.since), key=lambda m: m.id)
+    return missed, answered_by(client.user.id, recent)
+
+
 def answered_by(bot_id: int, messages: Iterable[discord.Message]) -> set[int]:
     """The messages the bot replied to among ``messages`` (a command answered before a
     shard moved is not run again by its new node)."""

@@ -1,5 +1,7 @@
 """discord.py's client as the adapter uses it: pointed at the configured Discord, reduced
-to posting what happens to the adapter's mailbox.
+to posting what happens to the adapter's mailbox; and the calls around it that are not a
+turn's reply (logging in, running it, registering the slash commands, direct answers), each
+with discord.py's exceptions translated where they are raised.
 
 Kept apart from the actor so that everything that reaches into discord.py's machinery
 (its HTTP client, its gateway dial, its webhook context, its identify pacing and ready
@@ -23,7 +25,16 @@ from discord.gateway import DiscordWebSocket
 from discord.http import Route
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
+from gateway.errors import PlatformError
+from gateway.messages import Failure
+from platforms._notices import send_notice
+from platforms.discord.convert import SLASH_COMMANDS
+from platforms.discord.errors import TRANSLATED, translate
+
 log = logging.getLogger(__name__)
+
+# Replies never ping @everyone or roles, whatever the model writes; the reply pings its asker.
+MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True)
 
 # -- pointing discord.py at api_base / gateway_url ----------------------------------------
 
@@ -218,3 +229,79 @@ class BotClient(discord.Client):
 
     async def on_interaction(self, interaction: discord.Interaction[discord.Client]) -> None:
         await self._post(InteractionReceived(interaction, self))
+
+
+# -- logging in and running a client, discord.py's exceptions translated -----------------------
+
+
+async def log_in(client: BotClient, token: str, *, timeout_s: float) -> None:
+    """Log ``client`` in to REST (no gateway connection)."""
+    try:
+        with anyio.fail_after(timeout_s):
+            await client.login(token)
+    except discord.LoginFailure as exc:
+        raise PlatformError("discord refused the bot token (401)", status=401) from exc
+    except TimeoutError as exc:
+        raise PlatformError(f"discord: not logged in after {timeout_s:g} s", status=0) from exc
+    except TRANSLATED as exc:
+        raise translate(exc) from exc
+
+
+async def serve(client: BotClient, token: str) -> None:
+    """``client.start`` in a task we own; it returns only when the client was closed."""
+    try:
+        await client.start(token)
+    except discord.LoginFailure as exc:
+        raise PlatformError("discord refused the bot token (401)", status=401) from exc
+    except discord.PrivilegedIntentsRequired as exc:
+        raise PlatformError(
+            "discord refused the connection: enable the Message Content intent for this"
+            " bot (Developer Portal > Bot > Privileged Gateway Intents)",
+            status=4014,
+        ) from exc
+    except TRANSLATED as exc:
+        raise translate(exc) from exc
+    raise PlatformError("the discord client stopped on its own", status=0)
+
+
+async def register_commands(client: BotClient) -> None:
+    """The control commands (``convert.SLASH_COMMANDS``) as global application commands."""
+    payload: list[dict[str, Any]] = [
+        {"name": c.name, "description": c.description, "type": 1} for c in SLASH_COMMANDS
+    ]
+    try:
+        assert client.application_id is not None
+        await client.http.bulk_upsert_global_commands(client.application_id, payload)
+    except TRANSLATED as exc:
+        log.warning("discord slash commands not registered", extra={"error": str(translate(exc))})
+        return
+    names = [c.name for c in SLASH_COMMANDS]
+    log.info("discord slash commands registered", extra={"commands": names})
+
+
+@dataclass(frozen=True, slots=True)
+class DirectAnswer:
+    """Send ``text`` to a channel, as a reply to ``reply_to`` (a command's answer, a pairing
+    code, a notice): not a turn's reply, so not in the outbox."""
+
+    channel_id: int
+    text: str
+    reply_to: int
+
+
+async def say(client: BotClient, answer: DirectAnswer, pieces: list[str]) -> str | None:
+    """Send ``pieces`` (the answer, cut to Discord's size), each retried only where that
+    cannot double it (``platforms._notices``); why it was given up, or None once sent."""
+    channel = client.get_partial_messageable(answer.channel_id)
+    reference = discord.MessageReference(
+        message_id=answer.reply_to, channel_id=answer.channel_id, fail_if_not_exists=False
+    )
+    for piece in pieces:
+
+        async def send(piece: str = piece) -> discord.Message:
+            return await channel.send(piece, reference=reference, allowed_mentions=MENTIONS)
+
+        sent = await send_notice(send, errors=TRANSLATED, translate=translate)
+        if isinstance(sent, Failure):
+            return sent.detail or sent.reason
+    return None

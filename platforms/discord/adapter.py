@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any, assert_never
 
 import anyio
@@ -36,32 +37,43 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.config import DiscordConfig
-from gateway.errors import ConversationClosed, GatewayError, PlatformError
+from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
 from gateway.messages import OutboxChunk, TurnOutcome
 from gateway.ports import Intake, Leases
+from platforms._access import check_access
 from platforms._courier import Courier
+from platforms._notices import NoticeBox
+from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
 from platforms.discord import convert
-from platforms.discord._backfill import Recent, Watched, answered_by
+from platforms.discord._backfill import Recent, Watched, read_back
 from platforms.discord._client import (
+    MENTIONS,
     BotClient,
     ClientEvent,
+    DirectAnswer,
     Disconnected,
     GuildsLoaded,
     InteractionReceived,
     MessageReceived,
     SessionResumed,
     SessionStarted,
+    log_in,
     point_at,
+    register_commands,
+    say,
+    serve,
 )
 from platforms.discord._shards import Link, Links, ShardKeeper
 from platforms.discord.errors import TRANSLATED, translate
+from policy.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
 Observe = Callable[[str, dict[str, Any]], None]
-# Replies never ping @everyone or roles, whatever the model writes; the reply pings its asker.
-_MENTIONS = discord.AllowedMentions(everyone=False, roles=False, users=False, replied_user=True)
+# A message whose admission the store failed is tried again after these waits, in place.
+_STORE_RETRY = Backoff(0.5, 5.0)
+STORE_BUSY = "I could not do that just now: please try again in a moment."
 
 
 # -- the actor ---------------------------------------------------------------------------
@@ -88,22 +100,26 @@ class DiscordAdapter:
         self._client: BotClient | None = None  # REST (and, unsharded on one node, the gateway)
         self._events: MemoryObjectSendStream[ClientEvent] | None = None
         self._links = Links(
-            self._new_client, self._serve, connect_timeout_s=config.connect_timeout_s
+            self._new_client,
+            partial(serve, token=config.token),
+            connect_timeout_s=config.connect_timeout_s,
         )
         self._keeper: ShardKeeper | None = None
-        self._tg: TaskGroup | None = None
         self._logged_in = False
         self._since = 0  # this adapter's start, as a snowflake: how far a new shard reads back
         self._ready = anyio.Event()
         self._commands_synced = False
         backfilled = config.backfill_channels if config.backfill_messages > 0 else 0
         self._recent = Recent(backfilled)  # conversations we were active in, for backfill
+        self._refusals = RefusalNotices()
+        self._notices = NoticeBox(self._say, on_full=self._answer_dropped, size=256)
         self._stats = {
             "seen": 0,
             "admitted": 0,
             "duplicates": 0,
             "ignored": 0,
             "refused": 0,
+            "deferred": 0,
             "commands": 0,
             "backfilled": 0,
             "sessions": 0,
@@ -156,6 +172,7 @@ class DiscordAdapter:
 
     async def wait_delivered(self) -> None:
         await self._courier.wait_idle()
+        await self._notices.wait_idle()
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
@@ -186,10 +203,10 @@ class DiscordAdapter:
                     fail_if_not_exists=False,  # the question was deleted: answer anyway
                 )
                 message = await channel.send(
-                    chunk.text, nonce=nonce, reference=reference, allowed_mentions=_MENTIONS
+                    chunk.text, nonce=nonce, reference=reference, allowed_mentions=MENTIONS
                 )
             else:
-                message = await channel.send(chunk.text, nonce=nonce, allowed_mentions=_MENTIONS)
+                message = await channel.send(chunk.text, nonce=nonce, allowed_mentions=MENTIONS)
         except TRANSLATED as exc:
             raise translate(exc, idempotent=True) from exc
         return str(message.id)
@@ -209,9 +226,9 @@ class DiscordAdapter:
         client = self._client = self._new_client(None)
         try:
             async with anyio.create_task_group() as tg:
-                self._tg = tg
                 await tg.start(self._courier.run)
                 await tg.start(self._links.run)
+                await tg.start(self._notices.run)
                 await self._connect(client, tg)
                 started = self._ready.is_set()
                 if started:
@@ -224,6 +241,7 @@ class DiscordAdapter:
                             task_status.started()
         finally:
             send.close()
+            self._notices.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await client.close()
 
@@ -241,7 +259,7 @@ class DiscordAdapter:
             intents=intents,
             guild_ready_timeout=config.guild_ready_timeout_s,
             max_ratelimit_timeout=config.rate_limit_wait_s,
-            allowed_mentions=_MENTIONS,
+            allowed_mentions=MENTIONS,
             shard_id=shard,
             shard_count=None if shard is None else config.shard_count,
         )
@@ -255,7 +273,8 @@ class DiscordAdapter:
             self._logged_in = True  # client.start logs in, then connects
             self._links.start(None, client=client)
             return
-        await self._login(client)
+        await log_in(client, config.token, timeout_s=config.connect_timeout_s)
+        self._logged_in = True
         if self._leases is None:  # one node runs every shard
             for shard in range(config.shard_count):
                 self._links.start(shard, delay=shard * config.identify_delay_s)
@@ -271,36 +290,6 @@ class DiscordAdapter:
         await tg.start(self._keeper.run)
         self._ready.set()  # REST works: this node can send, with or without a shard
         log.info("discord connected for sending", extra={"shards": sorted(self._links.shards)})
-
-    async def _login(self, client: BotClient) -> None:
-        """Log the REST client in (no gateway connection)."""
-        timeout = self._config.connect_timeout_s
-        try:
-            with anyio.fail_after(timeout):
-                await client.login(self._config.token)
-        except discord.LoginFailure as exc:
-            raise PlatformError("discord refused the bot token (401)", status=401) from exc
-        except TimeoutError as exc:
-            raise PlatformError(f"discord: not logged in after {timeout:g} s", status=0) from exc
-        except TRANSLATED as exc:
-            raise translate(exc) from exc
-        self._logged_in = True
-
-    async def _serve(self, client: BotClient) -> None:
-        """``client.start`` in a task we own; it returns only when the client was closed."""
-        try:
-            await client.start(self._config.token)
-        except discord.LoginFailure as exc:
-            raise PlatformError("discord refused the bot token (401)", status=401) from exc
-        except discord.PrivilegedIntentsRequired as exc:
-            raise PlatformError(
-                "discord refused the connection: enable the Message Content intent for this"
-                " bot (Developer Portal > Bot > Privileged Gateway Intents)",
-                status=4014,
-            ) from exc
-        except TRANSLATED as exc:
-            raise translate(exc) from exc
-        raise PlatformError("the discord client stopped on its own", status=0)
 
     async def _handle(self, event: ClientEvent, tg: TaskGroup) -> None:
         match event:
@@ -354,7 +343,7 @@ class DiscordAdapter:
         log.info("discord connected", extra={"shard": link.shard, "sessions": link.sessions})
         if link.shard in (None, 0) and self._config.slash_commands and not self._commands_synced:
             self._commands_synced = True  # once, by the node running shard 0
-            tg.start_soon(self._register_commands)
+            tg.start_soon(register_commands, self._live_client())
         if self._keeper is None and all(other.loaded.is_set() for other in self._links):
             self._ready.set()
 
@@ -372,17 +361,35 @@ class DiscordAdapter:
         hint: Watched | None = None,
         answered: Collection[int] = (),
     ) -> None:
-        try:
-            await self._on_message(message, hint, answered)
-        except GatewayError:  # the store: not this message's fault
-            raise
-        except Exception:
-            # A bug on one message must not stop the gateway (as on Telegram): log it
-            # loudly and go on with the next event.
-            log.exception(
-                "discord message skipped: could not handle it",
-                extra={"message_id": getattr(message, "id", None)},
-            )
+        """Handle one message. Discord has no acknowledgement to withhold, so while the store
+        fails the message is kept and tried again here, in order (docs/DISCORD.md section 7);
+        it is given up only when botmux drains, like a message arriving then."""
+        attempt = 0
+        while True:
+            try:
+                await self._on_message(message, hint, answered)
+                return
+            except ConversationClosed:
+                return
+            except GatewayError as exc:  # the store failed: not this message's fault
+                if not self._intake.accepting:
+                    log.info("draining: message not admitted", extra={"message_id": message.id})
+                    return
+                self._stats["deferred"] += 1
+                log.warning(
+                    "discord message not admitted: the store failed; trying again",
+                    extra={"message_id": message.id, "attempt": attempt, "error": repr(exc)},
+                )
+                await anyio.sleep(_STORE_RETRY.delay(attempt))
+                attempt += 1
+            except Exception:
+                # A bug on one message must not stop the gateway (as on Telegram): log it
+                # loudly and go on with the next event.
+                log.exception(
+                    "discord message skipped: could not handle it",
+                    extra={"message_id": getattr(message, "id", None)},
+                )
+                return
 
     # -- incoming messages -----------------------------------------------------------------
 
@@ -424,16 +431,22 @@ class DiscordAdapter:
                 if seen.message_id in answered:
                     self._stats["duplicates"] += 1
                     return
+                # Run here, in order (its store part may fail and be tried again); only the
+                # answer is sent beside the actor.
+                reply = await self._intake.command(self.platform, key, name)
                 self._stats["commands"] += 1
-                assert self._tg is not None
-                self._tg.start_soon(self._run_command, key, name, seen)
+                self._answer(seen.channel_id, reply, seen.message_id)
             case convert.Turn(text=text):
                 if not self._intake.accepting:
                     log.info("draining: message not admitted", extra={"conversation": key})
                     return
                 try:
                     admission = await self._intake.admit(convert.inbound(seen, text))
-                except ConversationClosed:
+                except Refused as exc:  # an answer, not a store failure: tell them, go on
+                    self._stats["refused"] += 1
+                    notice = self._refusals.text(exc, key)
+                    if notice is not None:
+                        self._answer(seen.channel_id, notice, seen.message_id)
                     return
                 self._recent.watch(seen)
                 if admission.duplicate:
@@ -450,22 +463,22 @@ class DiscordAdapter:
         label: str,
         seen: convert.Seen | None = None,
     ) -> bool:
-        """Allow lists and DM pairing. A stranger's DM gets a pairing code, once."""
+        """Allow lists and DM pairing. A stranger's DM gets a pairing code, once (by message
+        only: ``seen`` None for a slash command)."""
         config = self._config
-        if user_id in config.allow_users:
-            return True
-        if guild_id is not None and config.guild_access == "everyone":
-            return True
-        if await self._intake.is_approved(self.platform, str(user_id)):
-            return True
-        if guild_id is None and seen is not None:
-            code = await self._intake.request_pairing(self.platform, str(user_id), label)
-            if code is not None:
-                assert self._tg is not None
-                self._tg.start_soon(
-                    self._say, seen.channel_id, convert.pairing_text(code), seen.message_id
-                )
-        return False
+        access = await check_access(
+            self._intake,
+            self.platform,
+            user_id,
+            allow_users=config.allow_users,
+            open_here=guild_id is not None and config.guild_access == "everyone",
+            may_pair=guild_id is None and seen is not None,
+            label=label,
+        )
+        if access.pairing_code is not None and seen is not None:
+            text = convert.pairing_text(access.pairing_code)
+            self._answer(seen.channel_id, text, seen.message_id)
+        return access.allowed
 
     async def _backfill(
         self, shard: int | None, *, reason: str, guilds: Sequence[discord.Guild] = ()
@@ -491,22 +504,18 @@ class DiscordAdapter:
             allow_guilds=config.allow_guilds,
         )
         for target in targets:
-            since, hint = target.since, target.hint
             key = convert.conversation_key(target.channel_id)
-            channel = client.get_partial_messageable(target.channel_id, guild_id=hint.guild_id)
             try:
-                recent = [m async for m in channel.history(limit=limit)]
+                missed, answered = await read_back(client, target, limit)
             except TRANSLATED as exc:
                 log.warning(
                     "discord backfill failed",
                     extra={"conversation": key, "error": str(translate(exc))},
                 )
                 continue
-            missed = sorted((m for m in recent if m.id > since), key=lambda m: m.id)
             if not missed:
                 continue
-            answered = answered_by(client.user.id, recent)
-            truncated = len(missed) == len(recent) == limit
+            truncated = len(missed) == limit
             self._stats["backfilled"] += len(missed)
             self._observe(
                 "decision",
@@ -519,48 +528,27 @@ class DiscordAdapter:
                 },
             )
             for message in missed:
-                await self._on_message_guarded(message, hint, answered)
+                await self._on_message_guarded(message, target.hint, answered)
 
     # -- commands ------------------------------------------------------------------------------
 
-    async def _run_command(self, key: str, name: str, seen: convert.Seen) -> None:
-        reply = await self._intake.command(self.platform, key, name)
-        await self._say(seen.channel_id, reply, seen.message_id)
+    def _answer(self, channel_id: int, text: str, reply_to: int) -> None:
+        """Send a direct answer beside the actor (the actor goes on with the next event)."""
+        self._notices.send_nowait(DirectAnswer(channel_id, text, reply_to))
 
-    async def _say(self, channel_id: int, text: str, reply_to: int) -> None:
-        """A direct answer (command, pairing code), outside the outbox: not retried."""
-        channel = self._live_client().get_partial_messageable(channel_id)
-        reference = discord.MessageReference(
-            message_id=reply_to, channel_id=channel_id, fail_if_not_exists=False
+    def _answer_dropped(self, answer: DirectAnswer) -> None:
+        log.warning(
+            "discord direct answer dropped: mailbox full",
+            extra={"conversation": convert.conversation_key(answer.channel_id)},
         )
-        try:
-            for piece in self.render(text):
-                await channel.send(piece, reference=reference, allowed_mentions=_MENTIONS)
-        except TRANSLATED as exc:
-            log.warning(
-                "discord direct answer failed",
-                extra={
-                    "conversation": convert.conversation_key(channel_id),
-                    "error": str(translate(exc)),
-                },
-            )
 
-    async def _register_commands(self) -> None:
-        """/new /status /stop /help as global application (slash) commands."""
-        client = self._live_client()
-        payload: list[dict[str, Any]] = [
-            {"name": name, "description": convert.COMMAND_DESCRIPTIONS[name], "type": 1}
-            for name in convert.COMMANDS
-        ]
-        try:
-            assert client.application_id is not None
-            await client.http.bulk_upsert_global_commands(client.application_id, payload)
-        except TRANSLATED as exc:
+    async def _say(self, answer: DirectAnswer) -> None:
+        failure = await say(self._live_client(), answer, self.render(answer.text))
+        if failure is not None:
+            key = convert.conversation_key(answer.channel_id)
             log.warning(
-                "discord slash commands not registered", extra={"error": str(translate(exc))}
+                "discord direct answer failed", extra={"conversation": key, "error": failure}
             )
-            return
-        log.info("discord slash commands registered", extra={"commands": list(convert.COMMANDS)})
 
     async def _answer_interaction(self, interaction: discord.Interaction[discord.Client]) -> None:
         name = convert.interaction_command(interaction)
@@ -569,22 +557,29 @@ class DiscordAdapter:
         config = self._config
         guild_id = interaction.guild_id
         user = interaction.user
-        if guild_id is not None and config.allow_guilds and guild_id not in config.allow_guilds:
-            allowed = False
-        else:
-            allowed = await self._allowed(user.id, guild_id, str(user))
-        if allowed:
-            self._stats["commands"] += 1
-            key = convert.conversation_key(interaction.channel_id)
-            reply = await self._intake.command(self.platform, key, name)
-        else:
-            self._stats["refused"] += 1
-            reply = convert.NOT_ALLOWED
+        try:
+            if guild_id is not None and config.allow_guilds and guild_id not in config.allow_guilds:
+                allowed = False
+            else:
+                allowed = await self._allowed(user.id, guild_id, str(user))
+            if allowed:
+                key = convert.conversation_key(interaction.channel_id)
+                reply = await self._intake.command(self.platform, key, name)
+                self._stats["commands"] += 1
+            else:
+                self._stats["refused"] += 1
+                reply = convert.NOT_ALLOWED
+        except GatewayError as exc:
+            # The store failed. An interaction cannot wait for it (Discord wants an answer
+            # within 3 s) nor come again: the user is told to try again.
+            self._stats["deferred"] += 1
+            log.warning("discord slash command failed: the store", extra={"error": repr(exc)})
+            allowed, reply = False, STORE_BUSY
         try:
             await interaction.response.send_message(
                 reply[: self._config.chunk_chars],
                 ephemeral=not allowed or name in ("help", "status"),
-                allowed_mentions=_MENTIONS,
+                allowed_mentions=MENTIONS,
             )
         except TRANSLATED as exc:
             log.warning("discord slash command answer failed", extra={"error": str(translate(exc))})

@@ -18,20 +18,16 @@ from typing import Any
 import discord
 
 from gateway.config import DiscordConfig
-from gateway.messages import Inbound, OutboxChunk
+from gateway.messages import COMMANDS as CONTROL_COMMANDS
+from gateway.messages import Inbound, OutboxChunk, command_named, local_part
+from gateway.messages import conversation_key as make_key
 from platforms._chunking import split
 from platforms._text import clean_text, is_id
 
 PLATFORM = "discord"
-COMMANDS = ("new", "status", "stop", "help")
-COMMAND_DESCRIPTIONS = {
-    "new": "Start a fresh conversation context",
-    "status": "Show the model in use and the queue",
-    "stop": "Stop the reply being written",
-    "help": "What this bot does and its commands",
-}
-# Plain-text aliases: /start is Telegram's habit, harmless to accept here too.
-_TEXT_COMMANDS = frozenset({*COMMANDS, "start"})
+#: The slash commands: the control commands but the aliases (``/start``, Telegram's habit, is
+#: still accepted as plain text).
+SLASH_COMMANDS = tuple(c for c in CONTROL_COMMANDS if c.alias_of is None)
 MAX_NONCE = 25  # Discord refuses longer nonces
 # "@bot, do this" / "@bot: do this". Snowflakes are at most 20 ASCII digits: an unbounded \d+
 # would take any Unicode digit and hand int() a string past its 4300-digit limit (ValueError).
@@ -42,12 +38,12 @@ _REPLYABLE = (discord.MessageType.default, discord.MessageType.reply)
 
 def conversation_key(channel_id: int) -> str:
     """``discord:<channel_id>``: a DM, a guild text channel and a thread alike (SPEC 2)."""
-    return f"{PLATFORM}:{channel_id}"
+    return make_key(PLATFORM, str(channel_id))
 
 
 def channel_of(conversation: str) -> int:
-    platform, _, rest = conversation.partition(":")
-    if platform != PLATFORM or not rest.isdigit():
+    rest = local_part(conversation, PLATFORM)
+    if rest is None or not rest.isdigit():
         raise ValueError(f"not a Discord conversation key: {conversation!r}")
     return int(rest)
 
@@ -116,8 +112,18 @@ def seen_from(
         content=clean_text(content),
         mentions_bot=bot_id in message.raw_mentions,
         replies_to_bot=replies_to_bot,
-        mention_names={u.id: clean_text(str(u.display_name)) for u in message.mentions},
+        mention_names=_mention_names(message),
     )
+
+
+def _mention_names(message: discord.Message) -> dict[int, str]:
+    """The mentioned users' display names; none when the payload had no readable
+    ``mentions`` (discord.py then leaves the attribute unset)."""
+    try:
+        users = list(message.mentions)
+    except (AttributeError, TypeError):
+        return {}
+    return {u.id: clean_text(str(u.display_name)) for u in users if is_id(getattr(u, "id", None))}
 
 
 def interaction_command(interaction: discord.Interaction[Any]) -> str | None:
@@ -132,7 +138,7 @@ def interaction_command(interaction: discord.Interaction[Any]) -> str | None:
     data: Any = interaction.data
     name = data.get("name") if isinstance(data, dict) else None
     user: Any = getattr(interaction, "user", None)
-    if name not in COMMANDS or not is_id(interaction.channel_id):
+    if name not in {c.name for c in SLASH_COMMANDS} or not is_id(interaction.channel_id):
         return None
     return str(name) if is_id(getattr(user, "id", None)) else None
 
@@ -202,10 +208,8 @@ def command_name(text: str) -> str | None:
     if not text.startswith("/"):
         return None
     word = text[1:].split(None, 1)[0] if len(text) > 1 else ""
-    name = word.split("@", 1)[0].lower()
-    if name not in _TEXT_COMMANDS:
-        return None
-    return "help" if name == "start" else name
+    command = command_named(word.split("@", 1)[0].lower())
+    return command.name if command is not None else None
 
 
 def inbound(seen: Seen, text: str) -> Inbound:

@@ -5,13 +5,19 @@ id), then waits for its turn's outcome, which the session actor hands to this ad
 outlet side. Turns of one session are serialized by its session actor, so concurrent requests
 to one session are answered in admission order, one turn each.
 
-The auth middleware is the API's front door: probes pass, every other request needs a bearer
-token (when tokens are set), an address that keeps failing auth is refused for a while, and a
-token past its request rate waits; the decisions are :mod:`platforms.peer.limits`'.
+The auth middleware is the API's front door (SPEC 14, docs/SECURITY.md): probes pass; with
+tokens set, every other request needs one, a valid token is never refused for other clients'
+failures, an address that keeps failing auth is refused for a while, and a token past its
+request rate waits; a token reaches only the sessions its globs match (else 404, as if the
+session did not exist). Without tokens (loopback only) a request must look local: a
+loopback ``Host`` and ``Origin`` and JSON POSTs. The decisions are
+:mod:`platforms.peer.limits`'; :mod:`platforms.peer.server` guards the socket itself.
 """
 
 from __future__ import annotations
 
+import fnmatch
+import ipaddress
 import json
 import logging
 import time
@@ -21,14 +27,23 @@ from typing import Any
 
 import anyio
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, generate_latest
+from yarl import URL
 
-from gateway.config import PeerConfig
-from gateway.errors import ConversationClosed
+from gateway.config import PeerConfig, PeerToken
+from gateway.errors import ConversationClosed, StoreError
 from gateway.messages import CONTROL_COMMANDS, Failure, Inbound, TurnOutcome
 from gateway.ports import Intake
+from platforms._http import serving
 from platforms.peer import convert, limits
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
+from platforms.peer.server import (
+    PROTOCOL_LOGGER,
+    ConnectionGuard,
+    GuardedSite,
+    quiet_accept_errors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +51,12 @@ log = logging.getLogger(__name__)
 #: twice as long each time, at most every 30 s.
 REPLY_CHECK_S = 2.0
 REPLY_CHECK_MAX_S = 30.0
+#: A streamed completion whose turn takes longer than this sends its headers and then an SSE
+#: comment this often, so proxies and clients do not time the connection out.
+SSE_KEEPALIVE_S = 15.0
 _OPEN_ROUTES = frozenset({"/healthz", "/readyz"})
+#: request[_TOKEN]: the PeerToken a request authenticated with (absent without tokens).
+_TOKEN = web.RequestKey("botmux.peer.token", PeerToken)
 
 
 class _Waiters:
@@ -90,7 +110,19 @@ class PeerAdapter:
         self._metrics = metrics
         self._waiters = _Waiters()
         self._pmids: dict[int, str] = {}
-        self._digests = limits.token_digests(config.tokens)
+        self._digests = limits.token_digests(config.token_values)
+        self._proxies = limits.trusted_networks(config.trusted_proxies)
+        self._guard = ConnectionGuard(
+            header_timeout_s=config.header_timeout_s, max_connections=config.max_connections
+        )
+        self.sse_keepalive_s = SSE_KEEPALIVE_S
+        self._registry = CollectorRegistry(auto_describe=True)
+        self._requests = Counter(
+            "botmux_peer_requests",
+            "Peer API responses, by token name (never the token) and status",
+            ["token", "status"],
+            registry=self._registry,
+        )
         self._auth_failures = limits.FailureWindow(
             config.auth_fail_limit, config.auth_fail_window_s, clock=clock
         )
@@ -109,6 +141,8 @@ class PeerAdapter:
             **self._stats,
             "waiting": len(self._waiters),
             "locked_out_refusals": self._auth_failures.statistics()["refused"],
+            "connections": self._guard.open,
+            **self._guard.stats,
         }
 
     # -- outlet --------------------------------------------------------------------------
@@ -146,36 +180,74 @@ class PeerAdapter:
         app.router.add_get("/metrics", self._metrics_route)
         app.router.add_get("/openapi.json", self._openapi_route)
         app.on_response_prepare.append(_server_header)
+        app.on_response_prepare.append(self._count)
         return app
+
+    async def _count(self, request: web.Request, response: web.StreamResponse) -> None:
+        token = request.get(_TOKEN)
+        name = token.name if isinstance(token, PeerToken) else "-"
+        self._requests.labels(name, str(response.status)).inc()
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        runner = web.AppRunner(self.build_app(), access_log=None, handle_signals=False)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, self._config.host, self._config.port, reuse_address=True)
-            await site.start()
-            server = site._server
-            sockets = getattr(server, "sockets", None) or []
-            self.port = sockets[0].getsockname()[1] if sockets else self._config.port
-            log.info("peer API listening", extra={"listen": f"{self._config.host}:{self.port}"})
-            task_status.started()
-            await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await runner.cleanup()
+        # keepalive_timeout also bounds a connection that sends nothing at all; the header
+        # deadline (GuardedSite) is shorter.
+        handler_args = {
+            "access_log": None,
+            "keepalive_timeout": self._config.idle_timeout_s,
+            "logger": PROTOCOL_LOGGER,
+        }
+
+        def site(runner: web.AppRunner, host: str, port: int) -> web.BaseSite:
+            return GuardedSite(runner, host, port, self._guard, handler_args)
+
+        with quiet_accept_errors(self._guard):
+            async with serving(
+                self.build_app(), self._config.host, self._config.port, site=site
+            ) as port:
+                self.port = port
+                log.info(
+                    "peer API listening",
+                    extra={
+                        "listen": f"{self._config.host}:{self.port}",
+                        "max_connections": self._guard.cap,
+                    },
+                )
+                task_status.started()
+                await anyio.sleep_forever()
 
     @web.middleware
     async def _auth_middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         self._stats["requests"] += 1
-        if not self._digests or request.path in _OPEN_ROUTES:
+        if request.path in _OPEN_ROUTES:
             return await handler(request)
-        address = limits.client_key(request.remote)
-        # A locked-out address is refused before its token is even looked at: answering a
-        # right guess with 200 during the lockout would let guessing go on at full speed.
+        if not self._digests:
+            refusal = _not_local(request, self._config.host)
+            return refusal if refusal is not None else await handler(request)
+        # The token first, in constant time: a valid token is served whatever other clients
+        # sharing its address (a proxy, a NAT) have failed.
+        index = limits.match_bearer(request.headers.get("Authorization", ""), self._digests)
+        if index is not None:
+            token = self._config.tokens[index]
+            request[_TOKEN] = token
+            verdict = self._token_rate.take(index, token.requests_per_min)
+            if not verdict.allowed:
+                self._stats["rate_limited"] += 1
+                log.info("peer API: token rate limited", extra={"token": token.name})
+                return _too_many(verdict, "this token's request rate is used up", "rate_limited")
+            return await handler(request)
+        # An unknown route, or a method a route does not take (a CORS preflight's OPTIONS),
+        # is no attempt at a credential: answered (404, 405) and not counted.
+        if request.match_info.http_exception is not None:
+            return await handler(request)
+        address = limits.client_key(
+            limits.client_address(
+                request.remote, request.headers.getall("X-Forwarded-For", []), self._proxies
+            )
+        )
         verdict = self._auth_failures.check(address)
         if not verdict.allowed:
             self._stats["rate_limited"] += 1
@@ -184,35 +256,53 @@ class PeerAdapter:
                 "too many failed authentication attempts from this address",
                 "too_many_auth_failures",
             )
-        index = limits.match_bearer(request.headers.get("Authorization", ""), self._digests)
-        if index is None:
-            self._stats["unauthorized"] += 1
-            if self._auth_failures.record_failure(address):
-                log.warning(
-                    "peer auth: too many failures, refusing the address for a while",
-                    extra={"client": address, "window_s": self._auth_failures.window_s},
-                )
-            response = json_error(401, "a valid bearer token is required", "unauthorized")
-            response.headers["WWW-Authenticate"] = 'Bearer realm="botmux"'
-            return response
-        verdict = self._token_rate.take(index)
-        if not verdict.allowed:
-            self._stats["rate_limited"] += 1
-            return _too_many(verdict, "this token's request rate is used up", "rate_limited")
-        return await handler(request)
+        self._stats["unauthorized"] += 1
+        if self._auth_failures.record_failure(address):
+            log.warning(
+                "peer auth: too many failures, refusing the address for a while",
+                extra={"client": address, "window_s": self._auth_failures.window_s},
+            )
+        response = json_error(401, "a valid bearer token is required", "unauthorized")
+        response.headers["WWW-Authenticate"] = 'Bearer realm="botmux"'
+        return response
+
+    def _session(self, request: web.Request, session_id: str) -> str:
+        """``session_id``, if the request's token may use it; else 404, as if it did not
+        exist (no existence oracle). Without tokens every session is reachable."""
+        session_id = convert.check_session_id(session_id)
+        token = request.get(_TOKEN)
+        if isinstance(token, PeerToken) and not any(
+            fnmatch.fnmatchcase(session_id, glob) for glob in token.sessions
+        ):
+            log.info("peer API: a session outside the token's scope", extra={"token": token.name})
+            raise convert.BadRequest("no such session", status=404, code="not_found")
+        return session_id
+
+    def _anon_scope(self, request: web.Request) -> bytes:
+        """What an anonymous completion's Idempotency-Key is scoped to: the token (its
+        digest, a secret, so nobody can work the session id out), or nothing without tokens."""
+        token = request.get(_TOKEN)
+        if isinstance(token, PeerToken):
+            return self._digests[self._config.tokens.index(token)]
+        return b""
 
     async def _read_json(self, request: web.Request) -> Any:
         raw = await request.read()
         return convert.parse_json(raw)
 
     async def _run_turn(
-        self, session_id: str, text: str, idempotency_key: str | None
+        self, session_id: str, text: str, idempotency_key: str | None, *, retry: bool = False
     ) -> tuple[int, str, Failure | None]:
-        """Admit the message and wait for its outcome: (user row id, reply, failure)."""
+        """Admit the message and wait for its outcome: (user row id, reply, failure).
+
+        A repeat under an Idempotency-Key must carry the same message (else 422) and gets the
+        stored outcome; if that was a retryable failure, the first repeat runs the turn once
+        more (``retry``) and later repeats get that second outcome.
+        """
         if not self._intake.accepting:
             raise ConversationClosed("draining")
         conversation = convert.conversation_key(session_id)
-        pmid = convert.platform_message_id(session_id, idempotency_key)
+        pmid = convert.platform_message_id(session_id, idempotency_key, retry=retry)
         event = self._waiters.expect(pmid)
         try:
             admission = await self._intake.admit(
@@ -221,9 +311,18 @@ class PeerAdapter:
                 )
             )
             row = admission.row
+            if admission.duplicate and row.content != text:
+                raise convert.BadRequest(
+                    "this Idempotency-Key was used with another message; use a new key",
+                    status=422,
+                    code="idempotency_key_reused",
+                )
             if admission.duplicate and row.state != "pending":
                 settled = await self._intake.outcome(row.id)
                 if settled is not None:
+                    failure = settled.failure
+                    if failure is not None and failure.retryable and not retry:
+                        return await self._run_turn(session_id, text, idempotency_key, retry=True)
                     return row.id, settled.reply, settled.failure
             self._pmids[row.id] = pmid
             await self._wait_outcome(pmid, row.id, event)
@@ -247,7 +346,7 @@ class PeerAdapter:
                 self._waiters.resolve(pmid, settled)
 
     async def _chat(self, request: web.Request) -> web.Response:
-        session_id = convert.check_session_id(request.match_info["session_id"])
+        session_id = self._session(request, request.match_info["session_id"])
         text = convert.chat_message(await self._read_json(request))
         if text.startswith("/") and text[1:].split(" ", 1)[0] in CONTROL_COMMANDS:
             reply = await self._intake.command(
@@ -260,30 +359,76 @@ class PeerAdapter:
         return web.json_response(convert.chat_response(session_id, reply, failure))
 
     async def _messages(self, request: web.Request) -> web.Response:
-        session_id = convert.check_session_id(request.match_info["session_id"])
+        session_id = self._session(request, request.match_info["session_id"])
         rows = await self._intake.transcript(convert.conversation_key(session_id))
         return web.json_response(convert.transcript_json(rows))
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         parsed = convert.completion_request(await self._read_json(request))
+        key = request.headers.get("Idempotency-Key")
+        header = request.headers.get("X-Botmux-Session")
         session_id = convert.completion_session(
-            request.headers.get("X-Botmux-Session"), parsed.user
+            header, parsed.user, idempotency_key=key, scope=self._anon_scope(request)
         )
-        row_id, reply, failure = await self._run_turn(
-            session_id, parsed.text, request.headers.get("Idempotency-Key")
-        )
-        if failure is not None:
-            status = convert.completion_error_status(failure)
-            return web.json_response(
-                convert.error_json(reply, failure.reason, status), status=status
-            )
+        if header is not None or parsed.user is not None:
+            # An anonymous session is the token's own (a fresh id, or one derived from the
+            # token and the key); a named one must be in the token's scope.
+            session_id = self._session(request, session_id)
         if not parsed.stream:
+            row_id, reply, failure = await self._run_turn(session_id, parsed.text, key)
+            if failure is not None:
+                return _completion_failure(reply, failure)
             return web.json_response(convert.completion_json(row_id, reply, parsed.model))
+        return await self._stream(request, session_id, parsed, key)
+
+    async def _stream(
+        self,
+        request: web.Request,
+        session_id: str,
+        parsed: convert.CompletionRequest,
+        key: str | None,
+    ) -> web.StreamResponse:
+        """A streamed completion. A turn done within :attr:`sse_keepalive_s` is answered as
+        ever (a failure with its status); a longer one sends 200 and SSE comments until the
+        reply is there, and a failure then arrives as an ``error`` event."""
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
-        await response.prepare(request)
-        for event in convert.completion_chunks(row_id, reply, parsed.model):
+
+        async def keep_alive() -> None:
+            await anyio.sleep(self.sse_keepalive_s)
+            try:
+                await response.prepare(request)
+                while True:
+                    await response.write(b": keepalive\n\n")
+                    await anyio.sleep(self.sse_keepalive_s)
+            except ConnectionError:
+                log.debug("peer API: a streaming client hung up while waiting")
+
+        error: Exception | None = None
+        result: tuple[int, str, Failure | None] | None = None
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(keep_alive)
+            try:
+                result = await self._run_turn(session_id, parsed.text, key)
+            except Exception as exc:  # re-raised or sent below, once the keep-alive stopped
+                error = exc
+            tg.cancel_scope.cancel()
+        if not response.prepared:
+            if error is not None:
+                raise error
+            assert result is not None
+            if result[2] is not None:
+                return _completion_failure(result[1], result[2])
+            await response.prepare(request)
+        elif error is not None or (result is not None and result[2] is not None):
+            body = _stream_error(error, result)
+            await response.write(b"data: " + json.dumps(body).encode() + b"\n\n")
+            await response.write(b"data: [DONE]\n\n")
+            await response.write_eof()
+            return response
+        assert result is not None
+        for event in convert.completion_chunks(result[0], result[1], parsed.model):
             await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
@@ -317,7 +462,7 @@ class PeerAdapter:
 
     async def _metrics_route(self, request: web.Request) -> web.Response:
         return web.Response(
-            body=await self._metrics(),
+            body=await self._metrics() + generate_latest(self._registry),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 
@@ -331,3 +476,71 @@ def _too_many(verdict: limits.Verdict, message: str, code: str) -> web.Response:
     response = json_error(429, f"{message}; retry after {verdict.retry_after_header} s", code)
     response.headers["Retry-After"] = verdict.retry_after_header
     return response
+
+
+def _completion_failure(reply: str, failure: Failure) -> web.Response:
+    status = convert.completion_error_status(failure)
+    return web.json_response(convert.error_json(reply, failure.reason, status), status=status)
+
+
+def _stream_error(
+    error: Exception | None, result: tuple[int, str, Failure | None] | None
+) -> dict[str, Any]:
+    """The ``error`` event of a stream whose headers went out before the turn failed."""
+    if isinstance(error, convert.BadRequest):
+        return convert.error_json(error.message, error.code, error.status)
+    if isinstance(error, ConversationClosed | StoreError):
+        return convert.error_json("botmux is shutting down; retry shortly", "draining", 503)
+    if error is not None:
+        log.error("peer API: a streamed turn failed", exc_info=error)
+        return convert.error_json("internal error; see botmux's log", "internal_error", 500)
+    assert result is not None and result[2] is not None
+    failure = result[2]
+    return convert.error_json(result[1], failure.reason, convert.completion_error_status(failure))
+
+
+_LOOPBACK_NAMES = ("localhost",)
+
+
+def _loopback(host: str | None, listen_host: str) -> bool:
+    """Whether a Host or Origin host names this machine's loopback."""
+    if not host:
+        return False
+    host = host.strip("[]").rstrip(".").lower()
+    if host in _LOOPBACK_NAMES or host.endswith(".localhost") or host == listen_host.lower():
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_of(value: str) -> str:
+    """The host of a Host header value (``name``, ``name:port``, ``[v6]:port``)."""
+    if value.startswith("["):
+        return value[1 : value.find("]")] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+def _origin_host(origin: str) -> str | None:
+    try:
+        return URL(origin).host if "//" in origin else None  # "null" has no host
+    except ValueError:
+        return None
+
+
+def _not_local(request: web.Request, listen_host: str) -> web.Response | None:
+    """Without tokens the API is for this machine's programs only (SPEC 14): refuse what a
+    web page could send (DNS rebinding: a foreign Host; CSRF: a foreign Origin, a form
+    POST), else None."""
+    host = request.headers.get("Host")
+    if host is not None and not _loopback(_host_of(host), listen_host):
+        return json_error(421, "this server answers loopback host names only", "misdirected")
+    origin = request.headers.get("Origin")
+    if origin is not None and not _loopback(_origin_host(origin), ""):
+        return json_error(403, "requests from web pages are refused", "forbidden_origin")
+    if request.method == "POST" and request.content_type != "application/json":
+        return json_error(
+            415, "the body must be sent as Content-Type: application/json", "unsupported_media_type"
+        )
+    return None

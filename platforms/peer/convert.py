@@ -43,13 +43,21 @@ def check_session_id(session_id: str) -> str:
     return session_id
 
 
-def platform_message_id(session_id: str, idempotency_key: str | None) -> str:
-    """Unique per conversation: the Idempotency-Key, else a fresh id."""
-    if idempotency_key is None:
-        return f"{session_id}/gen:{uuid.uuid4().hex}"
+def check_idempotency_key(idempotency_key: str) -> str:
     if not _IDEMPOTENCY_KEY.fullmatch(idempotency_key):
         raise BadRequest("Idempotency-Key must be 1-200 printable ASCII characters")
-    return f"{session_id}/key:{idempotency_key}"
+    return idempotency_key
+
+
+def platform_message_id(
+    session_id: str, idempotency_key: str | None, *, retry: bool = False
+) -> str:
+    """Unique per conversation: the Idempotency-Key, else a fresh id. ``retry``: the one
+    re-run of a key whose turn failed retryably (a space cannot occur in a key)."""
+    if idempotency_key is None:
+        return f"{session_id}/gen:{uuid.uuid4().hex}"
+    pmid = f"{session_id}/key:{check_idempotency_key(idempotency_key)}"
+    return pmid + " retry" if retry else pmid
 
 
 def parse_json(raw: bytes) -> Any:
@@ -143,14 +151,21 @@ def completion_request(body: Any) -> CompletionRequest:
     return CompletionRequest(text=text, stream=stream, user=user or None, model=model)
 
 
-def completion_session(header: str | None, user: str | None) -> str:
-    """``X-Botmux-Session``, else the ``user`` field, else a conversation of its own."""
+def completion_session(
+    header: str | None, user: str | None, *, idempotency_key: str | None, scope: bytes
+) -> str:
+    """``X-Botmux-Session``, else the ``user`` field, else a conversation of its own: with
+    an Idempotency-Key one derived from it and ``scope`` (the token's digest), so a repeat
+    finds the first turn, and no other token can name it; else a fresh one."""
     if header is not None:
         return check_session_id(header)
     if user is not None:
         if SESSION_ID.fullmatch(user):
             return user
         return "user-" + hashlib.sha256(user.encode("utf-8", "replace")).hexdigest()[:32]
+    if idempotency_key is not None:
+        key = check_idempotency_key(idempotency_key).encode()
+        return "anon-" + hashlib.sha256(b"botmux-anon\0" + scope + b"\0" + key).hexdigest()[:32]
     return f"anon-{uuid.uuid4()}"
 
 

@@ -22,6 +22,8 @@ _HTTP_CODES = {
     405: "method_not_allowed",
     413: "body_too_large",
     415: "unsupported_media_type",
+    421: "misdirected",
+    422: "unprocessable",
 }
 
 
@@ -60,6 +62,10 @@ async def error_middleware(
         response = json_error(503, "the store is unavailable; retry shortly", "store_unavailable")
         response.headers["Retry-After"] = "2"
         return response
+    except ConnectionError:
+        # The client hung up (a stream it left): nothing to answer, nothing wrong here.
+        log.debug("peer API: the client hung up", extra={"path": request.path})
+        raise
     except Exception:
         log.exception("peer API request failed", extra={"path": request.path})
         return json_error(500, "internal error; see botmux's log", "internal_error")

@@ -4,9 +4,10 @@
 with 429 and Retry-After by the adapter's middleware:
 
 - :class:`FailureWindow`: failed bearer-token attempts per client address in a sliding window.
-  Once an address has ``limit`` failures within ``window_s``, its requests are refused
-  *before* any token is compared, until the oldest failure leaves the window: a guesser
-  learns nothing more during the lockout, and other addresses are untouched.
+  Once an address has ``limit`` failures within ``window_s``, its requests without a valid
+  token are refused until the oldest failure leaves the window; other addresses are
+  untouched, and a valid token is always let through (the adapter checks it first), so
+  nobody can lock a peer out by failing from its address (a NAT, a proxy).
 - :class:`TokenBuckets`: a token bucket per peer token, so one peer (or a leaked token) cannot
   take the whole gateway; ``per_min`` is the refill rate and ``burst`` the bucket's size.
 
@@ -45,8 +46,12 @@ ALLOWED = Verdict(True)
 
 
 def token_digests(tokens: tuple[str, ...]) -> tuple[bytes, ...]:
-    """What :func:`match_bearer` compares against: the configured tokens' SHA-256 digests."""
-    return tuple(hashlib.sha256(t.encode()).digest() for t in tokens)
+    """What :func:`match_bearer` compares against: the configured tokens' SHA-256 digests.
+
+    Stripped as a presented token is, so both sides are read the same way; an empty token
+    gets a digest no presented token can have (``match_bearer`` refuses an empty one).
+    """
+    return tuple(hashlib.sha256(t.strip().encode()).digest() if t.strip() else b"" for t in tokens)
 
 
 def match_bearer(header: str, digests: tuple[bytes, ...]) -> int | None:
@@ -56,24 +61,62 @@ def match_bearer(header: str, digests: tuple[bytes, ...]) -> int | None:
     32-byte digests whatever either length is (``compare_digest`` alone leaks the expected
     length), and every configured token is compared, with no early exit on a match.
     """
-    scheme, _, token = header.partition(" ")
+    scheme, _, token = header.strip().partition(" ")
+    token = token.strip()
     # aiohttp hands non-UTF-8 header bytes over as surrogate escapes: hash the bytes as sent.
-    given = hashlib.sha256(token.strip().encode("utf-8", "surrogateescape")).digest()
+    given = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
     found = -1
     for index, expected in enumerate(digests):
         if hmac.compare_digest(given, expected):
             found = index
-    if scheme.lower() != "bearer" or found < 0:
+    # "Authorization: Bearer" with nothing after it is no token, whatever is configured.
+    if scheme.lower() != "bearer" or not token or found < 0:
         return None
     return found
+
+
+def trusted_networks(
+    proxies: tuple[str, ...],
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """``[peer] trusted_proxies`` (IPs or CIDRs) as networks."""
+    return tuple(ipaddress.ip_network(p, strict=False) for p in proxies)
+
+
+def _trusted(
+    address: str, networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+) -> bool:
+    try:
+        ip = ipaddress.ip_address(address.strip().strip("[]"))
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return any(ip in network for network in networks)
+
+
+def client_address(
+    remote: str | None,
+    forwarded_for: list[str],
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...],
+) -> str | None:
+    """The client's address: the direct peer, unless it is a trusted proxy; then the
+    rightmost ``X-Forwarded-For`` entry that is not a trusted proxy itself (entries left of
+    it were written by the client and prove nothing)."""
+    if not remote or not networks or not _trusted(remote, networks):
+        return remote
+    hops = [hop.strip() for header in forwarded_for for hop in header.split(",")]
+    for hop in reversed(hops):
+        if hop and not _trusted(hop, networks):
+            return hop.strip("[]")
+    return remote
 
 
 def client_key(remote: str | None) -> str:
     """The address a limit applies to: an IPv4 address, or an IPv6 address's /64.
 
     One IPv6 host usually holds a whole /64, so limiting single IPv6 addresses would let it
-    walk around the limit. No ``X-Forwarded-For`` is trusted: behind a reverse proxy every
-    client shares the proxy's address, and the proxy is the place to limit per client.
+    walk around the limit. ``remote`` is :func:`client_address`'s answer: ``X-Forwarded-For``
+    counts only from a trusted proxy.
     """
     if not remote:
         return "unknown"
@@ -187,12 +230,14 @@ class TokenBuckets:
     def statistics(self) -> dict[str, int]:
         return dict(self._stats)
 
-    def take(self, key: int) -> Verdict:
-        """Spend one request of ``key``'s bucket, or say how long until one is there."""
-        if self.per_min <= 0:
+    def take(self, key: int, per_min: float = 0) -> Verdict:
+        """Spend one request of ``key``'s bucket, or say how long until one is there;
+        ``per_min`` (when > 0) is this key's own rate instead of the default."""
+        per_min = per_min if per_min > 0 else self.per_min
+        if per_min <= 0:
             return ALLOWED
         now = self._clock()
-        rate = self.per_min / 60.0
+        rate = per_min / 60.0
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = _Bucket(float(self.burst), now)

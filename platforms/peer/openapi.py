@@ -34,8 +34,8 @@ def _errors(*statuses: str) -> dict[str, Any]:
     return {status: _ref("responses", f"E{status}") for status in statuses}
 
 
-# Errors every protected route may answer besides its own.
-_COMMON = ("401", "404", "405", "429", "500")
+# Errors every protected route may answer besides its own (403 and 421 only without tokens).
+_COMMON = ("401", "403", "404", "405", "421", "429", "500")
 
 _ERROR_RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "400": ("Bad input: malformed JSON, wrong types, a bad session id or header.", {}),
@@ -43,9 +43,20 @@ _ERROR_RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
         "No valid bearer token (only when peer.tokens is set).",
         {"WWW-Authenticate": _ref("headers", "WWW-Authenticate")},
     ),
-    "404": ("No such route.", {}),
+    "403": ("No tokens set (loopback only) and the request carries a foreign Origin.", {}),
+    "404": (
+        "No such route, or a session outside the token's peer.tokens sessions globs (the"
+        " same answer as for a session that does not exist).",
+        {},
+    ),
     "405": ("The route does not take this method.", {"Allow": _ref("headers", "Allow")}),
     "413": ("The body is over peer.max_body_bytes.", {}),
+    "415": ("No tokens set (loopback only) and a POST body that is not application/json.", {}),
+    "421": ("No tokens set (loopback only) and a Host that is not a loopback name.", {}),
+    "422": (
+        "This Idempotency-Key was used in this session with another message; use a new key.",
+        {},
+    ),
     "429": (
         "Too many failed auth attempts from this address (peer.auth_fail_limit), or this"
         " token's request rate (peer.token_requests_per_min) is used up.",
@@ -54,7 +65,8 @@ _ERROR_RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "500": ("An unexpected error; the body says nothing of it, botmux's log does.", {}),
     "502": ("The turn failed for good upstream (OpenAI-compatible route only).", {}),
     "503": (
-        "botmux is shutting down (Retry-After), or the turn failed for a retryable reason.",
+        "botmux is shutting down (Retry-After), the turn failed for a retryable reason, or"
+        " (before any request is read) every connection slot holds a request in progress.",
         {"Retry-After": _ref("headers", "Retry-After")},
     ),
 }
@@ -77,7 +89,9 @@ _SCHEMAS: dict[str, Any] = {
                         "type": "string",
                         "description": "bad_request, bad_session_id, invalid_json, unauthorized,"
                         " not_found, method_not_allowed, body_too_large, rate_limited,"
-                        " draining, internal_error, or a failure class of the turn.",
+                        " too_many_auth_failures, idempotency_key_reused, misdirected,"
+                        " forbidden_origin, unsupported_media_type, draining, internal_error,"
+                        " or a failure class of the turn.",
                     },
                     "status": {"type": "integer", "minimum": 400, "maximum": 599},
                 },
@@ -247,7 +261,9 @@ _SCHEMAS: dict[str, Any] = {
                         "type": "string",
                         "not": {"const": "[DONE]"},
                         "contentMediaType": "application/json",
-                        "contentSchema": _ref("schemas", "CompletionChunk"),
+                        "contentSchema": {
+                            "anyOf": [_ref("schemas", "CompletionChunk"), _ref("schemas", "Error")]
+                        },
                     },
                 ]
             }
@@ -325,7 +341,9 @@ _PARAMETERS: dict[str, Any] = {
         "in": "header",
         "required": False,
         "description": "A repeat with the same key (in the same session) returns the same"
-        " reply and runs no second turn.",
+        " reply and runs no second turn; with another message it is 422. After a retryable"
+        " failure the first repeat runs the turn once more. Without X-Botmux-Session and"
+        " user, a completion's key names a conversation of the token's own.",
         "schema": {"type": "string", "pattern": _IDEMPOTENCY_KEY},
     },
     "BotmuxSession": {
@@ -368,7 +386,7 @@ def _paths() -> dict[str, Any]:
                 },
                 "responses": {
                     "200": _json(_ref("schemas", "ChatResponse"), "The reply."),
-                    **_errors("400", "413", "503", *_COMMON),
+                    **_errors("400", "413", "415", "422", "503", *_COMMON),
                 },
             }
         },
@@ -400,14 +418,17 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": 'The completion; with "stream": true, SSE chunks'
-                        " (chat.completion.chunk objects) ending in data: [DONE].",
+                        " (chat.completion.chunk objects) ending in data: [DONE]. A turn that"
+                        " takes longer than 15 s sends the headers and ': keepalive' comments"
+                        " until the reply; if it then fails, the stream carries one error event"
+                        " (the Error schema) before data: [DONE].",
                         "content": {
                             "application/json": {"schema": _ref("schemas", "Completion")},
                             # OpenAPI 3.1: an event stream's schema is that of each event.
                             "text/event-stream": {"schema": _ref("schemas", "CompletionEvent")},
                         },
                     },
-                    **_errors("400", "413", "502", "503", *_COMMON),
+                    **_errors("400", "413", "415", "422", "502", "503", *_COMMON),
                 },
             }
         },

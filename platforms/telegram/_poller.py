@@ -14,12 +14,26 @@ update's message). Two pollers overlapping for a moment (a frozen node waking) o
 and a duplicate admission. Webhook mode needs no lease: every node serves the webhook and
 calls the same ``setWebhook``, which is idempotent.
 
-This module holds the decision; the adapter acts on it.
+This module holds the decision (:func:`poller_step`, pure) and :class:`PollerKeeper`, which
+acts on it: the same layout as Discord's shard leases (``platforms/discord/_shards.py``).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from enum import Enum
+from typing import assert_never
+
+import anyio
+from telegram.error import TelegramError
+from telegram.ext import Updater
+
+from gateway.ports import Leases
+from platforms.telegram import errors
+
+log = logging.getLogger(__name__)
+STOP_DEADLINE_S = 15.0  # stopping the updater (its final offset confirmation)
 
 POLLER_LEASE = "telegram:poller"  # several nodes: the one that holds it polls
 
@@ -47,3 +61,85 @@ def poller_step(*, polling: bool, draining: bool, taken: bool, held: bool) -> Po
     if not polling and taken:
         return PollerStep.START
     return None
+
+
+class PollerKeeper:
+    """Several nodes: runs this node's poller while it holds the poller lease, looking every
+    ``period_s`` (see the module docstring). ``release`` hands the lease over; the adapter
+    calls it at its stop, after stopping the updater, never before."""
+
+    def __init__(
+        self,
+        leases: Leases,
+        updater: Updater,
+        *,
+        start: Callable[[], Awaitable[None]],
+        accepting: Callable[[], bool],
+        idle: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._leases = leases
+        self._updater = updater
+        self._start_polling = start
+        self._accepting = accepting
+        self._idle = idle  # what a node that does not poll does at each look
+        self.polling = False  # this node runs getUpdates now
+        self._stats = {"poller_started": 0, "poller_lost": 0, "poller_released": 0}
+
+    def __repr__(self) -> str:
+        return f"<PollerKeeper polling={self.polling} {self._stats}>"
+
+    def statistics(self) -> dict[str, int]:
+        return dict(self._stats)
+
+    async def run(self) -> None:
+        while True:
+            await self._look()
+            await anyio.sleep(self._leases.period_s)
+
+    async def _look(self) -> None:
+        leases, updater = self._leases, self._updater
+        draining = not self._accepting()
+        taken = False if draining else await leases.hold(POLLER_LEASE)
+        held = leases.held(POLLER_LEASE)
+        match poller_step(polling=updater.running, draining=draining, taken=taken, held=held):
+            case PollerStep.START:
+                await self._start()
+            case PollerStep.STOP_LOST:
+                self.polling = False
+                with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_DEADLINE_S):
+                    await updater.stop()
+                self._stats["poller_lost"] += 1
+                log.warning("telegram: this node stopped polling: lease lost")
+            case PollerStep.STOP_RELEASE:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_DEADLINE_S):
+                    await updater.stop()
+                    await self.release()
+            case None:
+                pass
+            case step:
+                assert_never(step)
+        if not self.polling:
+            with anyio.move_on_after(leases.period_s):  # never delays the next look
+                await self._idle()
+
+    async def _start(self) -> None:
+        try:
+            await self._start_polling()
+        except TelegramError as exc:  # another node may fare better: let it try
+            log.warning(
+                "telegram: polling did not start; poller lease released",
+                extra={"error": repr(errors.translate(exc))},
+            )
+            await self._leases.release(POLLER_LEASE)
+            return
+        self.polling = True
+        self._stats["poller_started"] += 1
+        log.info("telegram: this node polls now")
+
+    async def release(self) -> None:
+        """Hand the poller lease over (after the poller stopped), saying so if we polled."""
+        was_polling, self.polling = self.polling, False
+        await self._leases.release(POLLER_LEASE)
+        if was_polling:
+            self._stats["poller_released"] += 1
+            log.info("telegram: this node stopped polling: released")

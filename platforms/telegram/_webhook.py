@@ -19,6 +19,7 @@ from aiohttp import web
 from telegram import Bot, Update
 
 from gateway.config import TelegramConfig
+from platforms._http import serving
 from platforms.telegram._admission import Verdict
 
 log = logging.getLogger(__name__)
@@ -55,12 +56,8 @@ class WebhookServer:
         path = urlsplit(config.webhook_url).path or "/"
         app = web.Application(client_max_size=1024 * 1024)
         app.router.add_post(path, self._on_webhook)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        try:
-            site = web.TCPSite(runner, host.strip("[]"), int(port), reuse_address=True)
-            await site.start()
-            self.port = runner.addresses[0][1] if runner.addresses else int(port)
+        async with serving(app, host.strip("[]"), int(port)) as bound:
+            self.port = bound
             await bot.set_webhook(
                 config.webhook_url,
                 secret_token=config.webhook_secret,
@@ -70,9 +67,6 @@ class WebhookServer:
             log.info("telegram webhook listening", extra={"listen": config.webhook_listen})
             task_status.started()
             await anyio.sleep_forever()
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await runner.cleanup()
 
     async def _on_webhook(self, request: web.Request) -> web.Response:
         given = request.headers.get(SECRET_HEADER, "").encode()

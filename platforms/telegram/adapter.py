@@ -22,6 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, assert_never
 
 import anyio
@@ -31,26 +32,26 @@ from telegram.error import BadRequest, Conflict, TelegramError
 from telegram.ext import Application, ExtBot, Updater
 
 from gateway.config import TelegramConfig
-from gateway.errors import ConversationClosed, GatewayError, PlatformError
-from gateway.messages import OutboxChunk, TurnOutcome
+from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
+from gateway.messages import COMMANDS, Failure, OutboxChunk, TurnOutcome
 from gateway.ports import Intake, Leases
+from platforms._access import check_access
 from platforms._courier import Courier
+from platforms._notices import NoticeBox, send_notice
+from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
 from platforms.telegram import convert, errors, render
 from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueue, Verdict
-from platforms.telegram._poller import POLLER_LEASE, PollerStep, poller_step
+from platforms.telegram._poller import PollerKeeper
 from platforms.telegram._webhook import WebhookServer
 from platforms.telegram.convert import PLATFORM, Target
-from policy import classify_send
-from policy.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
 Observe = Callable[[str, dict[str, Any]], None]
 ALLOWED_UPDATES = ("message",)
 STOP_DEADLINE_S = 15.0  # shutting PTB down (final offset confirmation, closing clients)
-NOTICE_ATTEMPTS = 3
-NOTICE_MAX_WAIT_S = 30.0
+POLLER_STATS = ("poller_started", "poller_lost", "poller_released")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,15 +88,14 @@ class TelegramAdapter:
         self._observe = observe
         self._courier = Courier(PLATFORM, self._send_chunk, intake, observe=observe)
         self._updates_tx, self._updates_rx = anyio.create_memory_object_stream[UpdateReceived](64)
-        self._notices_tx, self._notices_rx = anyio.create_memory_object_stream[SendNotice](256)
-        self._notices_idle = anyio.Event()
-        self._notices_idle.set()
+        self._notices = NoticeBox(self._send_notice, on_full=self._notice_dropped, size=256)
         self._queue = UpdateQueue(self._submit)
+        self._refusals = RefusalNotices()
         self._bot: ExtBot[None] | None = None
         self._me = convert.BotIdentity(0, "")
         self._connected = False
         self._reachable = True  # until a poll (or, not polling in a cluster, a call) says otherwise
-        self._polling = False  # this node runs getUpdates now
+        self._keeper: PollerKeeper | None = None  # several nodes, polling mode
         self.webhook_port: int | None = None
         self._stats = {
             "updates": 0,
@@ -105,22 +105,30 @@ class TelegramAdapter:
             "ignored": 0,
             "strangers": 0,
             "deferred": 0,
+            "refused": 0,
             "held": 0,
             "notices": 0,
             "plain_fallbacks": 0,
             "unreadable": 0,
-            "poller_started": 0,
-            "poller_lost": 0,
-            "poller_released": 0,
         }
 
     def __repr__(self) -> str:
-        polling = " polling" if self._polling else ""
+        polling = " polling" if self._polling() else ""
         name = self._me.username or "?"
         return f"<TelegramAdapter {self._config.mode}{polling} @{name} {self._stats}>"
 
     def statistics(self) -> dict[str, Any]:
-        return {**self._stats, "polling": self._polling, "courier": self._courier.statistics()}
+        keeper = self._keeper.statistics() if self._keeper is not None else {}
+        return {
+            **self._stats,
+            **{name: keeper.get(name, 0) for name in POLLER_STATS},
+            "polling": self._polling(),
+            "courier": self._courier.statistics(),
+        }
+
+    def _polling(self) -> bool:
+        """This node runs getUpdates now, in a cluster (a single node: always False)."""
+        return self._keeper is not None and self._keeper.polling
 
     @property
     def connected(self) -> bool:
@@ -139,7 +147,7 @@ class TelegramAdapter:
 
     async def wait_delivered(self) -> None:
         await self._courier.wait_idle()
-        await self._notices_idle.wait()
+        await self._notices.wait_idle()
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
@@ -252,7 +260,7 @@ class TelegramAdapter:
                 bot = self._bot = application.bot
                 self._me = convert.BotIdentity(bot.id, bot.username)
                 tg.start_soon(self._intake_loop)
-                tg.start_soon(self._notice_loop)
+                await tg.start(self._notices.run)
                 await tg.start(self._courier.run)
                 await self._register_commands(bot)
                 updater = application.updater
@@ -277,14 +285,21 @@ class TelegramAdapter:
                 task_status.started()
                 if updater is not None and self._leases is not None:
                     # Not waiting for the lease to be ready: this node sends either way.
-                    await self._poll_while_leased(updater, self._leases)
+                    self._keeper = PollerKeeper(
+                        self._leases,
+                        updater,
+                        start=partial(self._start_polling, updater),
+                        accepting=lambda: self._intake.accepting,
+                        idle=self._idle_look,
+                    )
+                    await self._keeper.run()
                 await anyio.sleep_forever()
             finally:
                 self._connected = False
                 with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_DEADLINE_S):
                     await self._stop(application)
                 self._updates_tx.close()  # the intake and notice actors end by themselves
-                self._notices_tx.close()
+                self._notices.close()
 
     async def _stop(self, application: Application[Any, Any, Any, Any, Any, Any]) -> None:
         """Stop PTB in order; the poller's last getUpdates confirms only admitted updates. In
@@ -293,8 +308,8 @@ class TelegramAdapter:
         steps: list[Callable[[], Awaitable[None]]] = []
         if updater is not None and updater.running:
             steps.append(updater.stop)
-        if updater is not None and self._leases is not None:
-            steps.append(self._release_poller)
+        if self._keeper is not None:
+            steps.append(self._keeper.release)
         if application.running:
             steps.append(application.stop)
         steps.append(application.shutdown)
@@ -316,59 +331,13 @@ class TelegramAdapter:
             error_callback=self._poll_error,
         )
 
-    async def _poll_while_leased(self, updater: Updater, leases: Leases) -> None:
-        """Several nodes: poll while this node holds the poller lease (see the module docs)."""
-        while True:
-            draining = not self._intake.accepting
-            taken = False if draining else await leases.hold(POLLER_LEASE)
-            held = leases.held(POLLER_LEASE)
-            match poller_step(polling=updater.running, draining=draining, taken=taken, held=held):
-                case PollerStep.START:
-                    await self._start_leased(updater, leases)
-                case PollerStep.STOP_LOST:
-                    self._polling = False
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_DEADLINE_S):
-                        await updater.stop()
-                    self._stats["poller_lost"] += 1
-                    log.warning("telegram: this node stopped polling: lease lost")
-                case PollerStep.STOP_RELEASE:
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_DEADLINE_S):
-                        await updater.stop()
-                        await self._release_poller()
-                case None:
-                    pass
-                case step:
-                    assert_never(step)
-            if not self._polling and not self._reachable:
-                with anyio.move_on_after(leases.period_s):  # never delays the next look
-                    await self._probe()
-            await anyio.sleep(leases.period_s)
-
-    async def _start_leased(self, updater: Updater, leases: Leases) -> None:
-        try:
-            await self._start_polling(updater)
-        except TelegramError as exc:  # another node may fare better: let it try
-            log.warning(
-                "telegram: polling did not start; poller lease released",
-                extra={"error": repr(errors.translate(exc))},
-            )
-            await leases.release(POLLER_LEASE)
-            return
-        self._polling = True
-        self._stats["poller_started"] += 1
-        log.info("telegram: this node polls now")
-
-    async def _release_poller(self) -> None:
-        """Hand the poller lease over (after the poller stopped), saying so if we polled."""
-        assert self._leases is not None
-        was_polling, self._polling = self._polling, False
-        await self._leases.release(POLLER_LEASE)
-        if was_polling:
-            self._stats["poller_released"] += 1
-            log.info("telegram: this node stopped polling: released")
+    async def _idle_look(self) -> None:
+        """Several nodes, not polling: if Telegram looked unreachable, probe it."""
+        if not self._reachable:
+            await self._probe()
 
     async def _register_commands(self, bot: Bot) -> None:
-        commands = [BotCommand(name, text) for name, text in convert.COMMAND_DESCRIPTIONS]
+        commands = [BotCommand(c.name, c.description) for c in COMMANDS]
         try:
             await bot.set_my_commands(commands)
         except TelegramError as exc:  # the menu is a convenience: commands work without it
@@ -377,7 +346,7 @@ class TelegramAdapter:
     def _answered(self, reached: bool) -> None:
         """Another Bot API call came back (or failed): in a cluster, a node that does not poll
         learns from its own calls (sends, typing) whether Telegram is reachable."""
-        if self._leases is not None and self._config.mode == "polling" and not self._polling:
+        if self._leases is not None and self._config.mode == "polling" and not self._polling():
             self._polled(reached)
 
     async def _probe(self) -> None:
@@ -452,7 +421,9 @@ class TelegramAdapter:
         except ConversationClosed:
             self._stats["held"] += 1
             return Verdict.HOLD
-        except GatewayError as exc:  # the store failed: Telegram keeps the update for later
+        except GatewayError as exc:
+            # The store failed (the pairing and allowlist reads included): Telegram keeps the
+            # update and delivers it again. (Refused never gets here: it is answered above.)
             self._stats["deferred"] += 1
             self._observe(
                 "telegram_admission_deferred",
@@ -472,15 +443,21 @@ class TelegramAdapter:
         if incoming is None:
             self._stats["ignored"] += 1
             return Verdict.ACK
-        if not await self._allowed(incoming):
+        config = self._config
+        access = await check_access(
+            self._intake,
+            PLATFORM,
+            incoming.user_id,
+            allow_users=config.allow_users,
+            open_here=not incoming.private and incoming.target.chat_id in config.allow_chats,
+            may_pair=incoming.private,  # a code in a group would be posted to the whole group
+            label=incoming.label,
+        )
+        if not access.allowed:
             self._stats["strangers"] += 1
-            code = None
-            if incoming.private:
-                code = await self._intake.request_pairing(
-                    PLATFORM, str(incoming.user_id), incoming.label
-                )
-                if code is not None:
-                    self._notify(SendNotice(incoming.target, convert.pairing_text(code)))
+            code = access.pairing_code
+            if code is not None:
+                self._notify(SendNotice(incoming.target, convert.pairing_text(code)))
             self._observe(
                 "telegram_stranger_ignored",
                 {
@@ -499,7 +476,14 @@ class TelegramAdapter:
             case "unreadable":
                 self._notify(SendNotice(incoming.target, convert.TEXT_ONLY, reply_to))
             case "turn":
-                admission = await self._intake.admit(incoming.inbound())
+                try:
+                    admission = await self._intake.admit(incoming.inbound())
+                except Refused as exc:  # an answer, not a store failure: tell them, acknowledge
+                    self._stats["refused"] += 1
+                    notice = self._refusals.text(exc, incoming.conversation)
+                    if notice is not None:
+                        self._notify(SendNotice(incoming.target, notice, reply_to))
+                    return Verdict.ACK
                 self._stats["duplicates" if admission.duplicate else "admitted"] += 1
             case _:
                 assert_never(incoming.kind)
@@ -509,32 +493,17 @@ class TelegramAdapter:
         mode = self._config.group_mode
         return "all" if mode == "all" else "off" if mode == "off" else "mention"
 
-    async def _allowed(self, incoming: convert.Incoming) -> bool:
-        if incoming.user_id in self._config.allow_users:
-            return True
-        if not incoming.private and incoming.target.chat_id in self._config.allow_chats:
-            return True
-        return await self._intake.is_approved(PLATFORM, str(incoming.user_id))
-
     # -- notices: short answers that are not turns ----------------------------------------
 
     def _notify(self, notice: SendNotice) -> None:
-        if self._notices_idle.is_set():
-            self._notices_idle = anyio.Event()
-        try:
-            self._notices_tx.send_nowait(notice)
-        except anyio.WouldBlock:  # visible, never silent: logged and counted
-            self._observe(
-                "telegram_notice_dropped",
-                {"chat": notice.target.chat_id, "reason": "mailbox full", "failure": "full"},
-            )
+        self._notices.send_nowait(notice)
 
-    async def _notice_loop(self) -> None:
-        async with self._notices_rx:
-            async for notice in self._notices_rx:
-                await self._send_notice(notice)
-                if self._notices_tx.statistics().current_buffer_used == 0:
-                    self._notices_idle.set()
+    def _notice_dropped(self, notice: SendNotice) -> None:
+        """The notice mailbox was full: visible, never silent (logged and counted)."""
+        self._observe(
+            "telegram_notice_dropped",
+            {"chat": notice.target.chat_id, "reason": "mailbox full", "failure": "full"},
+        )
 
     async def _send_notice(self, notice: SendNotice) -> Message | None:
         bot = self._running_bot()
@@ -542,32 +511,24 @@ class TelegramAdapter:
         reply = None
         if notice.reply_to is not None:
             reply = ReplyParameters(notice.reply_to, allow_sending_without_reply=True)
-        backoff = Backoff(0.5, 5.0)
-        for attempt in range(NOTICE_ATTEMPTS):
-            try:
-                sent = await bot.send_message(
-                    target.chat_id,
-                    notice.text,
-                    message_thread_id=target.thread_id,
-                    reply_parameters=reply,
-                )
-            except TelegramError as exc:
-                failure = classify_send(errors.translate(exc))
-                wait = failure.retry_after or backoff.delay(attempt)
-                if (
-                    failure.retryable
-                    and attempt + 1 < NOTICE_ATTEMPTS
-                    and wait <= NOTICE_MAX_WAIT_S
-                ):
-                    await anyio.sleep(wait)
-                    continue
-                self._observe(
-                    "telegram_notice_failed",
-                    {"chat": target.chat_id, "reason": failure.reason, "failure": failure.reason},
-                )
-                return None
-            self._stats["notices"] += 1
-            return sent
-        return None
+
+        async def send() -> Message:
+            return await bot.send_message(
+                target.chat_id,
+                notice.text,
+                message_thread_id=target.thread_id,
+                reply_parameters=reply,
+            )
+
+        sent = await send_notice(send, errors=(TelegramError,), translate=errors.translate)
+        if isinstance(sent, Failure):
+            failure = sent
+            self._observe(
+                "telegram_notice_failed",
+                {"chat": target.chat_id, "reason": failure.reason, "failure": failure.reason},
+            )
+            return None
+        self._stats["notices"] += 1
+        return sent
 
     # -- webhook mode --------------------------------------------------------------------

@@ -22,19 +22,12 @@ from typing import Any, Literal
 from telegram import Message, MessageEntity, Update
 from telegram.constants import ChatType
 
-from gateway.messages import Inbound
+from gateway.messages import CONTROL_COMMANDS, Inbound
+from gateway.messages import conversation_key as make_key
 from platforms._text import clean_text, is_id
 
 PLATFORM = "telegram"
-COMMANDS = ("start", "help", "new", "status", "stop")  # answered by Intake.command
 TURN_COMMAND = "ask"  # "/ask <text>": a turn, for groups where the bot only sees commands
-COMMAND_DESCRIPTIONS = (
-    ("start", "Say hello and show what I can do"),
-    ("help", "Show the commands"),
-    ("new", "Start a fresh conversation context"),
-    ("status", "Show the model in use and the queue"),
-    ("stop", "Stop the reply being written"),
-)
 TEXT_ONLY = (
     "I can only read text for now. Please send your message as text "
     "(a caption on a photo works too)."
@@ -60,8 +53,8 @@ class Target:
 
 def conversation_key(chat_id: int, thread_id: int | None = None) -> str:
     if thread_id is None:
-        return f"{PLATFORM}:{chat_id}"
-    return f"{PLATFORM}:{chat_id}:topic:{thread_id}"
+        return make_key(PLATFORM, str(chat_id))
+    return make_key(PLATFORM, f"{chat_id}:topic:{thread_id}")
 
 
 def parse_key(key: str) -> Target:
@@ -246,7 +239,7 @@ def read(update: Update, me: BotIdentity, group_mode: GroupMode) -> Incoming | N
         if name == TURN_COMMAND:
             rest = text[command.end() :].strip()
             return incoming("turn", rest) if rest else incoming("command", "help")
-        if name in COMMANDS or private or addressee is not None:
+        if name in CONTROL_COMMANDS or private or addressee is not None:
             return incoming("command", name)
         return None  # an unknown command in a group: probably another bot's
     addressed = (

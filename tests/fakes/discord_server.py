@@ -86,6 +86,26 @@ Use::
         [reply] = await dc.wait_for_messages(CHANNEL_ID, 1)
 
 Waits never time out by themselves: wrap them in `anyio.fail_after`.
+
+Streaming previews (a message, then edits) rely on:
+
+* `PATCH /channels/{id}/messages/{id}` edits the bot's own message (403 for another's),
+  dispatches MESSAGE_UPDATE; `DELETE` removes it (MESSAGE_DELETE, 204): `sent_messages` and
+  `history` show the current versions, `visible_contents(channel_id)` their texts.
+* Per-channel rate limits, off unless given (`open_fake_discord(..., rate_limits=
+  DISCORD_LIMITS)` or `dc.rate_limits = DiscordLimits(...)`): each route of
+  `DiscordLimits.routes` (by default message create and edit) has its own sliding window per
+  channel, `per_channel` (5 per 5 s, as Discord's message buckets). A call past it answers
+  429 with Discord's body `{"message", "retry_after", "global": false}` (seconds, a float)
+  and headers (`Retry-After`, `X-RateLimit-Limit/Remaining/Reset/Reset-After/Bucket/Scope`,
+  `Via`), is not counted, and is recorded with `RestCall.retry_after`; `rate_limited()`
+  lists them. With `announce` (default) the successes carry the window's real
+  `X-RateLimit-Remaining` and `Reset-After`, so discord.py waits before it would hit the
+  limit, as it does on Discord; `announce=False` keeps the old constant headers (a limit the
+  client only learns from the 429). `dc.clock` (`time.monotonic`) times the windows and
+  `RestCall.arrived` (`RestCall.at` stays the time of the answer). `DiscordLimits.overall`
+  is Discord's global limit (50 requests per second, interactions exempt): past it the 429
+  has `"global": true`, `X-RateLimit-Global: true` and `X-RateLimit-Scope: global`.
 """
 
 from __future__ import annotations
@@ -108,11 +128,19 @@ from aiohttp import web
 
 from tests.fakes import _discord_payloads as p
 from tests.fakes._discord_payloads import JSON, FakeChannel, FakeGuild, FakeUser
+from tests.fakes._discord_records import DISCORD_LIMITS as DISCORD_LIMITS
+from tests.fakes._discord_records import DiscordLimits as DiscordLimits
+from tests.fakes._discord_records import GatewayConnection as GatewayConnection
+from tests.fakes._discord_records import GatewayOp as GatewayOp
+from tests.fakes._discord_records import RestCall as RestCall
+from tests.fakes._rate_limits import Limit, Windows
 
 if TYPE_CHECKING:
     import discord
 
 __all__ = [
+    "DISCORD_LIMITS",
+    "DiscordLimits",
     "FakeChannel",
     "FakeDiscord",
     "FakeGuild",
@@ -139,50 +167,6 @@ def point_discord_py_at(client: discord.Client, *, api_base: str, gateway_url: s
     from platforms.discord._client import point_at
 
     point_at(client, api_base=api_base, gateway_url=gateway_url)
-
-
-@dataclass(frozen=True, slots=True)
-class RestCall:
-    """One REST request as the fake saw it; `route` is spelt like discord.py's Route paths."""
-
-    method: str
-    path: str  # without the /api/v10 prefix, e.g. /channels/42/messages
-    route: str  # the template, e.g. /channels/{channel_id}/messages
-    query: dict[str, str]
-    json: Any
-    headers: dict[str, str]
-    status: int
-    client: str = ""  # the client's path prefix ("" without one)
-    at: float = 0.0  # time.monotonic() when it was answered
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayOp:
-    """One frame the client sent on the gateway; `connection` indexes `FakeDiscord.connections`."""
-
-    op: int
-    d: Any
-    connection: int
-
-
-@dataclass(slots=True)
-class GatewayConnection:
-    index: int
-    path: str  # /gateway, or /resume-gateway when discord.py used READY's resume_gateway_url
-    query: dict[str, str]
-    close_code: int | None = None
-    client: str = ""  # the client's path prefix ("" without one)
-    shard: int | None = None  # the shard its IDENTIFY (or RESUME) named; 0 when unsharded
-    opened: float = 0.0  # time.monotonic() of each step
-    identified: float | None = None  # IDENTIFY or RESUME accepted
-    closed: float | None = None
-
-    def overlaps(self, other: GatewayConnection) -> bool:
-        """Both had a session up at the same moment."""
-        if self.identified is None or other.identified is None:
-            return False
-        end, other_end = self.closed or float("inf"), other.closed or float("inf")
-        return self.identified < other_end and other.identified < end
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,8 +232,12 @@ class FakeDiscord:
         heartbeat_interval_ms: int = 41_250,
         echo_own_messages: bool = True,
         nonce_window_s: float = 300.0,
+        rate_limits: DiscordLimits | None = None,
     ) -> None:
         self.token = token
+        self.rate_limits = rate_limits
+        self.clock: Callable[[], float] = time.monotonic
+        self._windows: dict[tuple[str, Limit], Windows] = {}
         self.bot = FakeUser(bot_user_id, bot_username, bot=True)
         self.heartbeat_interval_ms = heartbeat_interval_ms
         # Real Discord sends the bot a MESSAGE_CREATE for each message it sends itself.
@@ -405,6 +393,14 @@ class FakeDiscord:
             if a.shard == b.shard and a.overlaps(b)
         ]
 
+    def rate_limited(self, method: str | None = None, route: str | None = None) -> list[RestCall]:
+        """Calls the fake's rate limits refused (429), optionally of one method and route."""
+        return [c for c in self.calls(method, route) if c.retry_after is not None]
+
+    def visible_contents(self, channel_id: int) -> list[str]:
+        """The contents of the bot's messages in the channel as they are now, oldest first."""
+        return [str(m.get("content") or "") for m in self.sent_messages(channel_id)]
+
     def sent_messages(self, channel_id: int | None = None) -> list[JSON]:
         """Messages the bot created over REST (current versions, deleted ones left out)."""
         sent = [self.world.messages[i] for i in self.world.sent_ids if i in self.world.messages]
@@ -427,6 +423,7 @@ class FakeDiscord:
             "live_connections": len(self._live),
             "seq": 0 if self._session is None else len(self._session.frames),
             "scripted_pending": len(self._scripts),
+            "rate_limited": len(self.rate_limited()),
         }
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
@@ -781,12 +778,39 @@ class FakeDiscord:
         body, files = await p.read_body(request)
         request[_BODY], request[_FILES] = body, files
         response: web.StreamResponse
+        refusal, now = self._refusal(request, route, path), self.clock()
+        # Decided and counted before the handler runs: concurrent calls cannot all slip in.
+        bucket = None if refusal else self._bucket(request, route)
+        overall = None if refusal else self._overall(route)
+        global_wait = 0.0 if overall is None else overall.wait("all", now)
+        route_wait = 0.0 if bucket is None else bucket[0].wait(bucket[1], now)
+        retry_after = None
+        if overall is not None and global_wait:
+            retry_after = global_wait
+            refusal = self._limited(route, overall.limit, global_wait, global_=True)
+        elif bucket is not None and route_wait:
+            retry_after = route_wait
+            refusal = self._limited(route, bucket[0].limit, route_wait, global_=False)
+        else:
+            for windows, key in [
+                *([bucket] if bucket else []),
+                *([(overall, "all")] if overall else []),
+            ]:
+                windows.add(key, now)
         try:
-            response = self._refusal(request, route, path) or await handler(request)
+            response = refusal or await handler(request)
         except p.RestError as exc:
             response = p.json_response(exc.status, exc.body)
+        limits = self.rate_limits
         if response.status < 300 and route != "/{tail}":
-            response.headers.update(p.rate_limit_headers(route, remaining=4, reset_after=1.0))
+            if bucket is not None and limits is not None and limits.announce:
+                windows, key = bucket
+                remaining, reset = windows.remaining(key, now), windows.reset_after(key, now)
+                headers = p.rate_limit_headers(route, remaining=remaining, reset_after=reset)
+                headers["X-RateLimit-Limit"] = str(windows.limit.calls)
+                response.headers.update(headers)
+            else:
+                response.headers.update(p.rate_limit_headers(route, remaining=4, reset_after=1.0))
         headers = {k: v for k, v in request.headers.items() if k in _RECORDED_HEADERS}
         call = RestCall(
             request.method,
@@ -797,7 +821,9 @@ class FakeDiscord:
             headers,
             response.status,
             client,
-            _now(),
+            self.clock(),  # when it was answered, as before; the limits use its arrival
+            retry_after,
+            now,
         )
         self.rest_calls.append(call)
         self._notify()
@@ -816,6 +842,34 @@ class FakeDiscord:
                 self._scripts.remove(script)
                 return p.json_response(script.status, script.body, script.headers)
         return None
+
+    def _bucket(self, request: web.Request, route: str) -> tuple[Windows, object] | None:
+        """The rate-limit window this call counts in (its route's, in its channel), if any."""
+        limits = self.rate_limits
+        if limits is None or (request.method, route) not in limits.routes:
+            return None
+        windows = self._windows_of("channel", limits.per_channel)
+        return windows, (request.method, route, request.match_info.get("channel_id"))
+
+    def _overall(self, route: str) -> Windows | None:
+        """The bot's global window, for every call but interactions' and the public ones."""
+        limits = self.rate_limits
+        if limits is None or limits.overall is None or route.startswith("/interactions/"):
+            return None
+        return None if route == "/gateway" else self._windows_of("overall", limits.overall)
+
+    def _windows_of(self, name: str, limit: Limit) -> Windows:
+        return self._windows.setdefault((name, limit), Windows(limit))
+
+    def _limited(
+        self, route: str, limit: Limit, retry_after: float, *, global_: bool
+    ) -> web.Response:
+        """Discord's 429 (a route's bucket, or global): its body and what discord.py reads."""
+        body, headers = p.failure_response(
+            route, 429, retry_after=round(retry_after, 3), global_=global_, via=True, body=None
+        )
+        headers["X-RateLimit-Limit"] = str(limit.calls)
+        return p.json_response(429, body, headers)
 
     async def _not_found(self, request: web.Request) -> web.Response:
         return p.json_response(404, {"message": "404: Not Found", "code": 0})

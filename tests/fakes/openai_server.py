@@ -14,11 +14,34 @@ Use::
         assert [r.model for r in fake.requests] == [...]
 
 When nothing is scripted, ``fake.default`` answers (by default: ``echo: <last user text>``).
+
+Streaming (a request with ``"stream": true``): ``ok(text)`` streams in 16-character pieces at
+once; ``streamed(*chunks, interval_s=, first_delay_s=, cut_after=, hold_after=, usage=)`` (or
+``streamed_text(text, n, ...)``, the text in ``n`` pieces) writes each chunk as its own SSE
+event and holds the HTTP response open in between, so a relay that buffers the whole answer
+shows nothing until the end. ``cut_after=N`` aborts the connection after N chunks (no
+``finish_reason``, no ``[DONE]``: the client's connection error). ``hold_after=N`` writes N
+chunks, then waits for ``release_streams()``: a test can look at what arrived while the model
+is still writing, with no sleeps. Every chunk written is recorded in ``chunks_sent`` (a
+``SentChunk``: request index, chunk index, text, monotonic time); ``wait_for_chunks(n)``;
+``first_chunk(i)`` (minus ``requests[i].started``: the model's own time to first token).
+``bench_stream(chunks, interval_s, first_delay_s)`` is what benchmarks stream; the module run
+as a program serves it (``python -m tests.fakes.openai_server PORT LATENCY CHUNKS INTERVAL``).
+A ``Stream`` answering a non-streaming request answers its joined text in one reply.
+
+Usage: ``stream_options.include_usage`` gets a last chunk with empty ``choices`` and the
+usage, as OpenAI sends it. Counts are deterministic: ``ok(text, usage=Usage(p, c))`` or
+``streamed(..., usage=...)`` script them; otherwise ``fake.usage_of(request, text)`` decides
+(by default 3 prompt + 2 completion tokens; ``word_usage`` counts words instead).
+
+Every ``Request`` keeps its whole ``body``; ``content_parts``, ``max_tokens``,
+``response_format``, ``include_usage``, ``tools`` and ``stream_options`` read it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -33,8 +56,31 @@ from aiohttp import web
 
 
 @dataclass(frozen=True)
+class Usage:
+    """Token counts as the model reports them (``total`` is their sum)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def as_json(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+        }
+
+
+DEFAULT_USAGE = Usage(3, 2)
+
+
+@dataclass(frozen=True)
 class Ok:
     text: str
+    usage: Usage | None = None  # None: ``FakeModel.usage_of`` decides
 
 
 @dataclass(frozen=True)
@@ -64,11 +110,58 @@ class Hold:
     then: Ok | Fail | None = None
 
 
-Outcome = Ok | Fail | Sleep | Drop | Hold
+@dataclass(frozen=True)
+class Stream:
+    """Stream ``chunks`` one SSE event each: ``first_delay_s`` before the first, ``interval_s``
+    between the others, the response held open meanwhile. ``cut_after``: abort the connection
+    after that many chunks. ``hold_after``: after that many, wait for ``release_streams()``."""
+
+    chunks: tuple[str, ...]
+    interval_s: float = 0.0
+    first_delay_s: float = 0.0
+    cut_after: int | None = None
+    hold_after: int | None = None
+    usage: Usage | None = None
+    finish_reason: str = "stop"
+
+    @property
+    def text(self) -> str:
+        return "".join(self.chunks)
 
 
-def ok(text: str) -> Ok:
-    return Ok(text)
+Outcome = Ok | Fail | Sleep | Drop | Hold | Stream
+
+
+def ok(text: str, *, usage: Usage | None = None) -> Ok:
+    return Ok(text, usage)
+
+
+def streamed(
+    *chunks: str,
+    interval_s: float = 0.0,
+    first_delay_s: float = 0.0,
+    cut_after: int | None = None,
+    hold_after: int | None = None,
+    usage: Usage | None = None,
+) -> Stream:
+    return Stream(tuple(chunks), interval_s, first_delay_s, cut_after, hold_after, usage)
+
+
+def streamed_text(text: str, n: int, **options: Any) -> Stream:
+    """``text`` cut into ``n`` pieces of (nearly) equal length, streamed as ``streamed``."""
+    size, extra = divmod(len(text), n)
+    bounds = [i * size + min(i, extra) for i in range(n + 1)]
+    return streamed(*(text[a:b] for a, b in itertools.pairwise(bounds)), **options)
+
+
+def word_usage(request: Request, text: str) -> Usage:
+    """Usage counted in words: of every message's text content, and of the answer."""
+    prompt = 0
+    for message in request.messages:
+        content = message.get("content")
+        parts = content if isinstance(content, list) else [{"type": "text", "text": content}]
+        prompt += sum(len(str(p.get("text") or "").split()) for p in parts if isinstance(p, dict))
+    return Usage(prompt, len(text.split()))
 
 
 def error(
@@ -176,12 +269,59 @@ class Request:
     body: dict[str, Any]
 
     @property
+    def stream_options(self) -> dict[str, Any]:
+        options = self.body.get("stream_options")
+        return options if isinstance(options, dict) else {}
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options.get("include_usage"))
+
+    @property
+    def max_tokens(self) -> int | None:
+        """``max_tokens``, or ``max_completion_tokens`` (the newer name), as sent."""
+        value = self.body.get("max_tokens", self.body.get("max_completion_tokens"))
+        return value if isinstance(value, int) else None
+
+    @property
+    def response_format(self) -> dict[str, Any] | None:
+        value = self.body.get("response_format")
+        return value if isinstance(value, dict) else None
+
+    @property
+    def tools(self) -> list[dict[str, Any]] | None:
+        value = self.body.get("tools")
+        return value if isinstance(value, list) else None
+
+    @property
+    def content_parts(self) -> list[dict[str, Any]]:
+        """Every content part of every message, in order; a string content is one text part."""
+        parts: list[dict[str, Any]] = []
+        for message in self.messages:
+            content = message.get("content")
+            if isinstance(content, str):
+                parts.append({"type": "text", "text": content})
+            elif isinstance(content, list):
+                parts.extend(p for p in content if isinstance(p, dict))
+        return parts
+
+    @property
     def last_user(self) -> str:
         for m in reversed(self.messages):
             if m.get("role") == "user":
                 content = m.get("content")
                 return content if isinstance(content, str) else json.dumps(content)
         return ""
+
+
+@dataclass(frozen=True)
+class SentChunk:
+    """One streamed chunk as written: ``request`` indexes ``FakeModel.requests``."""
+
+    request: int
+    index: int
+    text: str
+    at: float
 
 
 class FakeModel:
@@ -198,6 +338,12 @@ class FakeModel:
         self._any: deque[Outcome] = deque()
         self._by_model: dict[str, deque[Outcome]] = defaultdict(deque)
         self._release = asyncio.Event()
+        self.usage_of: Callable[[Request, str], Usage] = lambda r, text: DEFAULT_USAGE
+        self.chunks_sent: list[SentChunk] = []
+        #: streams cut by ``cut_after`` / finished, by request index
+        self.streams_cut: list[int] = []
+        self.streams_done: list[int] = []
+        self._stream_release = asyncio.Event()
         self._changed = asyncio.Condition()
         self.base_url = ""
 
@@ -208,6 +354,20 @@ class FakeModel:
     def release(self) -> None:
         """Let every ``Hold`` (now and later) answer."""
         self._release.set()
+
+    def release_streams(self) -> None:
+        """Let every stream held by ``hold_after`` (now and later) go on."""
+        self._stream_release.set()
+
+    def first_chunk(self, request: int) -> SentChunk | None:
+        """The first chunk streamed to ``requests[request]``: its ``at`` minus the request's
+        ``started`` is the model's own time to first token."""
+        return next((c for c in self.chunks_sent if c.request == request), None)
+
+    async def wait_for_chunks(self, count: int) -> list[SentChunk]:
+        async with self._changed:
+            await self._changed.wait_for(lambda: len(self.chunks_sent) >= count)
+        return list(self.chunks_sent)
 
     def calls(self) -> list[tuple[str, str]]:
         """(model, api key) of every request, in order."""
@@ -282,35 +442,63 @@ class FakeModel:
                 raise ConnectionResetError("dropped by the fake")
             case Fail(status=status, body=body, headers=headers):
                 return web.json_response(body, status=status, headers=headers)
-            case Ok(text=text):
+            case Ok(text=text, usage=usage):
+                usage = usage or self.usage_of(request, text)
                 if request.stream:
-                    return await self._stream(http, request, text)
-                return web.json_response(_completion(request.model, text))
+                    pieces = tuple(text[i : i + 16] for i in range(0, len(text), 16)) or ("",)
+                    return await self._stream(http, request, Stream(pieces, usage=usage))
+                return web.json_response(_completion(request.model, text, usage))
+            case Stream() as stream:
+                if request.stream:
+                    return await self._stream(http, request, stream)
+                await asyncio.sleep(stream.first_delay_s + stream.interval_s * len(stream.chunks))
+                if stream.cut_after is not None:
+                    return await self._answer(http, request, Drop())
+                usage = stream.usage or self.usage_of(request, stream.text)
+                return web.json_response(_completion(request.model, stream.text, usage))
         raise AssertionError(outcome)
 
-    async def _stream(self, http: web.Request, request: Request, text: str) -> web.StreamResponse:
+    async def _stream(
+        self, http: web.Request, request: Request, stream: Stream
+    ) -> web.StreamResponse:
+        number = next(i for i, r in enumerate(self.requests) if r is request)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(http)
-        pieces = [text[i : i + 16] for i in range(0, len(text), 16)] or [""]
-        for i, piece in enumerate(pieces):
-            delta = {"content": piece} if i else {"role": "assistant", "content": piece}
+
+        async def write(choices: list[dict[str, Any]], **extra: Any) -> None:
             chunk = {
                 "id": "chatcmpl-fake",
                 "object": "chat.completion.chunk",
                 "created": 0,
                 "model": request.model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+                "choices": choices,
+                **extra,
             }
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        end = {
-            "id": "chatcmpl-fake",
-            "object": "chat.completion.chunk",
-            "created": 0,
-            "model": request.model,
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-        }
-        await response.write(f"data: {json.dumps(end)}\n\ndata: [DONE]\n\n".encode())
+
+        for i, piece in enumerate(stream.chunks):
+            if stream.cut_after is not None and i >= stream.cut_after:
+                break
+            if stream.hold_after is not None and i == stream.hold_after:
+                await self._stream_release.wait()
+            delay = stream.interval_s if i else stream.first_delay_s
+            if delay > 0:
+                await asyncio.sleep(delay)
+            delta = {"content": piece} if i else {"role": "assistant", "content": piece}
+            await write([{"index": 0, "delta": delta, "finish_reason": None}])
+            self.chunks_sent.append(SentChunk(number, i, piece, time.monotonic()))
+            await self._notify()
+        if stream.cut_after is not None:
+            self.streams_cut.append(number)
+            await self._notify()
+            return await self._answer(http, request, Drop())
+        await write([{"index": 0, "delta": {}, "finish_reason": stream.finish_reason}])
+        if request.include_usage:
+            usage = stream.usage or self.usage_of(request, stream.text)
+            await write([], usage=usage.as_json())
+        await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
+        self.streams_done.append(number)
         return response
 
     async def handle_models(self, http: web.Request) -> web.Response:
@@ -322,7 +510,7 @@ class FakeModel:
         )
 
 
-def _completion(model: str, text: str) -> dict[str, Any]:
+def _completion(model: str, text: str, usage: Usage = DEFAULT_USAGE) -> dict[str, Any]:
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
@@ -331,7 +519,7 @@ def _completion(model: str, text: str) -> dict[str, Any]:
         "choices": [
             {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
         ],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+        "usage": usage.as_json(),
     }
 
 
@@ -357,16 +545,30 @@ async def open_fake_model(port: int = 0) -> AsyncIterator[FakeModel]:
         await runner.cleanup()
 
 
-async def _serve_forever(port: int, latency: float) -> None:
+def bench_stream(chunks: int, interval_s: float, first_delay_s: float = 0.0) -> Stream:
+    """What benchmarks stream: ``chunks`` words ``interval_s`` apart, the first after
+    ``first_delay_s`` (the model's own time to first token)."""
+    words = tuple(f"w{i} " for i in range(chunks))
+    return Stream(words, interval_s=interval_s, first_delay_s=first_delay_s)
+
+
+async def _serve_forever(port: int, latency: float, chunks: int, interval_s: float) -> None:
     async with open_fake_model(port) as fake:
         if latency > 0:
             fake.default = lambda r: Sleep(latency, Ok(f"echo: {r.last_user}"))
+        if chunks > 0:
+            plain = fake.default
+            stream = bench_stream(chunks, interval_s, latency)
+            fake.default = lambda r: stream if r.stream else plain(r)
         print(f"fake model listening on {fake.base_url}", flush=True)
         await asyncio.Event().wait()
 
 
-if __name__ == "__main__":  # for benchmarks: python -m tests.fakes.openai_server PORT [LATENCY_S]
+if __name__ == "__main__":
+    # For benchmarks: python -m tests.fakes.openai_server PORT [LATENCY_S [CHUNKS [INTERVAL_S]]]
+    # With CHUNKS, streaming requests get CHUNKS words INTERVAL_S apart, the first after
+    # LATENCY_S; other requests answer as without it.
     import sys
 
-    port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
-    asyncio.run(_serve_forever(port, float(sys.argv[2]) if len(sys.argv) > 2 else 0.0))
+    args = [*sys.argv[1:], "0", "0", "0", "0"]
+    asyncio.run(_serve_forever(int(args[0]), float(args[1]), int(args[2]), float(args[3])))

@@ -34,16 +34,33 @@ under ``filterwarnings=error``) while building ``RetryAfter`` for a 429.
   objects as they are now, after edits), ``chat_actions(chat_id)``, ``commands(...)``,
   ``webhook_url`` / ``webhook_secret``, ``polls``, ``statistics()``.
 - Waiting, event-driven (wrap in ``anyio.fail_after``): ``wait_until(predicate)``,
-  ``wait_for_calls(method, count)``, ``wait_for_sent(count, chat_id)``, ``wait_for_poller()``,
+  ``wait_for_calls(method, count)``, ``wait_for_sent(count, chat_id)``,
+  ``wait_for_drafts(count, chat_id)``, ``wait_for_poller()``,
   ``wait_for_confirmed(update_id)``.
 - Webhooks: ``post_webhook(url, update, secret_token=)`` posts like Telegram;
   ``deliver_webhook()`` pushes pending updates to the ``setWebhook`` URL with its secret.
+- Streaming: ``sendMessageDraft`` (chat_id, draft_id, text, message_thread_id, parse_mode,
+  entities; private chats only, the refusal's wording being the fake's; a non-zero draft_id;
+  an empty text is Telegram's "Thinking..." placeholder) is recorded as ``Draft``s:
+  ``drafts(chat_id)``, ``draft_texts(chat_id, draft_id)``; a draft never becomes a message.
+  ``deleteMessage`` removes a message: ``bot_messages`` then leaves it out,
+  ``deleted_messages()`` lists it, and ``visible_messages(chat_id)`` gives the texts of the
+  bot's messages as the chat shows them.
+- Rate limits, off unless given (``open_fake_telegram(limits=TELEGRAM_LIMITS)`` or
+  ``fake.limits = TelegramLimits(...)``): sliding windows per chat, per group (a negative chat
+  id) and overall over ``TelegramLimits.methods``, plus ``draft_per_chat`` for drafts
+  (Telegram documents no draft limit: none by default). A call past a limit answers 429
+  ``Too Many Requests: retry after N`` with ``parameters.retry_after`` N (whole seconds, as
+  Telegram) and is not counted; its ``Call.retry_after`` says so, ``rate_limited()`` lists
+  them. ``fake.clock`` (``time.monotonic``) times the windows and ``Call.at``; ``answers``
+  records each call's HTTP status (``Answer``).
 
-Served: getMe, getUpdates, sendMessage, editMessageText, sendChatAction, set/get/
-deleteMyCommands, setWebhook, deleteWebhook, getWebhookInfo, logOut, close; add more with
-``register(name, handler)``. Names are case-insensitive, as in the Bot API; a wrong token is
-401, an unknown method 404. HTML is parsed into entities with Telegram's error texts;
-MarkdownV2 is only checked for unescaped reserved characters; ``allowed_updates`` is ignored.
+Served: getMe, getUpdates, sendMessage, sendMessageDraft, editMessageText, deleteMessage,
+sendChatAction, set/get/deleteMyCommands, setWebhook, deleteWebhook, getWebhookInfo, logOut,
+close; add more with ``register(name, handler)``. Names are case-insensitive, as in the Bot
+API; a wrong token is 401, an unknown method 404. HTML is parsed into entities with Telegram's
+error texts; MarkdownV2 is only checked for unescaped reserved characters; ``allowed_updates``
+is ignored.
 """
 
 from __future__ import annotations
@@ -51,6 +68,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
+import math
 import re
 import time
 from collections import deque
@@ -62,12 +80,19 @@ from typing import Any, Literal
 import anyio
 from aiohttp import ClientSession, web
 
+from tests.fakes._rate_limits import Limit, Windows
+from tests.fakes._telegram_text import MAX_TEXT_UTF16 as MAX_TEXT_UTF16
+from tests.fakes._telegram_text import ApiError as ApiError
+from tests.fakes._telegram_text import checked_text
+from tests.fakes._telegram_text import parse_html as parse_html
+from tests.fakes._telegram_text import parse_text as parse_text
+from tests.fakes._telegram_text import utf16_len as utf16_len
+
 JSON = dict[str, Any]
 Handler = Callable[[JSON], Awaitable[Any]]
 
 DEFAULT_TOKEN = "123456789:AAFakeTelegramTokenForBotmuxTests"
 DEFAULT_USER_ID = 4242
-MAX_TEXT_UTF16 = 4096
 CONFLICT_POLL = (
     "Conflict: terminated by other getUpdates request; "
     "make sure that only one bot instance is running"
@@ -89,17 +114,6 @@ _CHAT_ACTIONS = frozenset(
      "upload_document", "choose_sticker", "find_location", "record_video_note",
      "upload_video_note"]
 )  # fmt: skip
-_HTML_TYPES = {
-    "b": "bold", "strong": "bold", "i": "italic", "em": "italic", "u": "underline",
-    "ins": "underline", "s": "strikethrough", "strike": "strikethrough", "del": "strikethrough",
-    "tg-spoiler": "spoiler", "span": "spoiler", "a": "text_link", "code": "code", "pre": "pre",
-    "blockquote": "blockquote",
-}  # fmt: skip
-_TAG_RE = re.compile(r"<(/?)([^\s<>/]*)([^<>]*)>")
-_ATTR_RE = re.compile(r"""([A-Za-z-]+)(?:\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+)))?""")
-_ENTITY_RE = re.compile(r"&(#\d+|#x[0-9A-Fa-f]+|lt|gt|amp|quot);")
-_NAMED = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
-_MDV2_RESERVED = re.compile(r"(?<!\\)([#+\-={}.!])")
 _COMMAND_RE = re.compile(r"^[a-z0-9_]{1,32}$")
 _SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 _BOT_COMMAND_RE = re.compile(r"^/[A-Za-z0-9_]+(?:@\w+)?")
@@ -114,6 +128,48 @@ class Call:
     params: dict[str, Any]
     at: float
     client: str = ""
+    retry_after: int | None = None  # refused with this by the fake's rate limits
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A call and the HTTP status it was answered with."""
+
+    call: Call
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """One sendMessageDraft that Telegram accepted: what the user's draft showed then."""
+
+    chat_id: int
+    draft_id: int
+    text: str
+    at: float
+    message_thread_id: int | None = None
+
+
+PER_CHAT, PER_GROUP, OVERALL = Limit(3, 3.0), Limit(20, 60.0), Limit(30, 1.0)
+
+
+@dataclass(frozen=True, slots=True)
+class TelegramLimits:
+    """Telegram's flood limits (its FAQ: about 1 message per second in a chat, short bursts
+    allowed; 20 per minute in a group; about 30 per second overall), as sliding windows."""
+
+    per_chat: Limit | None = PER_CHAT
+    per_group: Limit | None = PER_GROUP
+    overall: Limit | None = OVERALL
+    draft_per_chat: Limit | None = None
+    methods: frozenset[str] = frozenset(
+        ["sendmessage", "editmessagetext", "sendphoto", "senddocument", "sendvoice",
+         "sendaudio", "sendvideo", "sendsticker", "sendanimation", "copymessage",
+         "forwardmessage"]
+    )  # fmt: skip
+
+
+TELEGRAM_LIMITS = TelegramLimits()
 
 
 @dataclass(slots=True)
@@ -149,19 +205,8 @@ class FakeTelegramStatistics:
     pending_updates: int
     waiting_pollers: int
     sent_messages: int
-
-
-class ApiError(Exception):
-    """Raised by a method handler; becomes the ``{"ok": false, ...}`` answer."""
-
-    def __init__(self, status: int, description: str, retry_after: int | None = None) -> None:
-        super().__init__(description)
-        self.status, self.description, self.retry_after = status, description, retry_after
-
-
-def utf16_len(text: str) -> int:
-    """Length as Telegram counts it (offsets, limits): UTF-16 code units."""
-    return len(text.encode("utf-16-le")) // 2
+    rate_limited: int = 0
+    drafts: int = 0
 
 
 def photo_extra(*, caption: str | None = None, file_id: str = "photo-1") -> JSON:
@@ -180,77 +225,23 @@ def sticker_extra(*, emoji: str = "👍", file_id: str = "sticker-1") -> JSON:
     return {"sticker": {**sticker, **flags, "width": 512, "height": 512, "emoji": emoji}}
 
 
-def parse_html(text: str) -> tuple[str, list[JSON]]:
-    """Telegram's HTML parse mode: the plain text and its entities, or ApiError(400)."""
-
-    def fail(reason: str, pos: int | None = None) -> ApiError:
-        where = "" if pos is None else f" at byte offset {len(text[:pos].encode())}"
-        return ApiError(400, f"Bad Request: can't parse entities: {reason}{where}")
-
-    out: list[str] = []
-    out16, pos = 0, 0
-    entities: list[JSON] = []
-    stack: list[tuple[str, int, JSON]] = []  # open tag, its start offset, the entity's fields
-    while pos < len(text):
-        if text[pos] == "&" and (ent := _ENTITY_RE.match(text, pos)):
-            name = ent.group(1)
-            plain = _NAMED.get(name) or chr(int(name[2:], 16) if name[1] == "x" else int(name[1:]))
-            out.append(plain)
-            out16, pos = out16 + utf16_len(plain), ent.end()
-            continue
-        if text[pos] != "<":
-            out.append(text[pos])
-            out16, pos = out16 + utf16_len(text[pos]), pos + 1
-            continue
-        tag = _TAG_RE.match(text, pos)
-        if tag is None:
-            raise fail("Unclosed start tag", pos)
-        name = tag.group(2).lower()
-        if tag.group(1):
-            if not stack:
-                raise fail("Unexpected end tag", pos)
-            open_name, start, fields = stack.pop()
-            if name and name != open_name:
-                raise fail(f'Unmatched end tag, expected "</{open_name}>", found "</{name}>"', pos)
-            if out16 > start:  # Telegram drops empty entities
-                entities.append({**fields, "offset": start, "length": out16 - start})
-        else:
-            if name not in _HTML_TYPES:
-                raise fail(f'Unsupported start tag "{name}"', pos)
-            attrs = {m[0].lower(): m[1] or m[2] or m[3] for m in _ATTR_RE.findall(tag.group(3))}
-            fields = {"type": _HTML_TYPES[name]}
-            if name == "span" and attrs.get("class") != "tg-spoiler":
-                raise fail('Tag "span" must have class "tg-spoiler"', pos)
-            if name == "blockquote" and "expandable" in attrs:
-                fields["type"] = "expandable_blockquote"
-            if name == "a":
-                fields["url"] = attrs.get("href", "")
-            stack.append((name, out16, fields))
-        pos = tag.end()
-    if stack:
-        raise fail(f'Can\'t find end tag corresponding to start tag "{stack[-1][0]}"')
-    entities.sort(key=lambda e: (e["offset"], -e["length"]))
-    return "".join(out), entities
-
-
-def parse_text(text: str, parse_mode: object, entities: object) -> tuple[str, list[JSON]]:
-    """What the user sees for a text and its formatting parameters, or ApiError(400)."""
-    mode = str(parse_mode or "").lower()
-    if mode == "html":
-        return parse_html(text)
-    if mode == "markdownv2" and (bad := _MDV2_RESERVED.search(text)):
-        reason = f"Character '{bad.group(1)}' is reserved and must be escaped with the preceding"
-        raise ApiError(400, f"Bad Request: can't parse entities: {reason} '\\'")
-    if mode not in ("", "markdown", "markdownv2"):
-        raise ApiError(400, "Bad Request: unsupported parse_mode")
-    return text, list(entities) if isinstance(entities, list) else []
-
-
 class FakeTelegram:
     """One bot's view of the Bot API, served on 127.0.0.1 while started (see module docs)."""
 
-    def __init__(self, token: str = DEFAULT_TOKEN, *, first_update_id: int = 1) -> None:
+    def __init__(
+        self,
+        token: str = DEFAULT_TOKEN,
+        *,
+        first_update_id: int = 1,
+        limits: TelegramLimits | None = None,
+    ) -> None:
         self.token = token
+        self.limits = limits
+        self.clock: Callable[[], float] = time.monotonic
+        self.answers: list[Answer] = []
+        self._windows: dict[tuple[str, Limit], Windows] = {}
+        self._drafts: list[Draft] = []
+        self._deleted: list[tuple[int, int]] = []
         prefix = token.split(":", 1)[0]
         self.bot_user: JSON = {
             "id": int(prefix) if prefix.isdigit() else 1, "is_bot": True,
@@ -281,6 +272,7 @@ class FakeTelegram:
         for name, handler in {
             "getMe": self._get_me, "getUpdates": self._get_updates,
             "sendMessage": self._send_message, "editMessageText": self._edit_message_text,
+            "sendMessageDraft": self._send_message_draft, "deleteMessage": self._delete_message,
             "sendChatAction": self._send_chat_action, "setMyCommands": self._set_my_commands,
             "getMyCommands": self._get_my_commands, "deleteMyCommands": self._delete_my_commands,
             "setWebhook": self._set_webhook, "deleteWebhook": self._delete_webhook,
@@ -428,8 +420,36 @@ class FakeTelegram:
         return [text for chat, text, _ in self._sent if chat_id in (None, chat)]
 
     def bot_messages(self, chat_id: int | None = None) -> list[JSON]:
-        """The Message objects the bot sent, in order, as they are now (after edits)."""
-        return [copy.deepcopy(msg) for chat, _, msg in self._sent if chat_id in (None, chat)]
+        """The Message objects the bot sent, in order, as they are now (after edits; deleted
+        ones left out)."""
+        return [
+            copy.deepcopy(msg)
+            for chat, _, msg in self._sent
+            if chat_id in (None, chat) and (chat, msg["message_id"]) in self._messages
+        ]
+
+    def visible_messages(self, chat_id: int | None = None) -> list[str]:
+        """Texts of the bot's messages as the chat shows them now (edited, not deleted)."""
+        return [str(message.get("text", "")) for message in self.bot_messages(chat_id)]
+
+    def deleted_messages(self, chat_id: int | None = None) -> list[tuple[int, int]]:
+        """(chat id, message id) of every message deleted through deleteMessage, in order."""
+        return [(chat, mid) for chat, mid in self._deleted if chat_id in (None, chat)]
+
+    def drafts(self, chat_id: int | None = None) -> list[Draft]:
+        return [d for d in self._drafts if chat_id in (None, d.chat_id)]
+
+    def draft_texts(self, chat_id: int | None = None, draft_id: int | None = None) -> list[str]:
+        """What the draft showed after each accepted sendMessageDraft, in order."""
+        return [d.text for d in self.drafts(chat_id) if draft_id in (None, d.draft_id)]
+
+    def rate_limited(self, method: str | None = None) -> list[Call]:
+        """Calls the fake's rate limits refused (429), of one method or all."""
+        return [
+            call
+            for call in self.calls
+            if call.retry_after is not None and method in (None, call.method)
+        ]
 
     def chat_actions(self, chat_id: int | None = None) -> list[str]:
         return [action for chat, action in self._actions if chat_id in (None, chat)]
@@ -452,7 +472,12 @@ class FakeTelegram:
 
     def statistics(self) -> FakeTelegramStatistics:
         return FakeTelegramStatistics(
-            len(self.calls), len(self._pending), self._waiting_pollers, len(self._sent)
+            len(self.calls),
+            len(self._pending),
+            self._waiting_pollers,
+            len(self._sent),
+            len(self.rate_limited()),
+            len(self._drafts),
         )
 
     async def wait_until(self, predicate: Callable[[], bool]) -> None:
@@ -468,6 +493,10 @@ class FakeTelegram:
     async def wait_for_sent(self, count: int, chat_id: int | None = None) -> list[str]:
         await self.wait_until(lambda: len(self.sent_messages(chat_id)) >= count)
         return self.sent_messages(chat_id)
+
+    async def wait_for_drafts(self, count: int, chat_id: int | None = None) -> list[str]:
+        await self.wait_until(lambda: len(self.drafts(chat_id)) >= count)
+        return self.draft_texts(chat_id)
 
     async def wait_for_poller(self) -> None:
         """Return once a getUpdates long poll is parked, waiting for an update."""
@@ -510,16 +539,51 @@ class FakeTelegram:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["method"].lower() != "getupdates":
-            return await self._answer(request)
+            return await self._answered(request)
         poll = Poll(request.match_info.get("client", ""), time.monotonic())
         self.polls.append(poll)
         try:
-            response = await self._answer(request)
+            response = await self._answered(request)
             poll.status = response.status
             return response
         finally:
             poll.ended = time.monotonic()
             self._notify()
+
+    async def _answered(self, request: web.Request) -> web.StreamResponse:
+        calls = len(self.calls)
+        response = await self._answer(request)
+        if len(self.calls) > calls:
+            self.answers.append(Answer(self.calls[calls], response.status))
+        return response
+
+    def _rate_limit(self, method: str, params: JSON, now: float) -> int | None:
+        """Decide: None admits (and counts) the call; else the whole seconds to wait."""
+        limits = self.limits
+        if limits is None:
+            return None
+        raw = params.get("chat_id")
+        chat = int(raw) if isinstance(raw, int | str) and str(raw).lstrip("-").isdigit() else None
+        checks: list[tuple[str, Limit | None, object]] = []
+        if method in limits.methods:
+            checks.append(("overall", limits.overall, "all"))
+            if chat is not None:
+                checks.append(("chat", limits.per_chat, chat))
+                if chat < 0:
+                    checks.append(("group", limits.per_group, chat))
+        if method == "sendmessagedraft" and chat is not None:
+            checks.append(("draft", limits.draft_per_chat, chat))
+        windows = [
+            (self._windows.setdefault((name, limit), Windows(limit)), key)
+            for name, limit, key in checks
+            if limit is not None
+        ]
+        wait = max((w.wait(key, now) for w, key in windows), default=0.0)
+        if wait > 0:
+            return max(1, math.ceil(wait))
+        for w, key in windows:
+            w.add(key, now)
+        return None
 
     async def _answer(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["token"] != self.token:
@@ -530,12 +594,15 @@ class FakeTelegram:
             return _error(400, "Bad Request: can't parse request body")
         requested = request.match_info["method"]
         name, handler = self._methods.get(requested.lower(), (requested, None))
-        self.calls.append(
-            Call(name, params, time.monotonic(), request.match_info.get("client", ""))
-        )
-        self._notify()
         script = self._scripts.get(requested.lower())
         outcome = script.popleft() if script else None
+        now = self.clock()
+        limited = None if outcome else self._rate_limit(requested.lower(), params, now)
+        client = request.match_info.get("client", "")
+        self.calls.append(Call(name, params, now, client, limited))
+        self._notify()
+        if limited is not None:
+            return _error(429, f"Too Many Requests: retry after {limited}", limited)
         if outcome is not None and outcome.kind == "drop":
             if request.transport is not None:
                 request.transport.abort()
@@ -589,7 +656,7 @@ class FakeTelegram:
 
     async def _send_message(self, params: JSON) -> JSON:
         chat_id = _chat_id(params)
-        text, entities = _checked_text(params)
+        text, entities = checked_text(params)
         thread = params.get("message_thread_id")
         message = self._new_message(self._chat(chat_id), self.bot_user, thread, thread is not None)
         message["text"] = text
@@ -609,7 +676,7 @@ class FakeTelegram:
             raise ApiError(400, "Bad Request: message to edit not found")
         if message["from"]["id"] != self.bot_user["id"]:
             raise ApiError(400, "Bad Request: message can't be edited")
-        text, entities = _checked_text(params)
+        text, entities = checked_text(params)
         if text == message.get("text") and entities == message.get("entities", []):
             raise ApiError(
                 400,
@@ -618,6 +685,30 @@ class FakeTelegram:
             )
         message.update(text=text, entities=entities, edit_date=int(time.time()))
         return copy.deepcopy(message)
+
+    async def _send_message_draft(self, params: JSON) -> bool:
+        chat_id = _chat_id(params)
+        if self._chat(chat_id)["type"] != "private":
+            raise ApiError(400, "Bad Request: drafts can be sent only to private chats")
+        draft_id = _int(params, "draft_id", 0)
+        if draft_id == 0:
+            raise ApiError(400, "Bad Request: parameter draft_id must be non-zero")
+        raw = params.get("text")
+        text = ""
+        if raw not in (None, ""):  # empty: the "Thinking..." placeholder (Bot API 10.0)
+            text, _ = checked_text(params)
+        thread = params.get("message_thread_id")
+        thread_id = None if thread is None else _int(params, "message_thread_id", 0)
+        self._drafts.append(Draft(chat_id, draft_id, text, self.clock(), thread_id))
+        return True
+
+    async def _delete_message(self, params: JSON) -> bool:
+        key = (_chat_id(params), _int(params, "message_id", 0))
+        if key not in self._messages:
+            raise ApiError(400, "Bad Request: message to delete not found")
+        del self._messages[key]
+        self._deleted.append(key)
+        return True
 
     async def _send_chat_action(self, params: JSON) -> bool:
         chat_id = _chat_id(params)
@@ -711,10 +802,10 @@ class FakeTelegram:
 
 @asynccontextmanager
 async def open_fake_telegram(
-    token: str = DEFAULT_TOKEN, *, first_update_id: int = 1
+    token: str = DEFAULT_TOKEN, *, first_update_id: int = 1, limits: TelegramLimits | None = None
 ) -> AsyncIterator[FakeTelegram]:
     """Serve a FakeTelegram on 127.0.0.1 (a free port) for the duration of the block."""
-    fake = FakeTelegram(token, first_update_id=first_update_id)
+    fake = FakeTelegram(token, first_update_id=first_update_id, limits=limits)
     await fake.start()
     try:
         yield fake
@@ -763,18 +854,6 @@ def _chat_id(params: JSON) -> int:
     if isinstance(value, str) and not value.lstrip("-").isdigit():
         raise ApiError(400, "Bad Request: chat not found")  # no @usernames here
     return _int(params, "chat_id", 0)
-
-
-def _checked_text(params: JSON) -> tuple[str, list[JSON]]:
-    raw = params.get("text")
-    if not isinstance(raw, str) or not raw.strip():
-        raise ApiError(400, "Bad Request: message text is empty")
-    text, entities = parse_text(raw, params.get("parse_mode"), params.get("entities"))
-    if not text.strip():
-        raise ApiError(400, "Bad Request: message text is empty")
-    if utf16_len(text) > MAX_TEXT_UTF16:
-        raise ApiError(400, "Bad Request: message is too long")
-    return text, entities
 
 
 def _command_key(scope: object, language_code: object) -> tuple[str, str]:

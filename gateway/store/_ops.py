@@ -1,0 +1,133 @@
+"""The store's writes as types: one frozen class per kind of write, the same on both backends.
+
+A write is a command for the group-commit writer (``_writer``); ``Write[R]`` says what its
+caller gets back, so ``await group.submit(AdmitRow(inbound))`` is an :class:`Admission` to
+mypy too. The backends apply runs of one class at a time (a ``match`` over :data:`StoreWrite`
+ending in ``assert_never``), each returning one result per write, in order; a result that is
+a :class:`~gateway.errors.StoreError` (``LeaseLost``) fails that write alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from gateway.messages import Admission, Inbound, StoredMessage, TurnOutcome, TurnResult
+
+R_co = TypeVar("R_co", covariant=True)
+W = TypeVar("W")
+
+
+class Write(Generic[R_co]):
+    """A write whose caller gets an ``R_co`` back once it committed."""
+
+    __slots__ = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AdmitRow(Write[Admission]):
+    """Store the user row as pending, unless (platform, platform id) is already stored."""
+
+    inbound: Inbound
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerTurn(Write[TurnOutcome]):
+    """Store the reply, settle the user row, queue the reply's chunks."""
+
+    user_row: StoredMessage
+    result: TurnResult
+    chunks: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTurn(Write[None]):
+    user_row_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ResetConversation(Write[None]):
+    conversation: str
+
+
+@dataclass(frozen=True, slots=True)
+class MarkDelivered(Write[None]):
+    chunk_id: int
+    platform_message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class MarkSending(Write[None]):
+    chunk_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireChunks(Write[None]):
+    chunk_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class FailChunk(Write[None]):
+    chunk_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class ExpireInFlight(Write[int]):
+    """Chunks left ``sending`` by a dead process are not sent again: how many there were.
+    ``conversations``: only those (taken over from a dead node); None: all."""
+
+    conversations: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPairing(Write[tuple[str | None, str]]):
+    platform: str
+    user_id: str
+    label: str
+    ttl_s: float
+    max_pending: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovePairing(Write[str | None]):
+    platform: str
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class RejectPairing(Write[str | None]):
+    """Refuse a pending code: its user gets no new one until it would have expired."""
+
+    platform: str
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
+class RevokeUser(Write[bool]):
+    platform: str
+    user_id: str
+
+
+StoreWrite = (
+    AdmitRow
+    | AnswerTurn
+    | CancelTurn
+    | ResetConversation
+    | MarkDelivered
+    | MarkSending
+    | ExpireChunks
+    | FailChunk
+    | ExpireInFlight
+    | RequestPairing
+    | ApprovePairing
+    | RejectPairing
+    | RevokeUser
+)
+
+
+def only(kind: type[W], run: Sequence[StoreWrite]) -> list[W]:
+    """A run of writes of one class (the writer groups them so), typed as that class."""
+    writes: list[W] = [w for w in run if isinstance(w, kind)]
+    assert len(writes) == len(run), "a run mixes kinds of writes"
+    return writes

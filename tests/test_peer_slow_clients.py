@@ -1,0 +1,237 @@
+"""Slow and greedy clients against the real gateway process (SPEC 14, review H3 and L3).
+
+Raw sockets play the attacker: connections that trickle their headers, send an over-long
+header line, or hang up on a stream. The gateway closes what is too slow, refuses
+connections past its cap, keeps serving valid requests, and writes no ERROR and no
+traceback for any of it. Deadlines here (fail_after) only stop a broken test; nothing
+asserts how long anything took.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import aiohttp
+import anyio
+import pytest
+
+from tests.fakes.openai_server import Hold, Sleep, ok, open_fake_model
+from tests.harness import GatewayProcess, config_text, free_port, make_config, running_gateway
+
+pytestmark = pytest.mark.anyio
+
+
+def gateway(
+    tmp_path: Path, model_url: str | None, peer: str, level: str = "info"
+) -> GatewayProcess:
+    port = free_port()
+    listen = f'listen = "127.0.0.1:{port}"\n'
+    text = config_text(tmp_path / "b.db", model_url, listen=f"127.0.0.1:{port}")
+    text = text.replace(listen, listen + peer) + f'\n[log]\nlevel = "{level}"\nformat = "json"\n'
+    path = tmp_path / "botmux.toml"
+    path.write_text(text)
+    return GatewayProcess(path, port, tmp_path / "botmux.log")
+
+
+async def open_slow(port: int) -> anyio.abc.SocketStream:
+    stream = await anyio.connect_tcp("127.0.0.1", port)
+    await stream.send(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n")
+    return stream
+
+
+async def closed_by_server(stream: anyio.abc.SocketStream) -> bytes:
+    """Keep trickling header lines until the server closes; what it sent, if anything."""
+    received = b""
+    n = 0
+    while True:
+        try:
+            await stream.send(f"X-Slow-{n}: 1\r\n".encode())
+            n += 1
+            with anyio.move_on_after(0.1):
+                chunk = await stream.receive()
+                received += chunk
+        except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+            return received
+
+
+async def wait_closed(stream: anyio.abc.SocketStream) -> bytes:
+    """Send nothing; what the server sent before it closed."""
+    received = b""
+    try:
+        while True:
+            received += await stream.receive()
+    except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+        await stream.aclose()
+        return received
+
+
+async def read_response(stream: anyio.abc.SocketStream) -> bytes:
+    """One whole response with a Content-Length (head and body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += await stream.receive()
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += await stream.receive()
+    return data
+
+
+def problems(log: str) -> list[str]:
+    lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
+    return [
+        line["event"] for line in lines if line["level"] in ("error", "critical") or "exc" in line
+    ]
+
+
+async def test_slow_header_connections_are_closed_and_valid_requests_served(
+    tmp_path: Path,
+) -> None:
+    async with open_fake_model() as fake:
+        node = gateway(
+            tmp_path, fake.base_url, "header_timeout_s = 0.5\nidle_timeout_s = 30\n", "debug"
+        )
+        try:
+            await node.start()
+            slow = [await open_slow(node.port) for _ in range(40)]
+            async with aiohttp.ClientSession() as http:
+                r = await http.post(
+                    f"{node.url}/api/sessions/victim/chat", json={"message": "still here"}
+                )
+                assert r.status == 200
+                assert (await r.json())["message"]["content"] == "echo: still here"
+            with anyio.fail_after(20):
+                for stream in slow:
+                    # Trickling header lines does not keep a connection: the deadline counts
+                    # from the connection, not from the last byte.
+                    assert await closed_by_server(stream) == b""
+                    await stream.aclose()
+            # An over-long header line: 400 on that connection, one warning line.
+            with anyio.fail_after(10):
+                stream = await anyio.connect_tcp("127.0.0.1", node.port)
+                await stream.send(
+                    b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nX-Big: "
+                    + b"A" * 20_000
+                    + b"\r\n\r\n"
+                )
+                answer = await wait_closed(stream)
+            assert answer.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request")
+            # Not HTTP at all (a TLS hello): 400, a debug line, no traceback.
+            with anyio.fail_after(10):
+                stream = await anyio.connect_tcp("127.0.0.1", node.port)
+                await stream.send(b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03\r\n\r\n")
+                assert b"400" in (await wait_closed(stream)).split(b"\r\n", 1)[0]
+            # A kept-alive connection idle between requests is the idle timeout's (30 s here),
+            # not the header deadline's: it still serves a request after the deadline passed.
+            with anyio.fail_after(10):
+                stream = await anyio.connect_tcp("127.0.0.1", node.port)
+                request = b"GET /readyz HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                for _ in range(2):
+                    await stream.send(request)
+                    head = await read_response(stream)
+                    assert head.startswith(b"HTTP/1.1 200"), head[:80]
+                    await anyio.sleep(1.0)  # twice the header deadline
+                await stream.aclose()
+        finally:
+            node.signal(signal.SIGTERM)
+            with anyio.fail_after(20):
+                await node.wait()
+    log = node.log()
+    assert problems(log) == [], node.log_tail()
+    assert "Traceback" not in log
+    assert "a bad request was refused" in log  # the over-long header, as one warning line
+    assert "AAAAAAAAAA" * 20 not in log  # and not the client's bytes at length
+
+
+async def test_at_the_connection_cap_idle_ones_make_room_and_busy_ones_503(
+    tmp_path: Path,
+) -> None:
+    async with open_fake_model() as fake:
+        fake.default = lambda r: Hold(ok(f"re {r.last_user}"))
+        node = gateway(tmp_path, fake.base_url, "header_timeout_s = 30\nmax_connections = 5\n")
+        try:
+            await node.start()
+            # Five connections that send nothing fill the cap; a prompt client still gets in,
+            # in the place of the oldest of them.
+            idle = [await anyio.connect_tcp("127.0.0.1", node.port) for _ in range(5)]
+            async with aiohttp.ClientSession() as http:
+                r = await http.get(f"{node.url}/v1/models")
+                assert r.status == 200
+            with anyio.fail_after(20):
+                assert await wait_closed(idle[0]) == b""
+            for stream in idle[1:]:
+                await stream.aclose()
+            # Five connections each with a request in progress: nothing to make room with,
+            # so a sixth is refused with 503 at once.
+            async with aiohttp.ClientSession() as http, anyio.create_task_group() as tg:
+                replies: list[int] = []
+
+                async def chat(n: int) -> None:
+                    url = f"{node.url}/api/sessions/s{n}/chat"
+                    async with http.post(url, json={"message": f"m{n}"}) as r:
+                        replies.append(r.status)
+
+                for n in range(5):
+                    tg.start_soon(chat, n)
+                with anyio.fail_after(20):
+                    await fake.wait_for_requests(5)  # all five are in, each holds a slot
+                    refusal = await wait_closed(await anyio.connect_tcp("127.0.0.1", node.port))
+                fake.release()
+            assert replies == [200] * 5
+        finally:
+            node.signal(signal.SIGTERM)
+            with anyio.fail_after(20):
+                await node.wait()
+    assert refusal.startswith(b"HTTP/1.1 503")
+    assert b"Retry-After: 1" in refusal
+    assert json.loads(refusal.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "overloaded"
+    assert problems(node.log()) == [], node.log_tail()
+    assert "connection cap reached" in node.log()
+
+
+async def test_a_long_stream_gets_keepalives_and_a_hang_up_is_no_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = {"messages": [{"role": "user", "content": "slow one"}], "stream": True}
+    async with open_fake_model() as fake:
+        fake.default = lambda r: Hold(ok(f"done: {r.last_user}"))
+        async with (
+            running_gateway(make_config(tmp_path / "b.db", fake.base_url)) as (app, url),
+            aiohttp.ClientSession() as http,
+        ):
+            assert app.peer is not None
+            app.peer.sse_keepalive_s = 0.05
+            lines: list[bytes] = []
+            async with http.post(f"{url}/v1/chat/completions", json=body) as r:
+                assert r.status == 200
+                assert r.headers["Content-Type"] == "text/event-stream"
+                while len(lines) < 2:  # two comments, while the model still holds the reply
+                    line = await r.content.readline()
+                    if line.strip():
+                        lines.append(line.strip())
+                assert lines == [b": keepalive", b": keepalive"]
+                fake.release()
+                async for line in r.content:
+                    if line.strip():
+                        lines.append(line.strip())
+            events = [json.loads(x[6:]) for x in lines if x.startswith(b"data: {")]
+            assert (
+                "".join(e["choices"][0]["delta"].get("content", "") for e in events)
+                == "done: slow one"
+            )
+            assert lines[-1] == b"data: [DONE]"
+            # A client that leaves a stream while it waits: the turn still completes and is
+            # stored; the hang-up is no ERROR.
+            fake.default = lambda r: Sleep(0.5, ok("for nobody"))
+            async with http.post(f"{url}/v1/chat/completions", json=body) as r:
+                assert (await r.content.readline()).strip() == b": keepalive"
+            with anyio.fail_after(10):
+                await fake.wait_for_completed(2)
+    assert [r.levelname for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")] == []
+    assert all(r.exc_info is None for r in caplog.records if r.name.startswith("platforms"))
