@@ -1,7 +1,10 @@
 """The model turn: build the context, call the model, return the reply.
 
 The context is the configured system prompt, the conversation's answered history, and the new
-user message (once: the pending row is never also in the history). Calls go through
+user message (once: the pending row is never also in the history). The history is bounded by
+``[agent] history_chars`` (SPEC section 11): the oldest rows are left out until its content
+fits, so one huge message is not billed again on every later turn; and every request carries
+the endpoint's ``max_output_tokens`` as ``max_tokens``. Calls go through
 ``policy``'s caller, which owns retries, credential rotation and fallback.
 """
 
@@ -23,6 +26,19 @@ from gateway.messages import ChatMessage, TurnResult, Usage
 from policy import classify, failure_reply
 from policy.backoff import Backoff
 from policy.engine import ModelPolicy, Observe, TurnFailed
+
+
+def fit_history(history: Sequence[ChatMessage], budget: int) -> Sequence[ChatMessage]:
+    """The newest rows whose content fits in ``budget`` characters, starting with a user
+    message (an answer without its question would mislead the model)."""
+    used = 0
+    start = len(history)
+    while start > 0 and used + len(history[start - 1].content) <= budget:
+        start -= 1
+        used += len(history[start].content)
+    while start < len(history) and history[start].role != "user":
+        start += 1
+    return history[start:]
 
 
 class Agent:
@@ -54,7 +70,8 @@ class Agent:
 
     def build_messages(self, history: Sequence[ChatMessage], text: str) -> list[dict[str, str]]:
         messages = [{"role": "system", "content": self._config.system_prompt}]
-        messages.extend({"role": m.role, "content": m.content} for m in history)
+        kept = fit_history(history, self._config.history_chars)
+        messages.extend({"role": m.role, "content": m.content} for m in kept)
         messages.append({"role": "user", "content": text})
         return messages
 
@@ -82,7 +99,11 @@ class Agent:
             with translate_openai_errors(endpoint.model):
                 response = await client.post(
                     "/chat/completions",
-                    body={"model": endpoint.model, "messages": messages},
+                    body={
+                        "model": endpoint.model,
+                        "messages": messages,
+                        "max_tokens": endpoint.max_output_tokens,
+                    },
                     cast_to=ChatCompletion,
                     options={"security": {"bearer_auth": True}},
                 )

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from agent import Agent, ClientPool
+from gateway.backlog import Caps
 from gateway.config import Config
 from gateway.failpoints import Failpoints
 from gateway.intake import GatewayIntake
@@ -27,6 +28,7 @@ from gateway.messages import platform_of
 from gateway.metrics import Metrics, Snapshot
 from gateway.ports import Intake, Leases, Outlet, PlatformAdapter
 from gateway.redelivery import redeliver
+from gateway.retention import sweep_retention
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
 from gateway.store import Store, describe, open_store
@@ -234,6 +236,11 @@ class GatewayApp:
                     observe=observe,
                     at_most_once=config.gateway.unrecorded_sends == "drop",
                     elsewhere=self._control_elsewhere if config.store.shared else None,
+                    caps=Caps(
+                        per_conversation=config.gateway.max_pending_per_conversation,
+                        total=config.gateway.max_pending_total,
+                    ),
+                    max_message_chars=config.gateway.max_message_chars,
                 )
 
                 async def render_metrics() -> bytes:
@@ -287,6 +294,7 @@ class GatewayApp:
                             store, router, outlets, max_age_s=config.gateway.outbox_max_age_s
                         )
                     self._ready["accepting"] = True
+                    tg.start_soon(sweep_retention, store, router, config.store)
                     fields = {"config": config.source, "store": describe(config)}
                     if cluster is not None:
                         fields["node"] = cluster.node

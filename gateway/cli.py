@@ -70,6 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     ssub.add_parser("list", help="list conversations")
     show = ssub.add_parser("show", help="show one conversation's transcript")
     show.add_argument("key", help="conversation key, e.g. peer:alice")
+    purge = ssub.add_parser("purge", help="drop a conversation's pending turns (never sent)")
+    purge.add_argument("key", help="conversation key, e.g. peer:alice")
+    delete = ssub.add_parser("delete", help="remove a conversation: its messages and outbox")
+    delete.add_argument("key", help="conversation key, e.g. peer:alice")
     pairing = sub.add_parser("pairing", help="manage DM pairing of unknown users")
     psub = pairing.add_subparsers(dest="action", required=True, parser_class=_Parser)
     psub.add_parser("list", help="pending codes and approved users")
@@ -117,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not config.store.shared and not os.path.exists(config.store.path):
                 print(f"botmux: no store at {config.store.path}", file=sys.stderr)
                 return EXIT_FAILURE
+            if args.action in ("purge", "delete"):  # the operator's change goes to the log
+                configure_logging(
+                    level=config.log.level, fmt=config.log.format, secrets=config.secrets()
+                )
             return anyio.run(_sessions, config, args.action, getattr(args, "key", None))
         if args.command == "pairing":
             return anyio.run(_pairing, config, args)
@@ -272,6 +280,23 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
                 print(f"{_printable(c.key):<40} {c.messages:>8} {c.pending:>7}  {when}")
             return EXIT_OK
         assert key is not None
+        if action == "purge":
+            dropped = await store.purge(key)
+            logging.getLogger("gateway").warning(
+                "pending turns purged", extra={"conversation": key, "rows": dropped, "by": "cli"}
+            )
+            print(f"purged {dropped} pending message(s) of {key}: marked failed, not sent")
+            return EXIT_OK
+        if action == "delete":
+            removed = await store.delete_conversation(key)
+            if removed is None:
+                print(f"no conversation {key}", file=sys.stderr)
+                return EXIT_FAILURE
+            logging.getLogger("gateway").warning(
+                "conversation deleted", extra={"conversation": key, "rows": removed, "by": "cli"}
+            )
+            print(f"deleted {key}: {removed} message(s) and its outbox")
+            return EXIT_OK
         messages = await store.transcript(key)
         if not messages:
             print(f"no conversation {key}", file=sys.stderr)

@@ -3,6 +3,10 @@
 ``admit`` is SPEC section 3's step 2: the user row is committed first, then its turn is
 queued, and only then does the adapter acknowledge the platform. A redelivered message is
 found by its platform id and queues nothing. Control commands skip the conversation's queue.
+
+Before anything is stored, a message is bounded (SPEC section 14): longer than
+``max_message_chars`` it is refused (:class:`MessageTooLong`), and past the pending caps too
+(:class:`Overloaded`, see :mod:`gateway.backlog`); a redelivery is still a duplicate.
 """
 
 from __future__ import annotations
@@ -13,7 +17,8 @@ from typing import Any
 
 import anyio
 
-from gateway.errors import ConversationClosed, MailboxFull
+from gateway.backlog import DEFAULT_CAPS, BacklogGate, Caps
+from gateway.errors import ConversationClosed, MailboxFull, MessageTooLong, Overloaded
 from gateway.messages import (
     COMMANDS,
     STOPPED_REPLY,
@@ -42,6 +47,9 @@ HELP = "\n".join(
 STOP_NOT_SENT = "Could not stop the reply: this conversation is busy. Try /stop again shortly."
 PAIRING_TTL_S = 3600.0
 PAIRING_MAX_PENDING = 100  # per platform; each user holds at most one code (L2: squatting)
+#: What a request waiting for a row learns when an operator purged it (``sessions purge``).
+PURGED_REPLY = "The message was dropped by an operator before it was answered."
+DELETED_REPLY = "The conversation was deleted before this message was answered."
 
 
 class GatewayIntake:
@@ -54,6 +62,8 @@ class GatewayIntake:
         observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
         at_most_once: bool = False,
         elsewhere: Callable[[str, str], Awaitable[bool]] | None = None,
+        caps: Caps = DEFAULT_CAPS,
+        max_message_chars: int = 32_000,
     ) -> None:
         # Several nodes: send a control command to the node running the conversation (True
         # when another node holds it and was told).
@@ -64,13 +74,15 @@ class GatewayIntake:
         self._runner = runner
         self._observe = observe
         self._accepting = True
-        self._stats = {"admitted": 0, "duplicates": 0}
+        self._gate = BacklogGate(store, caps)
+        self._max_chars = max_message_chars
+        self._stats = {"admitted": 0, "duplicates": 0, "refused": 0}
 
     def __repr__(self) -> str:
         return f"<GatewayIntake accepting={self._accepting} {self._stats}>"
 
     def statistics(self) -> dict[str, int]:
-        return dict(self._stats)
+        return {**self._stats, **self._gate.statistics()}
 
     @property
     def accepting(self) -> bool:
@@ -82,7 +94,25 @@ class GatewayIntake:
     async def admit(self, inbound: Inbound) -> Admission:
         if not self._accepting:
             raise ConversationClosed("botmux is shutting down")
-        admission = await self._store.admit(inbound)
+        if len(inbound.text) > self._max_chars:
+            self._refused(inbound, "too_long")
+            raise MessageTooLong(
+                f"the message has {len(inbound.text)} characters, more than"
+                f" max_message_chars = {self._max_chars}",
+                limit=self._max_chars,
+                length=len(inbound.text),
+            )
+        try:
+            reservation = await self._gate.reserve(inbound)
+        except Overloaded as exc:
+            self._refused(inbound, "overloaded", scope=exc.scope)
+            raise
+        added = True  # until admit says: the gate's counts are upper bounds (a hang-up, say)
+        try:
+            admission = await self._store.admit(inbound)
+            added = not admission.duplicate
+        finally:
+            self._gate.release(reservation, added=added)
         fields = {
             "conversation": inbound.conversation,
             "platform": inbound.platform,
@@ -97,6 +127,11 @@ class GatewayIntake:
             if admission.local:  # else the node holding the conversation was notified
                 await self._router.deliver(admission.row)
         return admission
+
+    def _refused(self, inbound: Inbound, reason: str, *, scope: str = "") -> None:
+        self._stats["refused"] += 1
+        fields = {"conversation": inbound.conversation, "platform": inbound.platform}
+        self._observe("refused", {**fields, "reason": reason, "scope": scope})
 
     async def command(self, platform: str, conversation: str, name: str) -> str:
         known = command_named(name)
@@ -121,7 +156,7 @@ class GatewayIntake:
                 if (
                     actor is None
                     and self._elsewhere is not None
-                    and await self._store.pending(conversation)
+                    and await self._store.pending_count(conversation)
                     and await self._elsewhere(conversation, "stop")
                 ):
                     return "Stopping the current reply."
@@ -145,7 +180,7 @@ class GatewayIntake:
         if actor is not None:
             stats = actor.statistics()
         else:  # evicted, or running on another node: the store knows what is queued
-            stats = {"queued": len(await self._store.pending(conversation))}
+            stats = {"queued": await self._store.pending_count(conversation)}
         lines = [f"Model: {status.get('model') or 'not configured'}"]
         for line in status.get("lines", []):
             lines.append(str(line))
@@ -190,15 +225,36 @@ class GatewayIntake:
     async def outcome(self, user_row_id: int) -> TurnOutcome | None:
         """How a user row's turn ended, read back from the store; None while it is pending."""
         row = await self._store.message(user_row_id)
-        if row is None or row.state == MessageState.PENDING:
+        if row is None:  # its conversation was deleted
+            deleted = Failure("deleted", False, detail="the conversation was deleted")
+            return TurnOutcome("", user_row_id, DELETED_REPLY, deleted, ())
+        if row.state == MessageState.PENDING:
             return None
         if row.state == MessageState.CANCELLED:
             return TurnOutcome(row.conversation, row.id, STOPPED_REPLY, None, ())
         reply = await self._store.reply_to(user_row_id)
         if reply is None:
+            if row.state == MessageState.FAILED:  # purged: failed without running
+                purged = Failure("purged", False, detail="dropped by an operator")
+                return TurnOutcome(row.conversation, row.id, PURGED_REPLY, purged, ())
             return None
         failure = Failure(reply.failure, reply.failure in TRANSIENT) if reply.failure else None
         return TurnOutcome(row.conversation, row.id, reply.content, failure, ())
+
+    async def delete(self, conversation: str, *, by: str) -> int | None:
+        """Remove a conversation, its rows and its outbox (``DELETE /api/sessions/{id}``):
+        the rows removed, or None when there was no such conversation. A turn running here
+        is stopped and the actor's cached history dropped, so nothing of it is sent again."""
+        if self._router.get(conversation) is not None:
+            self._send_control(conversation, StopTurn())
+            self._send_control(conversation, ResetContext())
+        removed = await self._store.delete_conversation(conversation)
+        if removed is not None:
+            log.warning(
+                "conversation deleted",
+                extra={"conversation": conversation, "rows": removed, "by": by},
+            )
+        return removed
 
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         return await self._store.reply_to(user_row_id)

@@ -213,3 +213,14 @@ class PairingCode:
     label: str
     created_at: float
     expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What waits, read before admitting a message: the conversation's pending rows and
+    the whole store's (each counted up to the limit asked, so the count stays cheap), and
+    whether the message is stored already (a redelivery is a duplicate, never refused)."""
+
+    conversation: int
+    total: int
+    stored: bool

@@ -39,6 +39,12 @@ class Metrics:
         self.duplicates = Counter(
             "botmux_messages_duplicate", "Redelivered messages ignored", ["platform"], registry=r
         )
+        self.refused = Counter(
+            "botmux_messages_refused",
+            "Messages refused before they were stored (overloaded, too_long)",
+            ["platform", "reason", "scope"],
+            registry=r,
+        )
         self.turns_started = Counter(
             "botmux_turns_started", "Turns started", ["platform"], registry=r
         )
@@ -119,6 +125,8 @@ class Metrics:
                 self.admitted.labels(platform).inc()
             case "duplicate":
                 self.duplicates.labels(platform).inc()
+            case "refused":
+                self.refused.labels(platform, reason, str(fields.get("scope", ""))).inc()
             case "turn_started":
                 self.turns_started.labels(platform).inc()
                 self.queue_wait.labels(platform).observe(float(fields.get("waited_s", 0.0)))

@@ -155,4 +155,9 @@ class Intake(Protocol):
 
     async def reply_to(self, user_row_id: int) -> StoredMessage | None: ...
 
+    async def delete(self, conversation: str, *, by: str) -> int | None:
+        """Remove the conversation, its rows and outbox (logged, naming ``by``): the rows
+        removed, or None when there is no such conversation."""
+        ...
+
     async def transcript(self, conversation: str) -> list[StoredMessage]: ...

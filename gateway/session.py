@@ -15,6 +15,7 @@ stay pending in the store) and the actor ends after the turn it is running.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ from gateway.messages import (
     STOPPED_REPLY,
     ChatMessage,
     Failure,
+    MessageState,
     StoredMessage,
     TurnOutcome,
     TurnResult,
@@ -190,7 +192,7 @@ class SessionActor:
             return
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            for row in await self._deps.store.pending(self.key):
+            for row in await self._deps.store.pending_headers(self.key):
                 self._enqueue(row)
                 self._floor = row.id
             task_status.started()
@@ -207,7 +209,7 @@ class SessionActor:
                 match message:
                     case TurnAdmitted(row=row):
                         if row.id > self._floor and not self._is_queued(row.id):
-                            self._enqueue(row)
+                            self._enqueue(dataclasses.replace(row, content=""))
                     case StopTurn():
                         if self._turn_scope is not None:
                             self._turn_scope.cancel()
@@ -221,7 +223,7 @@ class SessionActor:
     async def _load_pending(self) -> None:
         while True:
             finished = self._finished
-            rows = await self._deps.store.pending(self.key)
+            rows = await self._deps.store.pending_headers(self.key)
             if finished == self._finished:
                 break  # no turn ended during the read, so every row read is still pending
         for row in rows:
@@ -259,6 +261,12 @@ class SessionActor:
 
     async def _turn(self, row: StoredMessage) -> None:
         deps = self._deps
+        # The queue holds rows without their content; the row is read whole when its turn
+        # comes, and one purged or deleted while it waited is skipped.
+        current = await deps.store.message(row.id)
+        if current is None or current.state != MessageState.PENDING:
+            return
+        row = current
         history = await self._load_history()
         started = time.monotonic()
         deps.observe(

@@ -109,6 +109,24 @@ class RevokeUser(Write[bool]):
     user_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class PurgeConversation(Write[int]):
+    """Mark the conversation's pending rows failed (never run, nothing sent): how many."""
+
+    conversation: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteConversation(Write[int | None]):
+    """Remove the conversation's rows and outbox: how many rows, None when there was none.
+    With ``idle_before`` (the retention sweep) only if it is still idle past its cutoff
+    (``anonymous_before`` for ``peer:anon-*``) and has nothing pending."""
+
+    conversation: str
+    idle_before: float | None = None
+    anonymous_before: float | None = None
+
+
 StoreWrite = (
     AdmitRow
     | AnswerTurn
@@ -123,6 +141,8 @@ StoreWrite = (
     | ApprovePairing
     | RejectPairing
     | RevokeUser
+    | PurgeConversation
+    | DeleteConversation
 )
 
 

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from gateway.messages import (
     Admission,
+    Backlog,
     ConversationInfo,
     Inbound,
     OutboxChunk,
@@ -117,3 +118,38 @@ class Store(Protocol):
     async def conversations(self) -> list[ConversationInfo]: ...
 
     def statistics(self) -> dict[str, int]: ...
+
+    # -- bounds and lifecycle (SPEC section 14; ``_lifecycle``, ``_pg_lifecycle``) ----------
+
+    async def backlog(
+        self,
+        conversation: str,
+        platform: str,
+        platform_message_id: str,
+        *,
+        conversation_limit: int,
+        total_limit: int,
+    ) -> Backlog:
+        """Pending rows of the conversation and of the store (each counted up to its limit),
+        and whether (platform, platform id) is stored already: read before admitting."""
+        ...
+
+    async def pending_count(self, conversation: str) -> int: ...
+
+    async def pending_headers(self, conversation: str) -> list[StoredMessage]:
+        """The conversation's pending user rows, oldest first, without their content (``""``):
+        what a session actor queues; it reads each row whole when its turn comes."""
+        ...
+
+    async def purge(self, conversation: str) -> int:
+        """Mark the conversation's pending rows failed (never run, nothing sent); how many."""
+        ...
+
+    async def delete_conversation(self, conversation: str) -> int | None:
+        """Remove the conversation, its rows and its outbox: the rows removed, None if absent."""
+        ...
+
+    async def expire_conversations(self, idle_before: float, anonymous_before: float) -> list[str]:
+        """Delete conversations with nothing pending last active before ``idle_before``, and
+        anonymous peer ones (``peer:anon-*``) before ``anonymous_before`` (epoch seconds)."""
+        ...

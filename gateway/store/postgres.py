@@ -49,11 +49,13 @@ from gateway.store._ops import (
     AnswerTurn,
     ApprovePairing,
     CancelTurn,
+    DeleteConversation,
     ExpireChunks,
     ExpireInFlight,
     FailChunk,
     MarkDelivered,
     MarkSending,
+    PurgeConversation,
     RejectPairing,
     RequestPairing,
     ResetConversation,
@@ -69,6 +71,7 @@ from gateway.store._pg_connection import (
     redact,
 )
 from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
+from gateway.store._pg_lifecycle import PgLifecycleMixin
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_reads import MSG_COLUMNS, PgReadsMixin, to_message
 from gateway.store._pg_schema import migrate
@@ -89,7 +92,7 @@ def channel(node: str) -> str:
     return f"botmux:{node}"
 
 
-class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
+class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin, PgLifecycleMixin):
     """The :class:`~gateway.store.base.Store` on PostgreSQL; see :func:`open_postgres_store`."""
 
     def __init__(
@@ -198,6 +201,10 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin):
                 return await self._apply_pair_reject(db, only(RejectPairing, run))
             case RevokeUser():
                 return await self._apply_pair_revoke(db, only(RevokeUser, run))
+            case PurgeConversation():
+                return await self._apply_purge(db, only(PurgeConversation, run))
+            case DeleteConversation():
+                return await self._apply_delete(db, only(DeleteConversation, run))
             case unknown:
                 assert_never(unknown)
         return [None] * len(run)

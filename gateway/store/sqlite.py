@@ -39,16 +39,19 @@ from gateway.messages import (
 )
 from gateway.store import _queries as q
 from gateway.store._errors import SQLITE_ERRORS, mapped
+from gateway.store._lifecycle import LifecycleMixin
 from gateway.store._ops import (
     AdmitRow,
     AnswerTurn,
     ApprovePairing,
     CancelTurn,
+    DeleteConversation,
     ExpireChunks,
     ExpireInFlight,
     FailChunk,
     MarkDelivered,
     MarkSending,
+    PurgeConversation,
     RejectPairing,
     RequestPairing,
     ResetConversation,
@@ -101,7 +104,7 @@ def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
     )
 
 
-class SqliteStore(QueuedWrites, PairingMixin):
+class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
     """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
 
     def __init__(
@@ -278,6 +281,10 @@ class SqliteStore(QueuedWrites, PairingMixin):
                 return self._apply_pair_reject(db, only(RejectPairing, run))
             case RevokeUser():
                 return self._apply_pair_revoke(db, only(RevokeUser, run))
+            case PurgeConversation():
+                return self._apply_purge(db, only(PurgeConversation, run))
+            case DeleteConversation():
+                return self._apply_delete(db, only(DeleteConversation, run))
             case unknown:
                 assert_never(unknown)
 

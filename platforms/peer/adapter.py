@@ -173,6 +173,7 @@ class PeerAdapter:
         )
         app.router.add_post("/api/sessions/{session_id}/chat", self._chat)
         app.router.add_get("/api/sessions/{session_id}/messages", self._messages)
+        app.router.add_delete("/api/sessions/{session_id}", self._delete)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/healthz", self._healthz)
@@ -202,9 +203,17 @@ class PeerAdapter:
         def site(runner: web.AppRunner, host: str, port: int) -> web.BaseSite:
             return GuardedSite(runner, host, port, self._guard, handler_args)
 
+        # handler_cancellation: a client that hangs up while it waits for its turn cancels its
+        # handler, which lets go of the body, the text and its waiter (the turn itself runs
+        # on in its session actor, and its reply is stored: a retry with the same
+        # Idempotency-Key gets it).
         with quiet_accept_errors(self._guard):
             async with serving(
-                self.build_app(), self._config.host, self._config.port, site=site
+                self.build_app(),
+                self._config.host,
+                self._config.port,
+                site=site,
+                handler_cancellation=True,
             ) as port:
                 self.port = port
                 log.info(
@@ -362,6 +371,15 @@ class PeerAdapter:
         session_id = self._session(request, request.match_info["session_id"])
         rows = await self._intake.transcript(convert.conversation_key(session_id))
         return web.json_response(convert.transcript_json(rows))
+
+    async def _delete(self, request: web.Request) -> web.Response:
+        session_id = self._session(request, request.match_info["session_id"])
+        token = request.get(_TOKEN)
+        by = f"peer API, token {token.name}" if isinstance(token, PeerToken) else "peer API"
+        removed = await self._intake.delete(convert.conversation_key(session_id), by=by)
+        if removed is None:
+            return json_error(404, f"no session {session_id}", "not_found")
+        return web.json_response({"session_id": session_id, "deleted": True, "messages": removed})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         parsed = convert.completion_request(await self._read_json(request))

@@ -1,18 +1,26 @@
 """Every error of the peer API becomes a JSON body with the right status, in one table.
 
 Bad input is 400 (413 for a body over the limit), unknown routes 404, a draining gateway or an
-unreachable store 503 with Retry-After, and anything unexpected 500 with nothing of the
-exception leaked.
+unreachable store 503 with Retry-After, a message refused before it was stored 429 (too many
+wait, with Retry-After) or 413 (over max_message_chars), and anything unexpected 500 with
+nothing of the exception leaked.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway.errors import ConversationClosed, StoreClosed, StoreError
+from gateway.errors import (
+    ConversationClosed,
+    MessageTooLong,
+    Overloaded,
+    StoreClosed,
+    StoreError,
+)
 from platforms.peer.convert import BadRequest, error_json
 
 log = logging.getLogger(__name__)
@@ -51,6 +59,15 @@ async def error_middleware(
         if "Allow" in exc.headers:
             response.headers["Allow"] = exc.headers["Allow"]
         return response
+    except Overloaded as exc:
+        code = "conversation_busy" if exc.scope == "conversation" else "gateway_busy"
+        response = json_error(429, f"{exc}; retry later", code)
+        response.headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after)))
+        return response
+    except MessageTooLong as exc:
+        return json_error(
+            413, f"the message is over {exc.limit} characters ({exc.length})", "message_too_long"
+        )
     except (ConversationClosed, StoreClosed):
         response = json_error(503, "botmux is shutting down; retry shortly", "draining")
         response.headers["Retry-After"] = "5"

@@ -50,7 +50,10 @@ _ERROR_RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
         {},
     ),
     "405": ("The route does not take this method.", {"Allow": _ref("headers", "Allow")}),
-    "413": ("The body is over peer.max_body_bytes.", {}),
+    "413": (
+        "The body is over peer.max_body_bytes, or the message over gateway.max_message_chars.",
+        {},
+    ),
     "415": ("No tokens set (loopback only) and a POST body that is not application/json.", {}),
     "421": ("No tokens set (loopback only) and a Host that is not a loopback name.", {}),
     "422": (
@@ -58,8 +61,10 @@ _ERROR_RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
         {},
     ),
     "429": (
-        "Too many failed auth attempts from this address (peer.auth_fail_limit), or this"
-        " token's request rate (peer.token_requests_per_min) is used up.",
+        "Too many failed auth attempts from this address (peer.auth_fail_limit), this"
+        " token's request rate (peer.token_requests_per_min) is used up, or too many messages"
+        " wait (gateway.max_pending_per_conversation, gateway.max_pending_total): nothing"
+        " was stored.",
         {"Retry-After": _ref("headers", "Retry-After")},
     ),
     "500": ("An unexpected error; the body says nothing of it, botmux's log does.", {}),
@@ -133,6 +138,16 @@ _SCHEMAS: dict[str, Any] = {
                 "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}},
             },
             "failure": _ref("schemas", "Failure"),
+        },
+    },
+    "Deleted": {
+        "type": "object",
+        "required": ["session_id", "deleted", "messages"],
+        "additionalProperties": False,
+        "properties": {
+            "session_id": {"type": "string"},
+            "deleted": {"const": True},
+            "messages": {"type": "integer", "minimum": 0, "description": "Rows removed."},
         },
     },
     "Transcript": {
@@ -387,6 +402,17 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": _json(_ref("schemas", "ChatResponse"), "The reply."),
                     **_errors("400", "413", "415", "422", "503", *_COMMON),
+                },
+            }
+        },
+        "/api/sessions/{session_id}": {
+            "delete": {
+                "operationId": "deleteSession",
+                "summary": "Delete the session: its messages and undelivered replies.",
+                "parameters": [_ref("parameters", "SessionId")],
+                "responses": {
+                    "200": _json(_ref("schemas", "Deleted"), "Deleted."),
+                    **_errors("400", "503", *_COMMON),
                 },
             }
         },

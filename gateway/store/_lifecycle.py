@@ -1,0 +1,122 @@
+"""The SQLite store's part in bounding what waits and in the data's lifecycle (SPEC section
+14): the backlog read before admission, pending rows without their content (what a session
+actor queues at start), and the operator's purge and delete and the retention sweep.
+
+The writes are group-commit writes like the others (``PurgeConversation``,
+``DeleteConversation``, applied by ``SqliteStore._apply``).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.messages import Backlog, StoredMessage
+from gateway.store._ops import DeleteConversation, PurgeConversation
+from gateway.store._writer import GroupWriter
+
+#: Both backends' retention rule: idle past the cutoff, and nothing pending.
+ANONYMOUS_PATTERN = "peer:anon-%"
+
+_BACKLOG = (
+    "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE conversation = ?"
+    "         AND state = 'pending' LIMIT ?)),"
+    " (SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE state = 'pending' LIMIT ?)),"
+    " EXISTS (SELECT 1 FROM messages WHERE platform = ? AND platform_message_id = ?)"
+)
+_HEADERS = (
+    "SELECT id, conversation, role, '', state, created_at, platform, platform_message_id,"
+    " user_row_id, failure, reply_target FROM messages"
+    " WHERE conversation = ? AND state = 'pending' ORDER BY id"
+)
+_EXPIRED = (
+    "SELECT key FROM conversations c WHERE (updated_at < ? OR (key LIKE ? AND updated_at < ?))"
+    " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.conversation = c.key"
+    "                 AND m.state = 'pending')"
+)
+
+
+class LifecycleMixin:
+    _group: GroupWriter
+
+    async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
+        raise NotImplementedError
+
+    async def backlog(
+        self,
+        conversation: str,
+        platform: str,
+        platform_message_id: str,
+        *,
+        conversation_limit: int,
+        total_limit: int,
+    ) -> Backlog:
+        ((conv, total, stored),) = await self._fetch(
+            _BACKLOG,
+            (conversation, conversation_limit, total_limit, platform, platform_message_id),
+        )
+        return Backlog(conv, total, bool(stored))
+
+    async def pending_count(self, conversation: str) -> int:
+        ((count,),) = await self._fetch(
+            "SELECT COUNT(*) FROM messages WHERE conversation = ? AND state = 'pending'",
+            (conversation,),
+        )
+        return int(count)
+
+    async def pending_headers(self, conversation: str) -> list[StoredMessage]:
+        rows = await self._fetch(_HEADERS, (conversation,))
+        return [StoredMessage(*r) for r in rows]
+
+    async def purge(self, conversation: str) -> int:
+        return await self._group.submit(PurgeConversation(conversation))
+
+    async def delete_conversation(self, conversation: str) -> int | None:
+        return await self._group.submit(DeleteConversation(conversation))
+
+    async def expire_conversations(self, idle_before: float, anonymous_before: float) -> list[str]:
+        rows = await self._fetch(_EXPIRED, (idle_before, ANONYMOUS_PATTERN, anonymous_before))
+        deleted = []
+        for (key,) in rows:
+            # One conversation per commit, each checked again in it: a message admitted
+            # since the read keeps its conversation.
+            sweep = DeleteConversation(str(key), idle_before, anonymous_before)
+            if await self._group.submit(sweep) is not None:
+                deleted.append(str(key))
+        return deleted
+
+    # -- applied by the writer, on its connection's thread --------------------------------
+
+    def _apply_purge(self, db: sqlite3.Connection, ops: list[PurgeConversation]) -> list[int]:
+        return [
+            db.execute(
+                "UPDATE messages SET state = 'failed' WHERE conversation = ? AND state = 'pending'",
+                (op.conversation,),
+            ).rowcount
+            for op in ops
+        ]
+
+    def _apply_delete(
+        self, db: sqlite3.Connection, ops: list[DeleteConversation]
+    ) -> list[int | None]:
+        results: list[int | None] = []
+        for op in ops:
+            key = op.conversation
+            if op.idle_before is not None:  # the retention sweep: only if still idle past it
+                still = db.execute(
+                    _EXPIRED + " AND key = ?",
+                    (op.idle_before, ANONYMOUS_PATTERN, op.anonymous_before or 0.0, key),
+                ).fetchall()
+                if not still:
+                    results.append(None)
+                    continue
+            found = db.execute("SELECT 1 FROM conversations WHERE key = ?", (key,)).fetchall()
+            if not found:
+                results.append(None)
+                continue
+            db.execute("DELETE FROM outbox WHERE conversation = ?", (key,))
+            removed = db.execute("DELETE FROM messages WHERE conversation = ?", (key,)).rowcount
+            db.execute("DELETE FROM conversations WHERE key = ?", (key,))
+            results.append(removed)
+        return results

@@ -1,0 +1,121 @@
+"""The PostgreSQL store's part in bounding what waits and in the data's lifecycle (SPEC
+section 14), the same as SQLite's (``_lifecycle``): the backlog read before admission, pending
+rows without their content, purge, delete and the retention sweep.
+
+A delete locks the conversation row first (as admission and the answer commit do), so it
+queues behind them and they behind it; an answer to a deleted row is refused (it is no longer
+the oldest pending row) like a fenced one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from gateway.messages import Backlog, StoredMessage
+from gateway.store._lifecycle import ANONYMOUS_PATTERN
+from gateway.store._ops import DeleteConversation, PurgeConversation
+from gateway.store._writer import GroupWriter
+
+_BACKLOG = (
+    "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE conversation = $1"
+    "         AND state = 'pending' LIMIT $2) AS c),"
+    " (SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE state = 'pending' LIMIT $3) AS t),"
+    " EXISTS (SELECT 1 FROM messages WHERE platform = $4 AND platform_message_id = $5)"
+)
+_HEADERS = (
+    "SELECT id, conversation, role, '', state, created_at, platform, platform_message_id,"
+    " user_row_id, failure, reply_target FROM messages"
+    " WHERE conversation = $1 AND state = 'pending' ORDER BY id"
+)
+_EXPIRED = (
+    "SELECT key FROM conversations c WHERE (updated_at < $1 OR (key LIKE $2 AND updated_at < $3))"
+    " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.conversation = c.key"
+    "                 AND m.state = 'pending')"
+)
+
+
+class PgLifecycleMixin:
+    _group: GroupWriter
+
+    async def _fetch(self, sql: str, *params: Any) -> list[asyncpg.Record]:
+        raise NotImplementedError
+
+    async def backlog(
+        self,
+        conversation: str,
+        platform: str,
+        platform_message_id: str,
+        *,
+        conversation_limit: int,
+        total_limit: int,
+    ) -> Backlog:
+        ((conv, total, stored),) = await self._fetch(
+            _BACKLOG, conversation, conversation_limit, total_limit, platform, platform_message_id
+        )
+        return Backlog(int(conv), int(total), bool(stored))
+
+    async def pending_count(self, conversation: str) -> int:
+        ((count,),) = await self._fetch(
+            "SELECT COUNT(*) FROM messages WHERE conversation = $1 AND state = 'pending'",
+            conversation,
+        )
+        return int(count)
+
+    async def pending_headers(self, conversation: str) -> list[StoredMessage]:
+        rows = await self._fetch(_HEADERS, conversation)
+        return [StoredMessage(*r) for r in rows]
+
+    async def purge(self, conversation: str) -> int:
+        return await self._group.submit(PurgeConversation(conversation))
+
+    async def delete_conversation(self, conversation: str) -> int | None:
+        return await self._group.submit(DeleteConversation(conversation))
+
+    async def expire_conversations(self, idle_before: float, anonymous_before: float) -> list[str]:
+        rows = await self._fetch(_EXPIRED, idle_before, ANONYMOUS_PATTERN, anonymous_before)
+        deleted = []
+        for (key,) in rows:
+            sweep = DeleteConversation(str(key), idle_before, anonymous_before)
+            if await self._group.submit(sweep) is not None:
+                deleted.append(str(key))
+        return deleted
+
+    # -- applied by the writer, in its transaction ----------------------------------------
+
+    async def _apply_purge(self, db: asyncpg.Connection, ops: list[PurgeConversation]) -> list[int]:
+        counts = []
+        for op in ops:
+            status = await db.execute(
+                "UPDATE messages SET state = 'failed'"
+                " WHERE conversation = $1 AND state = 'pending'",
+                op.conversation,
+            )
+            counts.append(int(status.split()[-1]))
+        return counts
+
+    async def _apply_delete(
+        self, db: asyncpg.Connection, ops: list[DeleteConversation]
+    ) -> list[int | None]:
+        results: dict[int, int | None] = {}
+        # Lock order: by key, as admission takes them.
+        for i, op in sorted(enumerate(ops), key=lambda pair: pair[1].conversation):
+            key = op.conversation
+            locked = await db.fetch("SELECT 1 FROM conversations WHERE key = $1 FOR UPDATE", key)
+            if locked and op.idle_before is not None:  # the sweep: only if still idle past it
+                locked = await db.fetch(
+                    _EXPIRED + " AND key = $4",
+                    op.idle_before,
+                    ANONYMOUS_PATTERN,
+                    op.anonymous_before or 0.0,
+                    key,
+                )
+            if not locked:
+                results[i] = None
+                continue
+            await db.execute("DELETE FROM outbox WHERE conversation = $1", key)
+            status = await db.execute("DELETE FROM messages WHERE conversation = $1", key)
+            await db.execute("DELETE FROM conversations WHERE key = $1", key)
+            results[i] = int(status.split()[-1])
+        return [results[i] for i in range(len(ops))]

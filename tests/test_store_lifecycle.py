@@ -1,0 +1,120 @@
+"""The store's bounds and data lifecycle, on both backends: the backlog read before
+admission, pending rows without their content, purge, delete, and the retention sweep's
+delete (SPEC section 14)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.messages import Inbound, TurnResult
+from gateway.retention import NEVER
+from gateway.store import open_sqlite_store
+from gateway.store.postgres import open_postgres_store
+
+pytestmark = pytest.mark.anyio
+
+Opener = Callable[[], AbstractAsyncContextManager[Any]]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    if request.param == "sqlite":
+        path = str(tmp_path / "s.db")
+        return lambda: open_sqlite_store(path)
+    url = request.getfixturevalue("postgres_url")
+    return lambda: open_postgres_store(url, node="n1")
+
+
+def inbound(pmid: str, conversation: str = "peer:a", text: str = "hello") -> Inbound:
+    return Inbound(platform="peer", conversation=conversation, platform_message_id=pmid, text=text)
+
+
+async def test_backlog_counts_up_to_the_limits_and_sees_a_stored_message(
+    open_store: Opener,
+) -> None:
+    async with open_store() as store:
+        for i in range(5):
+            await store.admit(inbound(f"a{i}"))
+        for i in range(3):
+            await store.admit(inbound(f"b{i}", "peer:b"))
+        read = await store.backlog("peer:a", "peer", "a0", conversation_limit=100, total_limit=100)
+        assert (read.conversation, read.total, read.stored) == (5, 8, True)
+        read = await store.backlog("peer:a", "peer", "new", conversation_limit=4, total_limit=6)
+        assert (read.conversation, read.total, read.stored) == (4, 6, False)
+        read = await store.backlog("peer:c", "peer", "c0", conversation_limit=4, total_limit=100)
+        assert (read.conversation, read.total, read.stored) == (0, 8, False)
+        assert await store.pending_count("peer:a") == 5
+
+
+async def test_pending_headers_are_the_pending_rows_without_their_content(
+    open_store: Opener,
+) -> None:
+    async with open_store() as store:
+        first = (await store.admit(inbound("m1", text="x" * 1000))).row
+        second = (await store.admit(inbound("m2", text="y" * 1000))).row
+        await store.answer(first, TurnResult(reply="done"), ["done"])
+        headers = await store.pending_headers("peer:a")
+    assert [(h.id, h.content, h.state) for h in headers] == [(second.id, "", "pending")]
+    assert headers[0].platform_message_id == "m2"
+
+
+async def test_purge_marks_pending_rows_failed_and_keeps_the_rest(open_store: Opener) -> None:
+    async with open_store() as store:
+        answered = (await store.admit(inbound("m1"))).row
+        await store.answer(answered, TurnResult(reply="r1"), ["r1"])
+        for pmid in ("m2", "m3"):
+            await store.admit(inbound(pmid))
+        other = (await store.admit(inbound("o1", "peer:other"))).row
+        assert await store.purge("peer:a") == 2
+        assert await store.purge("peer:a") == 0
+        states = [(m.role, m.state) for m in await store.transcript("peer:a")]
+        assert states == [
+            ("user", "answered"),
+            ("assistant", "final"),
+            ("user", "failed"),
+            ("user", "failed"),
+        ]
+        assert await store.pending("peer:a") == []
+        assert [r.id for r in await store.pending("peer:other")] == [other.id]
+
+
+async def test_delete_removes_rows_and_outbox_of_one_conversation(open_store: Opener) -> None:
+    async with open_store() as store:
+        row = (await store.admit(inbound("m1"))).row
+        await store.answer(row, TurnResult(reply="r1"), ["r1", "r2"])
+        await store.admit(inbound("m2"))
+        kept = (await store.admit(inbound("o1", "peer:other"))).row
+        await store.answer(kept, TurnResult(reply="o"), ["o"])
+        assert await store.delete_conversation("peer:a") == 3
+        assert await store.delete_conversation("peer:a") is None
+        assert await store.transcript("peer:a") == []
+        assert [c.key for c in await store.conversations()] == ["peer:other"]
+        assert [c.conversation for c in await store.undelivered()] == ["peer:other"]
+        assert len(await store.transcript("peer:other")) == 2
+        # The key can be used again: a new conversation.
+        again = await store.admit(inbound("m3"))
+        assert not again.duplicate
+        assert [m.content for m in await store.transcript("peer:a")] == ["hello"]
+
+
+async def test_expiry_deletes_idle_conversations_never_pending_ones(open_store: Opener) -> None:
+    async with open_store() as store:
+        for key in ("peer:idle", "peer:anon-1", "peer:anon-2"):
+            row = (await store.admit(inbound(f"{key}-1", key))).row
+            await store.answer(row, TurnResult(reply="r"), ["r"])
+        await store.admit(inbound("busy-1", "peer:busy"))  # pending: never idle
+        later = time.time() + 60
+        # Only anonymous ones past their cutoff.
+        assert sorted(await store.expire_conversations(NEVER, later)) == [
+            "peer:anon-1",
+            "peer:anon-2",
+        ]
+        assert await store.expire_conversations(later, later) == ["peer:idle"]
+        assert [c.key for c in await store.conversations()] == ["peer:busy"]
+        assert await store.expire_conversations(NEVER, NEVER) == []
