@@ -48,7 +48,7 @@ class Agent:
         config: AgentConfig,
         clients: ClientPool,
         *,
-        observe: Observe = lambda event, fields: None,
+        observe: Observe = lambda event: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._model = model

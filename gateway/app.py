@@ -15,13 +15,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 
 from agent import Agent, ClientPool
 from gateway.backlog import Caps
 from gateway.config import Config
+from gateway.events import Event, Observe, log_line
 from gateway.failpoints import Failpoints
 from gateway.intake import GatewayIntake
 from gateway.messages import platform_of
@@ -44,45 +45,24 @@ CLOSE_DEADLINE_S = 5.0
 
 
 class Observer:
-    """Where runtime events go: one log line each, and the metrics."""
+    """Where runtime events go: one log line each, the metrics, and the failpoints.
+
+    The line keeps the shape events had as strings: the message is the event's ``name``, the
+    extra fields its fields; its level is the event's (per-operation events at debug level,
+    decisions and failures at warning).
+    """
 
     def __init__(self, metrics: Metrics, failpoints: Failpoints) -> None:
         self._metrics = metrics
         self._failpoints = failpoints
 
-    def __call__(self, event: str, fields: dict[str, Any]) -> None:
+    def __call__(self, event: Event) -> None:
         if self._failpoints:
-            self._failpoints.passed(event, fields)
-        self._metrics.observe(event, fields)
-        if event in _QUIET:
-            level = logging.DEBUG
-        elif fields.get("failure") or event in _LOUD:
-            level = logging.WARNING
-        else:
-            level = logging.INFO
-        if log.isEnabledFor(level):
-            log.log(level, event, extra=fields)
-
-
-# Per-operation events are counted but logged only at debug level; decisions always show.
-_QUIET = frozenset(
-    {
-        # The cluster and the session actor log their own lines for these:
-        "heartbeat_failed",
-        "lease_lost",
-        "self_fenced",
-        "takeover",
-        "turn_fenced",
-        "store_commit",
-        "model_call",
-        "chunk_sent",
-        "chunk_recorded",
-        "turn_started",
-        "admitted",
-        "answer_committed",
-    }
-)
-_LOUD = frozenset({"turn_rerun", "send_failed", "decision"})
+            self._failpoints.passed(event)
+        self._metrics.observe(event)
+        if log.isEnabledFor(event.level):
+            level, message, fields = log_line(event)
+            log.log(level, message, extra=fields)
 
 
 async def resume_interrupted(
@@ -113,7 +93,7 @@ async def resume_interrupted(
 def build_adapters(
     config: Config,
     intake: Intake,
-    observe: Callable[[str, dict[str, Any]], None],
+    observe: Observe,
     leases: Leases | None = None,
 ) -> list[PlatformAdapter]:
     """The chat platform adapters the config turns on (imported only when on). ``leases``:
@@ -247,7 +227,7 @@ class GatewayApp:
                     queued: dict[str, int] = {}
                     for key, stats in router.actors().items():
                         platform = platform_of(key)
-                        queued[platform] = queued.get(platform, 0) + stats["queued"]
+                        queued[platform] = queued.get(platform, 0) + stats.queued
                     self.metrics.update(
                         Snapshot(
                             live_sessions=router.statistics()["live"],
@@ -312,7 +292,7 @@ class GatewayApp:
                     if drain.cancelled_caught:
                         # What is left: those turns stay pending in the store, resumed at
                         # the next start (or by another node).
-                        left = {key: stats["queued"] for key, stats in router.actors().items()}
+                        left = {key: stats.queued for key, stats in router.actors().items()}
                         log.warning(
                             "drain deadline reached; unfinished turns stay pending",
                             extra={

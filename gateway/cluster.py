@@ -23,11 +23,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, assert_never
+from typing import Protocol, assert_never
 
 import anyio
 
 from gateway.errors import GatewayError, MailboxFull, StoreError
+from gateway.events import HeartbeatFailed, LeaseWasLost, Observe, SelfFenced, TakeoverDone
 from gateway.messages import TurnOutcome, platform_of
 from gateway.ports import Outlet
 from gateway.redelivery import redeliver
@@ -76,7 +77,7 @@ class Cluster:
         claim_batch: int,
         max_age_s: float,
         at_most_once: bool,
-        observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+        observe: Observe = lambda event: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
@@ -274,7 +275,7 @@ class Cluster:
                 "took over conversations from a node that stopped",
                 extra={"count": len(takeovers), "node": self.node},
             )
-            self._observe("takeover", {"conversations": len(takeovers)})
+            self._observe(TakeoverDone(conversations=len(takeovers)))
             await self._redeliver(takeovers)
         for key, _ in claims:
             if platform_of(key) in self._outlets and self._router.accepting:
@@ -349,7 +350,7 @@ class Cluster:
                 renewal = await store.renew()
         except _UNREACHABLE as exc:
             self._stats["heartbeat_failures"] += 1
-            self._observe("heartbeat_failed", {})
+            self._observe(HeartbeatFailed())
             silent = self._clock() - self._last_renewal
             log.warning(
                 "cluster: lease renewal failed",
@@ -371,7 +372,7 @@ class Cluster:
         for key in renewal.lost:
             if router.lose(key):
                 self._stats["lost"] += 1
-                self._observe("lease_lost", {"conversation": key})
+                self._observe(LeaseWasLost(conversation=key))
                 log.warning("cluster: lease lost to another node", extra={"conversation": key})
         for key in renewal.with_pending:
             actor = router.get(key)
@@ -397,7 +398,7 @@ class Cluster:
         keys = list(self._store.leases)
         self._fenced = True
         self._stats["self_fenced"] += 1
-        self._observe("self_fenced", {"conversations": len(keys)})
+        self._observe(SelfFenced(conversations=len(keys)))
         log.error(
             "cluster: cannot renew leases; stopping this node's turns",
             extra={"conversations": len(keys)},

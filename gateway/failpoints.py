@@ -8,8 +8,9 @@ read once when ``botmux run`` starts, for example::
     BOTMUX_FAILPOINT=after_model_call:stop           # SIGSTOP: frozen until SIGCONT
 
 Each failpoint is an event the runtime already reports to its observer (the one sink that
-logs and counts), so an unarmed failpoint costs one dictionary lookup on an event that is
-emitted anyway, and no call site carries test code.
+logs and counts; the events are ``gateway.events``), so no call site carries test code, and
+unarmed they cost nothing (the observer skips them); :func:`place` maps an event to the name
+a failpoint can be armed at.
 
 | failpoint | the event | where in SPEC section 3 |
 |---|---|---|
@@ -27,9 +28,41 @@ import os
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import assert_never
 
 from gateway.errors import ConfigError
+from gateway.events import (
+    AnswerCommitted,
+    ChunkRecorded,
+    ChunkSent,
+    DiscordBackfilled,
+    DuplicateIgnored,
+    Event,
+    HeartbeatFailed,
+    LeaseWasLost,
+    MessageAdmitted,
+    MessageRefused,
+    ModelCalled,
+    PolicyDecided,
+    SelfFenced,
+    SendFailed,
+    SendRetried,
+    StoreCommitted,
+    TakeoverDone,
+    TelegramAdmissionDeferred,
+    TelegramNoticeDropped,
+    TelegramNoticeFailed,
+    TelegramPlainFallback,
+    TelegramPollFailed,
+    TelegramStrangerIgnored,
+    TelegramWebhookRefused,
+    TurnAbandoned,
+    TurnCancelled,
+    TurnCompleted,
+    TurnFenced,
+    TurnRerun,
+    TurnStarted,
+)
 
 EVENTS = {
     "after_admission": "admitted",
@@ -69,13 +102,51 @@ class Failpoints:
     def __bool__(self) -> bool:
         return bool(self.armed)
 
-    def passed(self, event: str, fields: Mapping[str, Any]) -> None:
+    def passed(self, event: Event) -> None:
         """Called for every observed event; kills or freezes the process at an armed one."""
-        point = self.armed.get(event)
-        if point is None or (event == "model_call" and fields.get("outcome") != "ok"):
+        name = place(event)
+        point = None if name is None else self.armed.get(name)
+        if name is None or point is None:
             return
-        count = self.passes[event] = self.passes.get(event, 0) + 1
+        count = self.passes[name] = self.passes.get(name, 0) + 1
         if count == point[1]:
             sig = _SIGNALS[point[2]]
             os.write(2, f"botmux: failpoint {point[0]} reached: {sig.name}\n".encode())
             os.kill(os.getpid(), sig)
+
+
+def place(event: Event) -> str | None:
+    """The event name a failpoint can be armed at (a value of ``EVENTS``), if this is one."""
+    match event:
+        case MessageAdmitted() | TurnStarted() | AnswerCommitted() | ChunkSent() | ChunkRecorded():
+            return event.name
+        case ModelCalled(outcome=outcome):
+            return event.name if outcome == "ok" else None
+        case (
+            DuplicateIgnored()
+            | MessageRefused()
+            | TurnRerun()
+            | TurnAbandoned()
+            | TurnCancelled()
+            | TurnFenced()
+            | TurnCompleted()
+            | PolicyDecided()
+            | SendRetried()
+            | SendFailed()
+            | StoreCommitted()
+            | TakeoverDone()
+            | LeaseWasLost()
+            | HeartbeatFailed()
+            | SelfFenced()
+            | TelegramPlainFallback()
+            | TelegramPollFailed()
+            | TelegramAdmissionDeferred()
+            | TelegramStrangerIgnored()
+            | TelegramNoticeDropped()
+            | TelegramNoticeFailed()
+            | TelegramWebhookRefused()
+            | DiscordBackfilled()
+        ):
+            return None
+        case _:
+            assert_never(event)

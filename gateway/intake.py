@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Literal
 
 import anyio
 
 from gateway.backlog import DEFAULT_CAPS, BacklogGate, Caps
 from gateway.errors import ConversationClosed, MailboxFull, MessageTooLong, Overloaded
+from gateway.events import DuplicateIgnored, MessageAdmitted, MessageRefused, Observe
 from gateway.messages import (
     COMMANDS,
     STOPPED_REPLY,
@@ -59,7 +60,7 @@ class GatewayIntake:
         router: Router,
         runner: TurnRunner,
         *,
-        observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+        observe: Observe = lambda event: None,
         at_most_once: bool = False,
         elsewhere: Callable[[str, str], Awaitable[bool]] | None = None,
         caps: Caps = DEFAULT_CAPS,
@@ -105,7 +106,9 @@ class GatewayIntake:
         try:
             reservation = await self._gate.reserve(inbound)
         except Overloaded as exc:
-            self._refused(inbound, "overloaded", scope=exc.scope)
+            self._refused(
+                inbound, "overloaded", scope="gateway" if exc.scope == "gateway" else "conversation"
+            )
             raise
         added = True  # until admit says: the gate's counts are upper bounds (a hang-up, say)
         try:
@@ -113,25 +116,26 @@ class GatewayIntake:
             added = not admission.duplicate
         finally:
             self._gate.release(reservation, added=added)
-        fields = {
-            "conversation": inbound.conversation,
-            "platform": inbound.platform,
-            "row": admission.row.id,
-        }
+        facts = (inbound.conversation, inbound.platform, admission.row.id)
         if admission.duplicate:
             self._stats["duplicates"] += 1
-            self._observe("duplicate", fields)
+            self._observe(DuplicateIgnored(*facts))
         else:
             self._stats["admitted"] += 1
-            self._observe("admitted", fields)
+            self._observe(MessageAdmitted(*facts))
             if admission.local:  # else the node holding the conversation was notified
                 await self._router.deliver(admission.row)
         return admission
 
-    def _refused(self, inbound: Inbound, reason: str, *, scope: str = "") -> None:
+    def _refused(
+        self,
+        inbound: Inbound,
+        reason: Literal["overloaded", "too_long"],
+        *,
+        scope: Literal["conversation", "gateway", ""] = "",
+    ) -> None:
         self._stats["refused"] += 1
-        fields = {"conversation": inbound.conversation, "platform": inbound.platform}
-        self._observe("refused", {**fields, "reason": reason, "scope": scope})
+        self._observe(MessageRefused(inbound.conversation, inbound.platform, reason, scope))
 
     async def command(self, platform: str, conversation: str, name: str) -> str:
         known = command_named(name)
@@ -149,7 +153,7 @@ class GatewayIntake:
                 return "Started a fresh context: earlier messages no longer count."
             case "stop":
                 actor = self._router.get(conversation)
-                if actor is not None and actor.statistics()["running"] is not None:
+                if actor is not None and actor.statistics().running is not None:
                     if self._send_control(conversation, StopTurn()):
                         return "Stopping the current reply."
                     return STOP_NOT_SENT  # the truth: nothing was told to stop
@@ -177,16 +181,15 @@ class GatewayIntake:
     async def _status(self, conversation: str) -> str:
         status: dict[str, Any] = self._runner.status()
         actor = self._router.get(conversation)
-        if actor is not None:
-            stats = actor.statistics()
-        else:  # evicted, or running on another node: the store knows what is queued
-            stats = {"queued": await self._store.pending_count(conversation)}
+        stats = actor.statistics() if actor is not None else None
+        # Evicted, or running on another node: the store knows what is queued.
+        queued = stats.queued if stats else await self._store.pending_count(conversation)
         lines = [f"Model: {status.get('model') or 'not configured'}"]
         for line in status.get("lines", []):
             lines.append(str(line))
-        lines.append(f"Queued turns here: {stats['queued']}")
-        if stats.get("last_fell_back"):
-            lines.append(f"The last turn fell back to {stats.get('last_model')}.")
+        lines.append(f"Queued turns here: {queued}")
+        if stats is not None and stats.last_fell_back:
+            lines.append(f"The last turn fell back to {stats.last_model}.")
         return "\n".join(lines)
 
     async def before_send(self, chunk_id: int) -> None:

@@ -1,18 +1,52 @@
 """Prometheus metrics, on a registry owned by the running gateway (no process globals).
 
-Events arrive through :meth:`Metrics.observe` (the same events that are logged); gauges that
-describe state (queues, live actors, benched keys, the outbox) are set from a snapshot just
-before each scrape. Label sets are bounded: platforms, model names from the config, failure
-classes, decisions, masked keys from the config; never a conversation key.
+Events (``gateway.events``) arrive through :meth:`Metrics.observe`, the same ones that are
+logged, each counted under its own name; gauges that describe state (queues, live actors,
+benched keys, the outbox) are set from a snapshot just before each scrape. Label sets are
+bounded: platforms, model names from the config, failure classes, decisions, masked keys from
+the config, event names; never a conversation key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import assert_never
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from gateway.events import (
+    AnswerCommitted,
+    ChunkRecorded,
+    ChunkSent,
+    DiscordBackfilled,
+    DuplicateIgnored,
+    Event,
+    HeartbeatFailed,
+    LeaseWasLost,
+    MessageAdmitted,
+    MessageRefused,
+    ModelCalled,
+    PolicyDecided,
+    SelfFenced,
+    SendFailed,
+    SendRetried,
+    StoreCommitted,
+    TakeoverDone,
+    TelegramAdmissionDeferred,
+    TelegramNoticeDropped,
+    TelegramNoticeFailed,
+    TelegramPlainFallback,
+    TelegramPollFailed,
+    TelegramStrangerIgnored,
+    TelegramWebhookRefused,
+    TurnAbandoned,
+    TurnCancelled,
+    TurnCompleted,
+    TurnFenced,
+    TurnRerun,
+    TurnStarted,
+)
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -115,50 +149,80 @@ class Metrics:
             buckets=(1, 2, 5, 10, 25, 50, 100, 250, 512),
             registry=r,
         )
+        self.telegram = Counter(
+            "botmux_telegram_events",
+            "Telegram: plain-text fallbacks, poll errors, deferred admissions, strangers,"
+            " dropped and failed notices, refused webhook calls",
+            ["event"],
+            registry=r,
+        )
+        self.discord_backfills = Counter(
+            "botmux_discord_backfills",
+            "Discord: channels read back after a lost session or a shard start",
+            ["reason"],
+            registry=r,
+        )
+        self.discord_backfilled = Counter(
+            "botmux_discord_backfilled_messages",
+            "Discord: messages read back by backfills",
+            ["reason"],
+            registry=r,
+        )
 
-    def observe(self, event: str, fields: dict[str, Any]) -> None:
+    def observe(self, event: Event) -> None:
         """The one sink for runtime events (intake, session actors, policy, couriers)."""
-        platform = str(fields.get("platform", ""))
-        reason = str(fields.get("reason") or fields.get("failure") or "")
-        match event:
-            case "admitted":
+        match event:  # the events of every turn first: a class pattern is an isinstance
+            case StoreCommitted(seconds=seconds, operations=operations):
+                self.store_commit.observe(seconds)
+                self.store_batch.observe(operations)
+            case MessageAdmitted(platform=platform):
                 self.admitted.labels(platform).inc()
-            case "duplicate":
-                self.duplicates.labels(platform).inc()
-            case "refused":
-                self.refused.labels(platform, reason, str(fields.get("scope", ""))).inc()
-            case "turn_started":
+            case TurnStarted(platform=platform, waited_s=waited):
                 self.turns_started.labels(platform).inc()
-                self.queue_wait.labels(platform).observe(float(fields.get("waited_s", 0.0)))
-            case "turn_completed":
-                outcome = "failed" if fields.get("failure") else "answered"
-                self.turns.labels(platform, outcome, reason).inc()
-                self.turn_seconds.labels(platform).observe(float(fields.get("seconds", 0.0)))
-            case "turn_cancelled":
-                self.turns.labels(platform, "cancelled", "").inc()
-            case "turn_rerun":
-                self.decisions.labels("rerun", reason).inc()
-            case "model_call":
-                self.model_calls.labels(
-                    str(fields.get("model", "")), str(fields["outcome"]), reason
-                ).inc()
-            case "decision":
-                self.decisions.labels(str(fields.get("decision", "")), reason).inc()
-            case "chunk_sent":
+                self.queue_wait.labels(platform).observe(waited)
+            case ModelCalled(model=model, outcome=outcome, reason=reason):
+                self.model_calls.labels(model, outcome, reason).inc()
+            case AnswerCommitted() | ChunkRecorded():
+                pass  # the failpoints' places; the turn and the delivery are counted already
+            case TurnCompleted(platform=platform, failure=failure, seconds=seconds):
+                ended = "failed" if failure else "answered"
+                self.turns.labels(platform, ended, failure or "").inc()
+                self.turn_seconds.labels(platform).observe(seconds)
+            case ChunkSent(platform=platform):
                 self.deliveries.labels(platform, "sent", "").inc()
-            case "send_retry":
+            case DuplicateIgnored(platform=platform):
+                self.duplicates.labels(platform).inc()
+            case MessageRefused(platform=platform, reason=reason, scope=scope):
+                self.refused.labels(platform, reason, scope).inc()
+            case TurnCancelled(platform=platform):
+                self.turns.labels(platform, "cancelled", "").inc()
+            case TurnRerun(reason=reason):
+                self.decisions.labels("rerun", reason).inc()
+            case PolicyDecided(decision=decision, reason=reason):
+                self.decisions.labels(decision, reason).inc()
+            case SendRetried(platform=platform, reason=reason):
                 self.deliveries.labels(platform, "retry", reason).inc()
-            case "send_failed":
+            case SendFailed(platform=platform, reason=reason):
                 self.deliveries.labels(platform, "failed", reason).inc()
-            case "store_commit":
-                self.store_commit.observe(float(fields["seconds"]))
-                self.store_batch.observe(float(fields["operations"]))
-            case "takeover":
-                self.cluster.labels("takeover").inc(float(fields.get("conversations", 1)))
-            case "lease_lost" | "turn_fenced" | "turn_abandoned" | "heartbeat_failed":
-                self.cluster.labels(event).inc()
-            case "self_fenced":
-                self.cluster.labels(event).inc()
+            case TakeoverDone(conversations=conversations):
+                self.cluster.labels("takeover").inc(conversations)
+            case LeaseWasLost() | TurnFenced() | TurnAbandoned() | HeartbeatFailed() | SelfFenced():
+                self.cluster.labels(event.name).inc()
+            case (
+                TelegramPlainFallback()
+                | TelegramPollFailed()
+                | TelegramAdmissionDeferred()
+                | TelegramStrangerIgnored()
+                | TelegramNoticeDropped()
+                | TelegramNoticeFailed()
+                | TelegramWebhookRefused()
+            ):
+                self.telegram.labels(event.name.removeprefix("telegram_")).inc()
+            case DiscordBackfilled(reason=reason, messages=messages):
+                self.discord_backfills.labels(reason).inc()
+                self.discord_backfilled.labels(reason).inc(messages)
+            case _:
+                assert_never(event)
 
     def update(self, snapshot: Snapshot) -> None:
         self.live_sessions.set(snapshot.live_sessions)

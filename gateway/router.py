@@ -16,13 +16,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 
 from gateway.errors import ConversationClosed, MailboxFull, StoreError
 from gateway.messages import StoredMessage
-from gateway.session import LoadPending, SessionActor, SessionMessage, TurnAdmitted
+from gateway.session import (
+    LoadPending,
+    SessionActor,
+    SessionMessage,
+    SessionStatistics,
+    TurnAdmitted,
+)
 
 log = logging.getLogger(__name__)
 
@@ -220,5 +225,5 @@ class Router:
         """Stop intake: every actor finishes its running turn and ends; ``run`` then returns."""
         self._closed.set()
 
-    def actors(self) -> dict[str, Any]:
+    def actors(self) -> dict[str, SessionStatistics]:
         return {key: actor.statistics() for key, actor in self._actors.items()}

@@ -20,11 +20,21 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import assert_never
 
 import anyio
 
 from gateway.errors import ConversationClosed, LeaseLost, MailboxFull
+from gateway.events import (
+    AnswerCommitted,
+    Observe,
+    TurnAbandoned,
+    TurnCancelled,
+    TurnCompleted,
+    TurnFenced,
+    TurnRerun,
+    TurnStarted,
+)
 from gateway.messages import (
     STOPPED_REPLY,
     ChatMessage,
@@ -67,6 +77,103 @@ class LoadPending:
 SessionMessage = TurnAdmitted | StopTurn | ResetContext | LoadPending
 
 
+# -- the turn, decided: what to do next from what the turn knows (no I/O) -------------------
+
+MAX_RUNS = 2  # the first run, and one re-run after a transient failure
+
+
+@dataclass(frozen=True, slots=True)
+class TurnState:
+    """What one turn knows so far; each step makes a new one.
+
+    ``over``: the model phase ended (the turn's cancel scope closed), so no model runs again.
+    ``lost``: another node may own the conversation (a lease check said so, or the actor was
+    abandoned); ``fenced``: the answer commit was refused because the lease was taken over.
+    """
+
+    runs: int = 0
+    result: TurnResult | None = None
+    stopped: bool = False
+    lost: bool = False
+    fenced: bool = False
+    over: bool = False
+
+    def ran(self, result: TurnResult) -> TurnState:
+        return dataclasses.replace(self, runs=self.runs + 1, result=result)
+
+    def ended(self, *, stopped: bool, lost: bool) -> TurnState:
+        return dataclasses.replace(
+            self, stopped=self.stopped or stopped, lost=self.lost or lost, over=True
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Call the model (after checking the lease)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """The run failed in a transient way: run once more, adopting the same stored row (nothing
+    of the failed attempt is visible yet: replies go out only after the answer commit)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Store the answer (a reply, or an honest failure text) and deliver it."""
+
+    result: TurnResult
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """Stopped: cancel the row; whoever waits for the turn learns it was stopped."""
+
+
+@dataclass(frozen=True, slots=True)
+class Abandon:
+    """Another node owns the conversation: write and send nothing, end the actor.
+    ``fenced``: found out at the answer commit."""
+
+    fenced: bool = False
+
+
+TurnAction = Run | Rerun | Commit | Cancel | Abandon
+
+
+def plan(state: TurnState) -> TurnAction:
+    """What the turn does next. Losing the lease beats a stop (the new owner runs the row),
+    a stop beats an answer; a turn whose model phase is over never runs the model again."""
+    if state.lost or state.fenced:
+        return Abandon(fenced=state.fenced)
+    if state.stopped:
+        return Cancel()
+    result = state.result
+    if result is None:
+        return Cancel() if state.over else Run()
+    failure = result.failure
+    if failure is not None and failure.retryable and state.runs < MAX_RUNS and not state.over:
+        return Rerun(failure.reason)
+    return Commit(result)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStatistics:
+    """A session actor's counters and state (``SessionActor.statistics()``)."""
+
+    turns: int  # answered
+    failed: int  # ended in a failure reply
+    cancelled: int
+    reruns: int
+    queued: int  # rows queued or running
+    running: int | None  # the running turn's row
+    mailbox: int
+    last_model: str | None
+    last_fell_back: bool
+
+
 @dataclass(frozen=True, slots=True)
 class SessionDeps:
     """What every session actor shares: built once by the composition root."""
@@ -77,7 +184,7 @@ class SessionDeps:
     limiter: anyio.CapacityLimiter
     history_messages: int
     mailbox_size: int
-    observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None
+    observe: Observe = lambda event: None
     clock: Callable[[], float] = time.monotonic
     # Several nodes: whether this node still holds the conversation's lease, asked before
     # each turn (a node frozen past its lease must not call the model again), and, without
@@ -135,15 +242,16 @@ class SessionActor:
     def __repr__(self) -> str:
         return f"<SessionActor {self.key} queued={len(self._queued)}>"
 
-    def statistics(self) -> dict[str, Any]:
-        return {
+    def statistics(self) -> SessionStatistics:
+        last = self._last_result
+        return SessionStatistics(
             **self._stats,
-            "queued": len(self._queued),
-            "running": self._running.id if self._running else None,
-            "mailbox": self._send.statistics().current_buffer_used,
-            "last_model": self._last_result.model if self._last_result else None,
-            "last_fell_back": self._last_result.fell_back if self._last_result else False,
-        }
+            queued=len(self._queued),
+            running=self._running.id if self._running else None,
+            mailbox=self._send.statistics().current_buffer_used,
+            last_model=last.model if last else None,
+            last_fell_back=last.fell_back if last else False,
+        )
 
     @property
     def mailbox_empty(self) -> bool:
@@ -260,6 +368,8 @@ class SessionActor:
             self._working = False
 
     async def _turn(self, row: StoredMessage) -> None:
+        """Plan, then act (``plan``): the model phase runs under the turn's cancel scope (what
+        ``/stop`` and ``abandon`` cancel), then the turn ends as the plan says."""
         deps = self._deps
         # The queue holds rows without their content; the row is read whole when its turn
         # comes, and one purged or deleted while it waited is skipped.
@@ -269,82 +379,75 @@ class SessionActor:
         row = current
         history = await self._load_history()
         started = time.monotonic()
-        deps.observe(
-            "turn_started",
-            {
-                "conversation": self.key,
-                "platform": self.platform,
-                "row": row.id,
-                "waited_s": max(0.0, time.time() - row.created_at),
-            },
-        )
-        result: TurnResult | None = None
+        waited = max(0.0, time.time() - row.created_at)
+        deps.observe(TurnStarted(self.key, self.platform, row.id, waited))
+        state = TurnState()
         async with deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:
                 self._turn_scope = scope
-                if not await self._may_run():
-                    return
-                result = await self._run(history, row)
-                if result.failure is not None and result.failure.retryable:
+                while isinstance(step := plan(state), Run | Rerun):
                     if not await self._may_run():
-                        return
-                    # Nothing of the failed attempt is visible yet (replies go out only after
-                    # the answer commit), so the re-run adopts the same stored row.
-                    self._stats["reruns"] += 1
-                    deps.observe(
-                        "turn_rerun",
-                        {"conversation": self.key, "row": row.id, "reason": result.failure.reason},
-                    )
-                    result = await self._run(history, row)
+                        state = dataclasses.replace(state, lost=True)
+                        continue
+                    if isinstance(step, Rerun):
+                        self._stats["reruns"] += 1
+                        deps.observe(TurnRerun(self.key, row.id, step.reason))
+                    state = state.ran(await self._run(history, row))
             self._turn_scope = None
-        if self._abandoned:
-            deps.observe("turn_abandoned", {"conversation": self.key, "row": row.id})
-            return
-        if scope.cancelled_caught or result is None:
-            self._stats["cancelled"] += 1
-            await deps.store.cancel(row.id)
-            deps.observe(
-                "turn_cancelled",
-                {"conversation": self.key, "row": row.id, "platform": self.platform},
-            )
-            # Nothing to send (the /stop command answered already), but whoever waits for this
-            # turn (a peer API request) learns how it ended.
-            await self._outlet.deliver(TurnOutcome(self.key, row.id, STOPPED_REPLY, None, ()))
-            return
-        try:
-            outcome = await deps.store.answer(row, result, self._outlet.render(result.reply))
-        except LeaseLost as exc:
-            # Fenced: another node took the conversation over (this one was frozen or cut off)
-            # and runs the row itself. Nothing of this turn was stored or sent.
-            log.warning(
-                "lease lost: answer discarded",
-                extra={"conversation": self.key, "row": row.id, "reason": str(exc)},
-            )
-            deps.observe("turn_fenced", {"conversation": self.key, "row": row.id})
-            self.abandon()
-            return
-        deps.observe(
-            "answer_committed",
-            {"conversation": self.key, "platform": self.platform, "row": row.id},
-        )
+        state = state.ended(stopped=scope.cancelled_caught, lost=self._abandoned)
+        while True:
+            action = plan(state)
+            assert not isinstance(action, Run | Rerun)  # the model phase is over
+            match action:
+                case Abandon(fenced=fenced):
+                    if fenced:
+                        deps.observe(TurnFenced(self.key, row.id))
+                        self.abandon()
+                    else:
+                        deps.observe(TurnAbandoned(self.key, row.id))
+                    return
+                case Cancel():
+                    await self._cancel(row)
+                    return
+                case Commit(result=result):
+                    try:
+                        outcome = await deps.store.answer(
+                            row, result, self._outlet.render(result.reply)
+                        )
+                    except LeaseLost as exc:
+                        # Fenced: another node took the conversation over (this one was frozen
+                        # or cut off) and runs the row itself. Nothing was stored or sent.
+                        log.warning(
+                            "lease lost: answer discarded",
+                            extra={"conversation": self.key, "row": row.id, "reason": str(exc)},
+                        )
+                        state = dataclasses.replace(state, fenced=True)
+                        continue
+                    self._committed(row, result, time.monotonic() - started)
+                    await self._outlet.deliver(outcome)
+                    return
+                case _:
+                    assert_never(action)
+
+    async def _cancel(self, row: StoredMessage) -> None:
+        self._stats["cancelled"] += 1
+        await self._deps.store.cancel(row.id)
+        self._deps.observe(TurnCancelled(self.key, row.id, self.platform))
+        # Nothing to send (the /stop command answered already), but whoever waits for this
+        # turn (a peer API request) learns how it ended.
+        await self._outlet.deliver(TurnOutcome(self.key, row.id, STOPPED_REPLY, None, ()))
+
+    def _committed(self, row: StoredMessage, result: TurnResult, seconds: float) -> None:
+        self._deps.observe(AnswerCommitted(self.key, self.platform, row.id))
         self._last_result = result
         if result.failure is None:
             self._stats["turns"] += 1
             self._remember(row.content, result.reply)
         else:
             self._stats["failed"] += 1
-        deps.observe(
-            "turn_completed",
-            {
-                "conversation": self.key,
-                "row": row.id,
-                "platform": self.platform,
-                "failure": result.failure.reason if result.failure else None,
-                "model": result.model,
-                "seconds": time.monotonic() - started,
-            },
-        )
-        await self._outlet.deliver(outcome)
+        failure = result.failure.reason if result.failure else None
+        completed = TurnCompleted(self.key, row.id, self.platform, failure, result.model, seconds)
+        self._deps.observe(completed)
 
     async def _may_run(self) -> bool:
         """False (and the actor abandons the conversation) when another node may own it."""

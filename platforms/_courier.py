@@ -15,11 +15,11 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import anyio
 
 from gateway.errors import PlatformError
+from gateway.events import ChunkRecorded, ChunkSent, Observe, SendFailed, SendRetried
 from gateway.messages import OutboxChunk, TurnOutcome
 from gateway.ports import Intake
 from policy import classify_send
@@ -41,7 +41,7 @@ class Courier:
         max_attempts: int = 6,
         retry_after_cap: float = 300.0,
         mailbox: int = 1024,
-        observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+        observe: Observe = lambda event: None,
     ) -> None:
         self.platform = platform
         self._send_chunk = send
@@ -113,30 +113,18 @@ class Courier:
                 wait = failure.retry_after
                 if wait is None:
                     wait = self._backoff.delay(attempt - 1)
-                fields = {
-                    "conversation": chunk.conversation,
-                    "platform": self.platform,
-                    "chunk": chunk.id,
-                    "reason": failure.reason,
-                    "attempt": attempt,
-                }
+                facts = (chunk.conversation, self.platform, chunk.id, failure.reason, attempt)
                 if failure.retryable and attempt < self._max_attempts and wait <= self._cap:
                     self._stats["retries"] += 1
-                    self._observe("send_retry", {**fields, "delay_s": round(wait, 3)})
+                    self._observe(SendRetried(*facts, delay_s=round(wait, 3)))
                     await anyio.sleep(wait)
                     continue
                 self._stats["failed"] += 1
-                self._observe("send_failed", {**fields, "error": str(exc)[:200]})
+                self._observe(SendFailed(*facts, error=str(exc)[:200]))
                 await self._intake.undeliverable(chunk.id, failure.reason)
                 return
             self._stats["sent"] += 1
-            self._observe(
-                "chunk_sent",
-                {"conversation": chunk.conversation, "platform": self.platform, "chunk": chunk.id},
-            )
+            self._observe(ChunkSent(chunk.conversation, self.platform, chunk.id))
             await self._intake.delivered(chunk.id, platform_id)
-            self._observe(
-                "chunk_recorded",
-                {"conversation": chunk.conversation, "platform": self.platform, "chunk": chunk.id},
-            )
+            self._observe(ChunkRecorded(chunk.conversation, self.platform, chunk.id))
             return

@@ -18,6 +18,9 @@ from typing import Any, Generic, Protocol, TypeVar
 import anyio
 
 from gateway.errors import GatewayError
+from gateway.events import Decision as DecisionName
+from gateway.events import ModelCalled, PolicyDecided
+from gateway.events import Observe as Observe  # re-exported: the agent builds a ModelPolicy
 from gateway.messages import Failure, platform_of
 from policy.backoff import Backoff
 from policy.classify import TRANSIENT, classify
@@ -75,8 +78,13 @@ class TurnFailed(GatewayError):
         self.fell_back = fell_back
 
 
-Observe = Callable[[str, dict[str, Any]], None]
-Where = dict[str, Any]  # conversation, platform, turn: on every decision's log line
+@dataclass(frozen=True, slots=True)
+class Where:
+    """On every decision's log line: the conversation, its platform, the turn (user row)."""
+
+    conversation: str
+    platform: str
+    turn: int
 
 
 class ModelPolicy:
@@ -86,7 +94,7 @@ class ModelPolicy:
         *,
         backoff: Backoff,
         retry_after_cap: float,
-        observe: Observe = lambda event, fields: None,
+        observe: Observe = lambda event: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not chain:
@@ -132,10 +140,34 @@ class ModelPolicy:
                 return index
         return None
 
-    def _emit(self, decision: str, where: Where, index: int, **fields: Any) -> None:
-        data = {**where, "decision": decision, "model": self._chain[index].model}
-        data.update(fields)
-        self._observe("decision", data)
+    def _emit(
+        self,
+        decision: DecisionName,
+        where: Where,
+        index: int,
+        *,
+        reason: str,
+        delay_s: float | None = None,
+        to: str | None = None,
+        seconds: float | None = None,
+        key: str | None = None,
+        benched_for_s: float | None = None,
+    ) -> None:
+        self._observe(
+            PolicyDecided(
+                where.conversation,
+                where.platform,
+                where.turn,
+                decision,
+                self._chain[index].model,
+                reason,
+                delay_s=delay_s,
+                to=to,
+                seconds=seconds,
+                key=key,
+                benched_for_s=benched_for_s,
+            )
+        )
 
     async def _wait_for_any(self, where: Where) -> int:
         """No model has a healthy key: wait for the first bench to end, if within the cap."""
@@ -158,11 +190,7 @@ class ModelPolicy:
 
         ``turn`` (the user row's id) goes into every decision's log line with the conversation.
         """
-        where: Where = {
-            "conversation": conversation,
-            "platform": platform_of(conversation),
-            "turn": turn,
-        }
+        where = Where(conversation, platform_of(conversation), turn)
         state = TurnState()
         first = self._first_healthy(self._clock(), 0)
         state.index = first if first is not None else await self._wait_for_any(where)
@@ -185,16 +213,11 @@ class ModelPolicy:
                 failure = classify(exc)
             else:
                 pool.succeeded(key)
-                self._observe(
-                    "model_call", {"model": endpoint.model, "outcome": "ok", "reason": ""}
-                )
+                self._observe(ModelCalled(endpoint.model, "ok", ""))
                 return Answer(value, state.index, endpoint.model, state.fell_back)
             finally:
                 rebuild = False
-            self._observe(
-                "model_call",
-                {"model": endpoint.model, "outcome": "error", "reason": failure.reason},
-            )
+            self._observe(ModelCalled(endpoint.model, "error", failure.reason))
             decision = self._decide(failure, state, key)
             if decision.bench_s is not None:
                 self._bench(where, state.index, key, failure, decision.bench_s)

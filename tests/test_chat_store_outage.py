@@ -330,7 +330,7 @@ async def test_telegram_refusals_are_answered_and_acknowledged() -> None:
     intake = RefusingIntake(refusals())
     async with open_fake_telegram() as tg, anyio.create_task_group() as group:
         config = TelegramConfig(token=tg.token, api_base=tg.origin, poll_timeout_s=5)
-        adapter = TelegramAdapter(config, intake, observe=lambda e, f: None)
+        adapter = TelegramAdapter(config, intake, observe=lambda event: None)
         await group.start(adapter.run)
         ids = [tg.inject_message(ALICE, text)["update_id"] for text in ("long", "one", "two")]
         last = tg.inject_message(ALICE, "admitted")["update_id"]

@@ -16,7 +16,7 @@ import pytest
 from gateway.errors import ConversationClosed, MailboxFull
 from gateway.intake import STOP_NOT_SENT, GatewayIntake
 from gateway.router import Router
-from gateway.session import SessionActor, SessionMessage, StopTurn
+from gateway.session import SessionActor, SessionMessage, SessionStatistics, StopTurn
 from gateway.store import open_sqlite_store
 
 pytestmark = pytest.mark.anyio
@@ -36,8 +36,18 @@ class Busy:
     def mailbox_empty(self) -> bool:
         return self._send.statistics().current_buffer_used == 0
 
-    def statistics(self) -> dict[str, Any]:
-        return {"running": 1, "queued": 1}
+    def statistics(self) -> SessionStatistics:
+        return SessionStatistics(
+            turns=0,
+            failed=0,
+            cancelled=0,
+            reruns=0,
+            queued=1,
+            running=1,
+            mailbox=self._send.statistics().current_buffer_used,
+            last_model=None,
+            last_fell_back=False,
+        )
 
     async def run(self) -> None:
         await self.read.wait()

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
 from gateway.config import TelegramConfig, parse_config
 from gateway.errors import StoreError
+from gateway.events import Event
 from gateway.messages import Admission, Inbound, StoredMessage
 from platforms.telegram import TelegramAdapter
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
@@ -84,8 +84,8 @@ async def tg() -> AsyncIterator[FakeTelegram]:
 
 def adapter(tg: FakeTelegram, intake: HeldIntake) -> TelegramAdapter:
     config = TelegramConfig(token=tg.token, api_base=tg.origin, poll_timeout_s=5)
-    events: list[tuple[str, dict[str, Any]]] = []
-    return TelegramAdapter(config, intake, observe=lambda e, f: events.append((e, f)))
+    events: list[Event] = []
+    return TelegramAdapter(config, intake, observe=events.append)
 
 
 async def test_the_offset_advances_only_after_the_admission_commits(tg: FakeTelegram) -> None:

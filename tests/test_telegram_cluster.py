@@ -389,7 +389,7 @@ class StandInLeases:
 
 def leased_adapter(tg: FakeTelegram, intake: HeldIntake, leases: StandInLeases) -> TelegramAdapter:
     config = TelegramConfig(token=tg.token, api_base=tg.origin, poll_timeout_s=5)
-    return TelegramAdapter(config, intake, observe=lambda e, f: None, leases=leases)
+    return TelegramAdapter(config, intake, observe=lambda event: None, leases=leases)
 
 
 async def test_a_lost_lease_stops_the_poll_and_a_regained_one_resumes_it(tg: FakeTelegram) -> None:

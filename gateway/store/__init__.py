@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from gateway.config import Config
+from gateway.events import Observe
 from gateway.store.base import Store
 from gateway.store.sqlite import SqliteStore, open_sqlite_store
 
@@ -15,7 +15,7 @@ from gateway.store.sqlite import SqliteStore, open_sqlite_store
 async def open_store(
     config: Config,
     *,
-    observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+    observe: Observe = lambda event: None,
 ) -> AsyncIterator[Store]:
     """The store the config names: PostgreSQL at ``store.url``, else SQLite at ``store.path``."""
     if config.store.shared:

@@ -23,12 +23,13 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway.errors import StoreClosed, StoreError, StoreUnavailable
+from gateway.events import Observe, StoreCommitted
 from gateway.store._ops import StoreWrite, Write
 
 log = logging.getLogger(__name__)
@@ -58,7 +59,7 @@ class GroupWriter:
         apply: Apply,
         *,
         mailbox: int,
-        observe: Callable[[str, dict[str, Any]], None],
+        observe: Observe,
         deadline_s: float = 10.0,
     ) -> None:
         self._apply = apply
@@ -177,10 +178,7 @@ class GroupWriter:
         self._stats["commits"] += 1
         self._stats["operations"] += len(batch)
         self._stats["batch_max"] = max(self._stats["batch_max"], len(batch))
-        self._observe(
-            "store_commit",
-            {"seconds": time.perf_counter() - started, "operations": len(batch)},
-        )
+        self._observe(StoreCommitted(seconds=time.perf_counter() - started, operations=len(batch)))
         for op, result in zip(batch, results, strict=True):
             if isinstance(result, StoreError):
                 op.error = result  # refused alone (``LeaseLost``): the others committed

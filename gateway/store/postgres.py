@@ -33,6 +33,7 @@ import anyio
 import asyncpg
 
 from gateway.errors import LeaseLost, StoreClosed, StoreUnavailable
+from gateway.events import Observe
 from gateway.messages import (
     Admission,
     ChunkState,
@@ -106,7 +107,7 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin, PgL
         command_timeout_s: float = 10.0,
         mailbox: int = 4096,
         clock: Callable[[], float] = time.time,
-        observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+        observe: Observe = lambda event: None,
     ) -> None:
         self.url = url
         self.node = node
@@ -606,7 +607,7 @@ async def open_postgres_store(
     pool_size: int = 10,
     command_timeout_s: float = 10.0,
     mailbox: int = 4096,
-    observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+    observe: Observe = lambda event: None,
 ) -> AsyncIterator[PostgresStore]:
     """Connect (migrating the schema as needed) to the database at ``url``; close on exit.
     ``command_timeout_s``: how long connecting, each statement and each group commit may

@@ -26,6 +26,7 @@ import aiosqlite
 import anyio
 
 from gateway.errors import StoreClosed, StoreError
+from gateway.events import Observe
 from gateway.messages import (
     Admission,
     ChunkState,
@@ -116,7 +117,7 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
         mailbox: int = 4096,
         command_timeout_s: float = 10.0,
         clock: Callable[[], float] = time.time,
-        observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+        observe: Observe = lambda event: None,
     ) -> None:
         self.path = path
         self._writer = writer
@@ -525,7 +526,7 @@ async def open_sqlite_store(
     mailbox: int = 4096,
     busy_timeout_s: float = 5.0,
     command_timeout_s: float = 10.0,
-    observe: Callable[[str, dict[str, Any]], None] = lambda event, fields: None,
+    observe: Observe = lambda event: None,
 ) -> AsyncIterator[SqliteStore]:
     """Open (creating and migrating as needed) the store at ``path``; close it on exit.
     ``busy_timeout_s``: how long a statement waits for a lock another process holds before

@@ -26,10 +26,10 @@ single unsharded node runs one client for both, as before shards existed.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any, assert_never
+from typing import assert_never
 
 import anyio
 import discord
@@ -38,6 +38,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.config import DiscordConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
+from gateway.events import DiscordBackfilled, Observe
 from gateway.messages import OutboxChunk, TurnOutcome
 from gateway.ports import Intake, Leases
 from platforms._access import check_access
@@ -70,7 +71,6 @@ from policy.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
-Observe = Callable[[str, dict[str, Any]], None]
 # A message whose admission the store failed is tried again after these waits, in place.
 _STORE_RETRY = Backoff(0.5, 5.0)
 STORE_BUSY = "I could not do that just now: please try again in a moment."
@@ -87,7 +87,7 @@ class DiscordAdapter:
         config: DiscordConfig,
         intake: Intake,
         *,
-        observe: Observe = lambda event, fields: None,
+        observe: Observe = lambda event: None,
         mailbox: int = 1024,
         leases: Leases | None = None,
     ) -> None:
@@ -517,16 +517,7 @@ class DiscordAdapter:
                 continue
             truncated = len(missed) == limit
             self._stats["backfilled"] += len(missed)
-            self._observe(
-                "decision",
-                {
-                    "decision": "discord_backfill",
-                    "reason": reason,
-                    "conversation": key,
-                    "messages": len(missed),
-                    "truncated": truncated,
-                },
-            )
+            self._observe(DiscordBackfilled(reason, key, len(missed), truncated))
             for message in missed:
                 await self._on_message_guarded(message, target.hint, answered)
 

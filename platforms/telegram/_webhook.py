@@ -19,6 +19,7 @@ from aiohttp import web
 from telegram import Bot, Update
 
 from gateway.config import TelegramConfig
+from gateway.events import Observe, TelegramWebhookRefused
 from platforms._http import serving
 from platforms.telegram._admission import Verdict
 
@@ -38,7 +39,7 @@ class WebhookServer:
         screen: Callable[[list[Any]], list[Any]],
         submit: Callable[[Update], Awaitable[Verdict]],
         bot: Callable[[], Bot],
-        observe: Callable[[str, dict[str, Any]], None],
+        observe: Observe,
     ) -> None:
         self._config = config
         self._allowed = allowed_updates
@@ -71,7 +72,7 @@ class WebhookServer:
     async def _on_webhook(self, request: web.Request) -> web.Response:
         given = request.headers.get(SECRET_HEADER, "").encode()
         if not hmac.compare_digest(given, self._config.webhook_secret.encode()):
-            self._observe("telegram_webhook_refused", {"reason": "wrong secret token"})
+            self._observe(TelegramWebhookRefused())
             return web.json_response({"ok": False, "error": "forbidden"}, status=403)
         try:
             data = json.loads(await request.read())

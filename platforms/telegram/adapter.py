@@ -33,6 +33,15 @@ from telegram.ext import Application, ExtBot, Updater
 
 from gateway.config import TelegramConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
+from gateway.events import (
+    Observe,
+    TelegramAdmissionDeferred,
+    TelegramNoticeDropped,
+    TelegramNoticeFailed,
+    TelegramPlainFallback,
+    TelegramPollFailed,
+    TelegramStrangerIgnored,
+)
 from gateway.messages import COMMANDS, Failure, OutboxChunk, TurnOutcome
 from gateway.ports import Intake, Leases
 from platforms._access import check_access
@@ -48,7 +57,6 @@ from platforms.telegram.convert import PLATFORM, Target
 
 log = logging.getLogger(__name__)
 
-Observe = Callable[[str, dict[str, Any]], None]
 ALLOWED_UPDATES = ("message",)
 STOP_DEADLINE_S = 15.0  # shutting PTB down (final offset confirmation, closing clients)
 POLLER_STATS = ("poller_started", "poller_lost", "poller_released")
@@ -192,10 +200,7 @@ class TelegramAdapter:
                 # Telegram refused the formatting, so nothing was sent: the same chunk as plain
                 # text is a different request, not a retry of this one.
                 self._stats["plain_fallbacks"] += 1
-                self._observe(
-                    "telegram_plain_fallback",
-                    {"conversation": chunk.conversation, "chunk": chunk.id, "error": str(exc)},
-                )
+                self._observe(TelegramPlainFallback(chunk.conversation, chunk.id, str(exc)))
                 sent = await bot.send_message(
                     target.chat_id,
                     render.to_plain(chunk.text),
@@ -382,7 +387,7 @@ class TelegramAdapter:
                 extra={"error": str(exc)},
             )
             return
-        self._observe("telegram_poll_error", {"error": repr(errors.translate(exc))})
+        self._observe(TelegramPollFailed(error=repr(errors.translate(exc))))
 
     def _screen(self, updates: list[Any]) -> list[Any]:
         """Updates PTB cannot parse go on as empty ones, acknowledged (``screen_updates``)."""
@@ -425,10 +430,7 @@ class TelegramAdapter:
             # The store failed (the pairing and allowlist reads included): Telegram keeps the
             # update and delivers it again. (Refused never gets here: it is answered above.)
             self._stats["deferred"] += 1
-            self._observe(
-                "telegram_admission_deferred",
-                {"update": update.update_id, "error": repr(exc), "failure": "store"},
-            )
+            self._observe(TelegramAdmissionDeferred(update=update.update_id, error=repr(exc)))
             return Verdict.RETRY
         except Exception:
             # A bug on one update must not wedge every later one behind it (it would come back
@@ -459,12 +461,7 @@ class TelegramAdapter:
             if code is not None:
                 self._notify(SendNotice(incoming.target, convert.pairing_text(code)))
             self._observe(
-                "telegram_stranger_ignored",
-                {
-                    "user": incoming.user_id,
-                    "chat": incoming.target.chat_id,
-                    "code_sent": bool(code),
-                },
+                TelegramStrangerIgnored(incoming.user_id, incoming.target.chat_id, bool(code))
             )
             return Verdict.ACK
         reply_to = None if incoming.private else incoming.message_id
@@ -500,10 +497,7 @@ class TelegramAdapter:
 
     def _notice_dropped(self, notice: SendNotice) -> None:
         """The notice mailbox was full: visible, never silent (logged and counted)."""
-        self._observe(
-            "telegram_notice_dropped",
-            {"chat": notice.target.chat_id, "reason": "mailbox full", "failure": "full"},
-        )
+        self._observe(TelegramNoticeDropped(chat=notice.target.chat_id))
 
     async def _send_notice(self, notice: SendNotice) -> Message | None:
         bot = self._running_bot()
@@ -523,10 +517,7 @@ class TelegramAdapter:
         sent = await send_notice(send, errors=(TelegramError,), translate=errors.translate)
         if isinstance(sent, Failure):
             failure = sent
-            self._observe(
-                "telegram_notice_failed",
-                {"chat": target.chat_id, "reason": failure.reason, "failure": failure.reason},
-            )
+            self._observe(TelegramNoticeFailed(target.chat_id, failure.reason, failure.reason))
             return None
         self._stats["notices"] += 1
         return sent
