@@ -45,8 +45,9 @@ HELP = "\n".join(
         *(f"/{c.name} - {c.description}" for c in COMMANDS if c.alias_of is None),
     ]
 )
+STOP_NOT_SENT = "Could not stop the reply: this conversation is busy. Try /stop again shortly."
 PAIRING_TTL_S = 3600.0
-PAIRING_MAX_PENDING = 3
+PAIRING_MAX_PENDING = 100  # per platform; each user holds at most one code (L2: squatting)
 # How long recording what a platform did with a chunk may take while shielded (a drain waits
 # for it): past it the store is not answering, and the chunk counts as sent, not recorded.
 RECORD_DEADLINE_S = 30.0
@@ -156,8 +157,9 @@ class GatewayIntake:
             case "stop":
                 actor = self._router.get(conversation)
                 if actor is not None and actor.statistics().running is not None:
-                    self._send_control(conversation, StopTurn())
-                    return "Stopping the current reply."
+                    if self._send_control(conversation, StopTurn()):
+                        return "Stopping the current reply."
+                    return STOP_NOT_SENT  # the truth: nothing was told to stop
                 if (
                     actor is None
                     and self._elsewhere is not None
@@ -169,13 +171,15 @@ class GatewayIntake:
             case _:
                 return f"Unknown command /{name}. " + HELP
 
-    def _send_control(self, conversation: str, message: StopTurn | ResetContext) -> None:
+    def _send_control(self, conversation: str, message: StopTurn | ResetContext) -> bool:
+        """Whether the conversation's actor got ``message``."""
         try:
-            self._router.send_nowait(conversation, message)
+            return self._router.send_nowait(conversation, message)
         except MailboxFull:
             log.warning(
                 "control message refused: mailbox full", extra={"conversation": conversation}
             )
+            return False
 
     async def _status(self, conversation: str) -> str:
         status: dict[str, Any] = self._runner.status()

@@ -96,6 +96,14 @@ class ApprovePairing(Write[str | None]):
 
 
 @dataclass(frozen=True, slots=True)
+class RejectPairing(Write[str | None]):
+    """Refuse a pending code: its user gets no new one until it would have expired."""
+
+    platform: str
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
 class RevokeUser(Write[bool]):
     platform: str
     user_id: str
@@ -131,6 +139,7 @@ StoreWrite = (
     | ExpireInFlight
     | RequestPairing
     | ApprovePairing
+    | RejectPairing
     | RevokeUser
     | PurgeConversation
     | DeleteConversation
