@@ -411,25 +411,20 @@ async def _pairing(config: Config, args: argparse.Namespace) -> int:
                 stamp = datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M")
                 print(f"  {platform:<9} {user_id}  (since {stamp})")
             return EXIT_OK
-        if args.action == "approve":
-            approved = await store.approve_pairing(args.platform, args.code)
-            if approved is None:
+        if args.action in ("approve", "reject"):
+            approve = args.action == "approve"
+            act = store.approve_pairing if approve else store.reject_pairing
+            user = await act(args.platform, args.code)
+            if user is None:
                 print(
                     f"botmux: no pending {args.platform} code {args.code!r} (expired?)",
                     file=sys.stderr,
                 )
                 return EXIT_FAILURE
-            print(f"approved {args.platform} user {approved}")
-            return EXIT_OK
-        if args.action == "reject":
-            rejected = await store.reject_pairing(args.platform, args.code)
-            if rejected is None:
-                print(
-                    f"botmux: no pending {args.platform} code {args.code!r} (expired?)",
-                    file=sys.stderr,
-                )
-                return EXIT_FAILURE
-            print(f"rejected {args.platform} user {rejected}'s code {args.code.strip().upper()}")
+            if approve:
+                print(f"approved {args.platform} user {user}")
+            else:
+                print(f"rejected {args.platform} user {user}'s code {args.code.strip().upper()}")
             return EXIT_OK
         if await store.revoke_user(args.platform, args.user_id):
             print(f"revoked {args.platform} user {args.user_id}")
