@@ -1,0 +1,142 @@
+"""Streamed replies of the peer API (SPEC 8): a turn's pieces, relayed as server-sent events.
+
+The session actor asks the adapter who waits for a turn as it starts (``watching``); the
+requests waiting for one platform message id share a :class:`Watched`, the turn's
+:class:`~gateway.ports.ReplyStream`: each piece the model writes is appended to the
+:class:`LiveReply` of every streaming request there, at once and without blocking, and each
+request's :func:`pump` writes its pieces to its client as fast as that client reads. A slow
+or vanished client therefore never holds up the model, and a client that hangs up only ends
+its own pump: the turn runs on in its session actor and its answer is stored.
+
+A peer client cannot be shown a correction, so once a piece reached one the stream is
+``binding``: a failure of that attempt ends the turn as failed (the agent gives up at once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, assert_never
+
+import anyio
+from aiohttp import web
+
+from gateway.messages import AttemptFailed, ReplyDelta, StreamEvent
+from gateway.ports import Watch
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE = b": keepalive\n\n"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+class LiveReply:
+    """One streaming request's view of its turn's answer: the pieces handed to it so far and
+    how many it has written; ``closed`` once the turn's outcome is there."""
+
+    __slots__ = ("_changed", "closed", "gone", "pieces", "row", "written")
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.written = 0
+        self.row: int | None = None  # the user row, once admitted
+        self.closed = False
+        self.gone = False  # the client hung up
+        self._changed = anyio.Event()
+
+    def __repr__(self) -> str:
+        return f"<LiveReply pieces={len(self.pieces)} written={self.written}>"
+
+    def append(self, text: str) -> None:
+        self.pieces.append(text)
+        self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def take(self) -> list[str]:
+        """The pieces not written yet (they count as written from now on)."""
+        new = self.pieces[self.written :]
+        self.written = len(self.pieces)
+        return new
+
+    async def changed(self) -> None:
+        await self._changed.wait()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+
+class Watched:
+    """Every request waiting for one turn: what they asked of the model, and the turn's
+    reply stream, fanned out to those that stream."""
+
+    __slots__ = ("_binding", "replies", "requests", "response_format")
+
+    def __init__(self, response_format: Mapping[str, Any] | None) -> None:
+        self.response_format = response_format
+        self.replies: list[LiveReply] = []
+        self.requests = 0
+        self._binding = False
+
+    def __repr__(self) -> str:
+        return f"<Watched requests={self.requests} streaming={len(self.replies)}>"
+
+    def watch(self) -> Watch:
+        return Watch(stream=self if self.replies else None, response_format=self.response_format)
+
+    def put(self, event: StreamEvent) -> None:
+        match event:
+            case ReplyDelta(text=text):
+                for reply in self.replies:
+                    reply.append(text)
+                self._binding = self._binding or bool(self.replies)
+            case AttemptFailed():
+                pass  # nothing reached a client yet (else the turn ends failed): nothing to undo
+            case _:
+                assert_never(event)
+
+    @property
+    def binding(self) -> bool:
+        return self._binding
+
+
+async def pump(
+    request: web.Request,
+    response: web.StreamResponse,
+    reply: LiveReply,
+    encode: Callable[[list[str]], bytes],
+    keepalive_s: float,
+) -> None:
+    """Write ``reply``'s pieces to the client as they come, until it is closed and all are
+    written. The headers go out with the first piece, or after ``keepalive_s`` of silence
+    (then an SSE comment every ``keepalive_s``, so proxies keep the connection), so a turn
+    that fails before any piece can still answer with a status of its own."""
+    try:
+        while True:
+            pieces = reply.take()
+            if pieces:
+                await response.prepare(request)
+                await response.write(encode(pieces))
+                continue
+            if reply.closed:
+                return
+            with anyio.move_on_after(keepalive_s) as silence:
+                await reply.changed()
+            if silence.cancelled_caught:
+                await response.prepare(request)
+                await response.write(KEEPALIVE)
+    except ConnectionError:
+        reply.gone = True
+        log.debug("peer API: a streaming client hung up; its turn runs on")
+
+
+async def finish(response: web.StreamResponse, data: bytes) -> None:
+    """The stream's last events and its end; a client gone by now is no error."""
+    try:
+        await response.write(data)
+        await response.write_eof()
+    except ConnectionError:
+        log.debug("peer API: a streaming client hung up before the end")
