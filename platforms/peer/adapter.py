@@ -31,11 +31,11 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from yarl import URL
 
 from gateway.config import PeerConfig, PeerToken
-from gateway.errors import ConversationClosed, StoreError
+from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, Inbound, StoredMessage, TurnOutcome
 from gateway.ports import Intake, Watch
 from platforms._http import serving
-from platforms.peer import convert, limits
+from platforms.peer import convert, limits, streaming
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
 from platforms.peer.server import (
@@ -44,7 +44,7 @@ from platforms.peer.server import (
     GuardedSite,
     quiet_accept_errors,
 )
-from platforms.peer.streaming import SSE_HEADERS, LiveReply, Watched, finish, pump
+from platforms.peer.streaming import SSE_HEADERS, LiveReply, Watched, finish
 
 log = logging.getLogger(__name__)
 
@@ -415,50 +415,10 @@ class PeerAdapter:
     async def _chat_stream(
         self, request: web.Request, session_id: str, text: str, key: str | None
     ) -> web.StreamResponse:
-        """SPEC 8: ``delta`` events as the model writes, then ``message`` (the JSON of the
-        plain reply), then the end; an error before any event is the plain JSON error."""
-        response = web.StreamResponse(headers=SSE_HEADERS)
+        def run(reply: LiveReply) -> Awaitable[TurnOutcome]:
+            return self._run_turn(session_id, text, key, reply=reply)
 
-        def encode(pieces: list[str]) -> bytes:
-            return b"".join(convert.sse({"content": piece}, "delta") for piece in pieces)
-
-        reply = LiveReply()
-        outcome, error = await self._relay(
-            request, response, reply, encode, self._run_turn(session_id, text, key, reply=reply)
-        )
-        if error is not None:
-            if not response.prepared:
-                raise error
-            await finish(response, convert.sse(_stream_error(error, None), "error"))
-            return response
-        assert outcome is not None
-        await response.prepare(request)
-        body = convert.chat_response(session_id, outcome.reply, outcome.failure)
-        await finish(response, convert.sse(body, "message"))
-        return response
-
-    async def _relay(
-        self,
-        request: web.Request,
-        response: web.StreamResponse,
-        reply: LiveReply,
-        encode: Callable[[list[str]], bytes],
-        turn: Awaitable[TurnOutcome],
-    ) -> tuple[TurnOutcome | None, Exception | None]:
-        """Run the turn while its pieces are written to the client; every piece is written
-        when this returns (unless the client left). A hang-up cancels the handler and so
-        this, never the turn, which runs in its session actor."""
-        outcome: TurnOutcome | None = None
-        error: Exception | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(pump, request, response, reply, encode, self.sse_keepalive_s)
-            try:
-                outcome = await turn
-            except Exception as exc:  # answered or sent by the caller, once the pump ended
-                error = exc
-            finally:
-                reply.close()
-        return outcome, error
+        return await streaming.chat_stream(request, session_id, run, self.sse_keepalive_s)
 
     async def _messages(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])
@@ -490,7 +450,7 @@ class PeerAdapter:
                 session_id, parsed.text, key, response_format=parsed.response_format
             )
             if outcome.failure is not None:
-                return _completion_failure(outcome)
+                return streaming.completion_failure(outcome)
             return web.json_response(
                 convert.completion_json(
                     outcome.user_row_id, outcome.reply, parsed.model, outcome.usage
@@ -505,51 +465,12 @@ class PeerAdapter:
         parsed: convert.CompletionRequest,
         key: str | None,
     ) -> web.StreamResponse:
-        """A streamed completion: the model's pieces relayed as they arrive (SPEC 8). A turn
-        that fails before any piece and within :attr:`sse_keepalive_s` is answered as ever
-        (a failure with its status); once the headers went out (a piece, or a keep-alive
-        comment), a failure arrives as an ``error`` event."""
-        response = web.StreamResponse(headers=SSE_HEADERS)
-        reply = LiveReply()
-        model = parsed.model
-        opened = False
-
-        def encode(pieces: list[str]) -> bytes:
-            nonlocal opened
-            row = reply.row or 0
-            head = b""
-            if not opened:
-                opened = True
-                role = {"role": "assistant", "content": ""}
-                head = convert.sse(convert.completion_chunk(row, model, role))
-            return head + b"".join(
-                convert.sse(convert.completion_chunk(row, model, {"content": piece}))
-                for piece in pieces
+        def run(reply: LiveReply) -> Awaitable[TurnOutcome]:
+            return self._run_turn(
+                session_id, parsed.text, key, reply=reply, response_format=parsed.response_format
             )
 
-        turn = self._run_turn(
-            session_id, parsed.text, key, reply=reply, response_format=parsed.response_format
-        )
-        outcome, error = await self._relay(request, response, reply, encode, turn)
-        if not response.prepared:
-            if error is not None:
-                raise error
-            assert outcome is not None
-            if outcome.failure is not None:
-                return _completion_failure(outcome)
-            await response.prepare(request)
-        if error is not None or (outcome is not None and outcome.failure is not None):
-            body = _stream_error(error, outcome)
-            await finish(response, convert.sse(body) + b"data: [DONE]\n\n")
-            return response
-        assert outcome is not None
-        row = outcome.user_row_id
-        tail = b"" if reply.written else encode([outcome.reply])  # not streamed: all at once
-        tail += convert.sse(convert.completion_chunk(row, model, {}, "stop"))
-        if parsed.include_usage:
-            tail += convert.sse(convert.completion_chunk(row, model, None, usage=outcome.usage))
-        await finish(response, tail + b"data: [DONE]\n\n")
-        return response
+        return await streaming.completion_stream(request, parsed, run, self.sse_keepalive_s)
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [convert.model_json()]})
@@ -589,28 +510,6 @@ def _too_many(verdict: limits.Verdict, message: str, code: str) -> web.Response:
     response = json_error(429, f"{message}; retry after {verdict.retry_after_header} s", code)
     response.headers["Retry-After"] = verdict.retry_after_header
     return response
-
-
-def _completion_failure(outcome: TurnOutcome) -> web.Response:
-    assert outcome.failure is not None
-    status = convert.completion_error_status(outcome.failure)
-    body = convert.error_json(outcome.reply, outcome.failure.reason, status)
-    return web.json_response(body, status=status)
-
-
-def _stream_error(error: Exception | None, outcome: TurnOutcome | None) -> dict[str, Any]:
-    """The ``error`` event of a stream whose headers went out before the turn failed."""
-    if isinstance(error, convert.BadRequest):
-        return convert.error_json(error.message, error.code, error.status)
-    if isinstance(error, ConversationClosed | StoreError):
-        return convert.error_json("botmux is shutting down; retry shortly", "draining", 503)
-    if error is not None:
-        log.error("peer API: a streamed turn failed", exc_info=error)
-        return convert.error_json("internal error; see botmux's log", "internal_error", 500)
-    assert outcome is not None and outcome.failure is not None
-    failure = outcome.failure
-    status = convert.completion_error_status(failure)
-    return convert.error_json(outcome.reply, failure.reason, status)
 
 
 _LOOPBACK_NAMES = ("localhost",)

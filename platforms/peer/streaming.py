@@ -15,19 +15,24 @@ A peer client cannot be shown a correction, so once a piece reached one the stre
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, assert_never
 
 import anyio
 from aiohttp import web
 
-from gateway.messages import AttemptFailed, ReplyDelta, StreamEvent
+from gateway.errors import ConversationClosed, StoreError
+from gateway.messages import AttemptFailed, ReplyDelta, StreamEvent, TurnOutcome
 from gateway.ports import Watch
+from platforms.peer import convert
 
 log = logging.getLogger(__name__)
 
 KEEPALIVE = b": keepalive\n\n"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+DONE = b"data: [DONE]\n\n"
+#: Runs the turn of a request, streaming into the LiveReply it is given.
+Run = Callable[["LiveReply"], Awaitable[TurnOutcome]]
 
 
 class LiveReply:
@@ -140,3 +145,120 @@ async def finish(response: web.StreamResponse, data: bytes) -> None:
         await response.write_eof()
     except ConnectionError:
         log.debug("peer API: a streaming client hung up before the end")
+
+
+async def relay(
+    request: web.Request,
+    response: web.StreamResponse,
+    reply: LiveReply,
+    encode: Callable[[list[str]], bytes],
+    turn: Awaitable[TurnOutcome],
+    keepalive_s: float,
+) -> tuple[TurnOutcome | None, Exception | None]:
+    """Run the turn while its pieces are written to the client; every piece is written
+    when this returns (unless the client left). A hang-up cancels the handler and so this,
+    never the turn, which runs in its session actor."""
+    outcome: TurnOutcome | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump, request, response, reply, encode, keepalive_s)
+        try:
+            outcome = await turn
+        except Exception as exc:  # answered or sent by the caller, once the pump ended
+            error = exc
+        finally:
+            reply.close()
+    return outcome, error
+
+
+async def chat_stream(
+    request: web.Request, session_id: str, run: Run, keepalive_s: float
+) -> web.StreamResponse:
+    """The session chat route streamed: ``delta`` events as the model writes, then
+    ``message`` (the JSON of the plain reply), then the end; an error before any event is
+    the plain JSON error."""
+    response = web.StreamResponse(headers=SSE_HEADERS)
+
+    def encode(pieces: list[str]) -> bytes:
+        return b"".join(convert.sse({"content": piece}, "delta") for piece in pieces)
+
+    reply = LiveReply()
+    outcome, error = await relay(request, response, reply, encode, run(reply), keepalive_s)
+    if error is not None:
+        if not response.prepared:
+            raise error
+        await finish(response, convert.sse(stream_error(error, None), "error"))
+        return response
+    assert outcome is not None
+    await response.prepare(request)
+    body = convert.chat_response(session_id, outcome.reply, outcome.failure)
+    await finish(response, convert.sse(body, "message"))
+    return response
+
+
+async def completion_stream(
+    request: web.Request, parsed: convert.CompletionRequest, run: Run, keepalive_s: float
+) -> web.StreamResponse:
+    """A streamed completion: the model's pieces relayed as they arrive. A turn that fails
+    before any piece and within ``keepalive_s`` is answered as ever (a failure with its
+    status); once the headers went out (a piece, or a keep-alive comment), a failure arrives
+    as an ``error`` event."""
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    reply = LiveReply()
+    model = parsed.model
+    opened = False
+
+    def encode(pieces: list[str]) -> bytes:
+        nonlocal opened
+        row = reply.row or 0
+        head = b""
+        if not opened:
+            opened = True
+            head = convert.sse(convert.completion_chunk(row, model, {"role": "assistant"}))
+        return head + b"".join(
+            convert.sse(convert.completion_chunk(row, model, {"content": piece}))
+            for piece in pieces
+        )
+
+    outcome, error = await relay(request, response, reply, encode, run(reply), keepalive_s)
+    if not response.prepared:
+        if error is not None:
+            raise error
+        assert outcome is not None
+        if outcome.failure is not None:
+            return completion_failure(outcome)
+        await response.prepare(request)
+    if error is not None or (outcome is not None and outcome.failure is not None):
+        await finish(response, convert.sse(stream_error(error, outcome)) + DONE)
+        return response
+    assert outcome is not None
+    row = outcome.user_row_id
+    tail = b"" if reply.written else encode([outcome.reply])  # not streamed: all at once
+    tail += convert.sse(convert.completion_chunk(row, model, {}, "stop"))
+    if parsed.include_usage:
+        tail += convert.sse(convert.completion_chunk(row, model, None, usage=outcome.usage))
+    await finish(response, tail + DONE)
+    return response
+
+
+def completion_failure(outcome: TurnOutcome) -> web.Response:
+    """A failed turn as an OpenAI client expects it: an error status and body."""
+    assert outcome.failure is not None
+    status = convert.completion_error_status(outcome.failure)
+    body = convert.error_json(outcome.reply, outcome.failure.reason, status)
+    return web.json_response(body, status=status)
+
+
+def stream_error(error: Exception | None, outcome: TurnOutcome | None) -> dict[str, Any]:
+    """The ``error`` event of a stream whose headers went out before the turn failed."""
+    if isinstance(error, convert.BadRequest):
+        return convert.error_json(error.message, error.code, error.status)
+    if isinstance(error, ConversationClosed | StoreError):
+        return convert.error_json("botmux is shutting down; retry shortly", "draining", 503)
+    if error is not None:
+        log.error("peer API: a streamed turn failed", exc_info=error)
+        return convert.error_json("internal error; see botmux's log", "internal_error", 500)
+    assert outcome is not None and outcome.failure is not None
+    failure = outcome.failure
+    status = convert.completion_error_status(failure)
+    return convert.error_json(outcome.reply, failure.reason, status)
