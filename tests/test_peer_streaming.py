@@ -359,3 +359,24 @@ async def test_tools_are_refused_response_format_passed_and_the_model_served(
         assert (model.id, model.owned_by) == ("botmux", "botmux")
         with pytest.raises(openai.NotFoundError):
             await oai.models.retrieve("gpt-4o")
+
+
+async def test_with_agent_stream_off_the_model_is_not_streamed_to(tmp_path: Path) -> None:
+    async with open_fake_model() as fake:
+        config = make_config(tmp_path / "b.db", fake.base_url, extra="[agent]\nstream = false\n")
+        async with (
+            running_gateway(config) as (_, url),
+            aiohttp.ClientSession() as http,
+            client(url) as oai,
+        ):
+            body = {"message": "whole", "stream": True}
+            async with http.post(f"{url}/api/sessions/o/chat", json=body) as r:
+                events = [e async for e in sse_events(r)]
+            stream = await oai.chat.completions.create(
+                model="botmux", messages=[{"role": "user", "content": "v1"}], stream=True
+            )
+            pieces = [c.choices[0].delta.content async for c in stream if c.choices]
+    assert [name for name, _ in events] == ["message"]
+    assert events[0][1]["message"]["content"] == "echo: whole"
+    assert [p for p in pieces if p] == ["echo: v1"]  # the whole answer in one chunk
+    assert [r.stream for r in fake.requests] == [False, False]
