@@ -3,12 +3,15 @@
 The counts come from the store (``Store.backlog``: the conversation's pending rows and the
 store's, each counted only up to its cap, plus whether the message is stored already), so they
 are right after a restart and, on PostgreSQL, include what other nodes admitted. The read and
-the admission are two steps, so this gate adds what it cannot see in the read: admissions of
-this process still in flight, and those that finished while the read ran. That sum is an upper
+the admission are two steps. Within one conversation this process runs them one admission at
+a time (a lock per conversation, held from the read to the commit), so the conversation's
+count is exact on one node: a burst of 20 messages to a conversation capped at 32 is admitted
+whole. For the gateway-wide count the gate adds what the read cannot see: admissions of this
+process still in flight, and those that finished while the read ran. That sum is an upper
 bound (an admission committed just before the read is counted twice), so one node never goes
-past a cap and at worst refuses a message early while a burst is being committed. Several
-nodes admitting to one conversation at the same instant can each pass the last free place:
-the overshoot is at most the other nodes' admissions in flight at that moment.
+past ``max_pending_total`` and at worst refuses early by the number of admissions in flight.
+Several nodes admitting to one conversation at the same instant can each pass the last free
+place: the overshoot is at most the other nodes' admissions in flight at that moment.
 
 A redelivered message is recognised before any cap is applied: a duplicate is never refused.
 """
@@ -16,6 +19,8 @@ A redelivered message is recognised before any cap is applied: a duplicate is ne
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import anyio
 
 from gateway.errors import Overloaded
 from gateway.messages import Backlog, Inbound
@@ -67,12 +72,13 @@ def verdict(read: Backlog, seen: Seen, caps: Caps) -> Overloaded | None:
 class _Tally:
     """One conversation's admissions in this process, while any are reading or in flight."""
 
-    __slots__ = ("added", "in_flight", "users")
+    __slots__ = ("added", "in_flight", "lock", "users")
 
     def __init__(self) -> None:
         self.users = 0
         self.in_flight = 0
         self.added = 0  # admissions that added a row: only ever grows while the tally lives
+        self.lock = anyio.Lock()  # one admission of the conversation at a time, read to commit
 
 
 class Reservation:
@@ -102,11 +108,17 @@ class BacklogGate:
 
     async def reserve(self, inbound: Inbound) -> Reservation:
         """A place for ``inbound``, or :class:`Overloaded` (nothing was stored). Release it
-        with :meth:`release` once the admission returned or failed."""
+        with :meth:`release`, in the same task, once the admission returned or failed: until
+        then the conversation's next admission waits here."""
         tally = self._tallies.get(inbound.conversation)
         if tally is None:
             tally = self._tallies[inbound.conversation] = _Tally()
         tally.users += 1
+        try:
+            await tally.lock.acquire()
+        except BaseException:
+            self._leave(inbound.conversation, tally)
+            raise
         added, added_here = self._added, tally.added
         try:
             read = await self._store.backlog(
@@ -117,6 +129,7 @@ class BacklogGate:
                 total_limit=self.caps.total,
             )
         except BaseException:
+            tally.lock.release()
             self._leave(inbound.conversation, tally)
             raise
         # No await from here to the reservation: the check and the hold are one step.
@@ -127,6 +140,7 @@ class BacklogGate:
         refusal = verdict(read, seen, self.caps)
         if refusal is not None:
             self._stats[f"refused_{refusal.scope}"] += 1
+            tally.lock.release()
             self._leave(inbound.conversation, tally)
             raise refusal
         tally.in_flight += 1
@@ -140,6 +154,7 @@ class BacklogGate:
             return
         reservation.released = True
         tally = self._tallies[reservation.conversation]
+        tally.lock.release()
         tally.in_flight -= 1
         self._in_flight -= 1
         if added:

@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import time
+import unicodedata
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -19,10 +20,11 @@ from typing import Any, NoReturn
 
 import anyio
 
+from gateway import exposure
 from gateway.config import Config, load_config
 from gateway.errors import ConfigError, GatewayError
 from gateway.failpoints import Failpoints
-from gateway.logs import configure_logging
+from gateway.logs import RedactingFilter, configure_logging, install_excepthooks
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 PAIRING_PLATFORMS = ("telegram", "discord")
@@ -78,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     approve = psub.add_parser("approve", help="let the user behind a code in")
     approve.add_argument("platform", choices=PAIRING_PLATFORMS)
     approve.add_argument("code")
+    reject = psub.add_parser("reject", help="refuse a pending code (its user gets no new one)")
+    reject.add_argument("platform", choices=PAIRING_PLATFORMS)
+    reject.add_argument("code")
     revoke = psub.add_parser("revoke", help="withdraw a user's approval")
     revoke.add_argument("platform", choices=PAIRING_PLATFORMS)
     revoke.add_argument("user_id")
@@ -138,6 +143,9 @@ def _run(config: Config) -> int:
         print(f"botmux: config error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     configure_logging(level=config.log.level, fmt=config.log.format, secrets=config.secrets())
+    install_excepthooks(config.secrets())
+    for warning in exposure.warnings(config):  # what `check` says, said where it runs
+        logging.getLogger("gateway").warning(f"config warning: {warning}")
     if failpoints:
         logging.getLogger("gateway").warning(
             "failpoints armed: this process will kill itself (a testing aid)",
@@ -164,9 +172,11 @@ def _run(config: Config) -> int:
         cause = _expected_failure(exc)
         if cause is None:
             raise
-        # A port in use, a store that cannot be opened: one line, not a traceback.
-        logging.getLogger("gateway").error("botmux could not run", extra={"error": str(cause)})
-        print(f"botmux: error: {cause}", file=sys.stderr)
+        # A port in use, a store that cannot be opened, a refused bot token: one line, not a
+        # traceback, and never a secret (a library's text may quote one).
+        line = RedactingFilter(config.secrets()).redact(str(cause))
+        logging.getLogger("gateway").error("botmux could not run", extra={"error": line})
+        print(f"botmux: error: {line}", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
 
@@ -181,6 +191,29 @@ def _expected_failure(exc: BaseException) -> BaseException | None:
         if found and all(f is not None for f in found):
             return found[0]
     return None
+
+
+# Bidirectional overrides, embeddings, isolates and marks: they reorder what a terminal shows.
+_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _printable(text: str, *, indent: str = "    ") -> str:
+    """``text`` safe to print to a terminal: stored content is what strangers and the model
+    wrote, so control characters (ESC, C1) and bidi controls are shown escaped (``\\x1b``,
+    ``\\u202e``) instead of being obeyed. A newline stays one, indented, so no line of a
+    message can pass for a row of its own."""
+    out = []
+    for ch in text:
+        if ch == "\n":
+            out.append("\n" + indent)
+        elif ch == "\t":
+            out.append(ch)
+        elif ch in _BIDI or unicodedata.category(ch) == "Cc":
+            code = ord(ch)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _mask(secret: str) -> str:
@@ -226,12 +259,12 @@ def _check(config: Config) -> int:
     else:
         dc = config.discord
         guilds = f"{len(dc.allow_guilds)} allowed guild(s)" if dc.allow_guilds else "every guild"
+        who = "every member" if dc.guild_access == "everyone" else "allowed and paired users"
+        guilds += f" ({who})"
         mention = "mention or reply needed" if dc.require_mention else "answers everything"
         print(f"discord: via {dc.api_base}, {guilds}, {mention}")
-    if config.source != "(embedded defaults)" and config.secrets():
-        mode = os.stat(config.source).st_mode
-        if mode & 0o077:
-            print(f"warning: {config.source} holds secrets and is readable by others (chmod 600)")
+    for warning in exposure.warnings(config):
+        print(f"warning: {warning}")
     return EXIT_OK
 
 
@@ -244,7 +277,7 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
             print(f"{'conversation':<40} {'messages':>8} {'pending':>7}  last activity")
             for c in rows:
                 when = datetime.fromtimestamp(c.updated_at).strftime("%Y-%m-%d %H:%M:%S")
-                print(f"{c.key:<40} {c.messages:>8} {c.pending:>7}  {when}")
+                print(f"{_printable(c.key):<40} {c.messages:>8} {c.pending:>7}  {when}")
             return EXIT_OK
         assert key is not None
         if action == "purge":
@@ -271,7 +304,7 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
         for m in messages:
             when = datetime.fromtimestamp(m.created_at).strftime("%Y-%m-%d %H:%M:%S")
             state = (m.failure and f"failed:{m.failure}") or m.state
-            print(f"#{m.id} {when} {m.role:<9} [{state}] {m.content}")
+            print(f"#{m.id} {when} {m.role:<9} [{state}] {_printable(m.content)}")
         return EXIT_OK
 
 
@@ -370,7 +403,8 @@ async def _pairing(config: Config, args: argparse.Namespace) -> int:
             print("pending codes:" if codes else "pending codes: none")
             for c in codes:
                 left = max(0, int(c.expires_at - time.time()) // 60)
-                print(f"  {c.platform:<9} {c.code}  user {c.user_id} {c.label}  ({left} min left)")
+                who = _printable(f"user {c.user_id} {c.label}")
+                print(f"  {c.platform:<9} {c.code}  {who}  ({left} min left)")
             users = await store.approved_users()
             print("approved users:" if users else "approved users: none")
             for platform, user_id, when in users:
@@ -386,6 +420,16 @@ async def _pairing(config: Config, args: argparse.Namespace) -> int:
                 )
                 return EXIT_FAILURE
             print(f"approved {args.platform} user {approved}")
+            return EXIT_OK
+        if args.action == "reject":
+            rejected = await store.reject_pairing(args.platform, args.code)
+            if rejected is None:
+                print(
+                    f"botmux: no pending {args.platform} code {args.code!r} (expired?)",
+                    file=sys.stderr,
+                )
+                return EXIT_FAILURE
+            print(f"rejected {args.platform} user {rejected}'s code {args.code.strip().upper()}")
             return EXIT_OK
         if await store.revoke_user(args.platform, args.user_id):
             print(f"revoked {args.platform} user {args.user_id}")

@@ -298,8 +298,9 @@ class DiscordConfig:
     gateway_url: Annotated[str, rule(_ws_url)] = "wss://gateway.discord.gg"
     allow_users: tuple[int, ...] = ()  # always allowed; others need DM pairing
     allow_guilds: tuple[int, ...] = ()  # empty: every guild the bot is in
-    # Who may talk to the bot in an allowed guild: every member, or only allowed/paired users.
-    guild_access: Annotated[str, _one_of("everyone", "allowed")] = "everyone"
+    # Who may talk to the bot in an allowed guild: only allowed/paired users, or every member
+    # (an explicit choice: with allow_guilds empty that is anyone who adds the bot).
+    guild_access: Annotated[str, _one_of("everyone", "allowed")] = "allowed"
     require_mention: bool = True  # in guilds: answer only when mentioned or replied to
     answer_all_guilds: tuple[int, ...] = ()  # ... except in these guilds
     answer_all_channels: tuple[int, ...] = ()  # ... and these channels (and their threads)

@@ -46,8 +46,12 @@ HELP = "\n".join(
         *(f"/{c.name} - {c.description}" for c in COMMANDS if c.alias_of is None),
     ]
 )
+STOP_NOT_SENT = "Could not stop the reply: this conversation is busy. Try /stop again shortly."
 PAIRING_TTL_S = 3600.0
-PAIRING_MAX_PENDING = 3
+PAIRING_MAX_PENDING = 100  # per platform; each user holds at most one code (L2: squatting)
+# How long recording what a platform did with a chunk may take while shielded (a drain waits
+# for it): past it the store is not answering, and the chunk counts as sent, not recorded.
+RECORD_DEADLINE_S = 30.0
 #: What a request waiting for a row learns when an operator purged it (``sessions purge``).
 PURGED_REPLY = "The message was dropped by an operator before it was answered."
 DELETED_REPLY = "The conversation was deleted before this message was answered."
@@ -154,8 +158,9 @@ class GatewayIntake:
             case "stop":
                 actor = self._router.get(conversation)
                 if actor is not None and actor.statistics().running is not None:
-                    self._send_control(conversation, StopTurn())
-                    return "Stopping the current reply."
+                    if self._send_control(conversation, StopTurn()):
+                        return "Stopping the current reply."
+                    return STOP_NOT_SENT  # the truth: nothing was told to stop
                 if (
                     actor is None
                     and self._elsewhere is not None
@@ -167,13 +172,15 @@ class GatewayIntake:
             case _:
                 return f"Unknown command /{name}. " + HELP
 
-    def _send_control(self, conversation: str, message: StopTurn | ResetContext) -> None:
+    def _send_control(self, conversation: str, message: StopTurn | ResetContext) -> bool:
+        """Whether the conversation's actor got ``message``."""
         try:
-            self._router.send_nowait(conversation, message)
+            return self._router.send_nowait(conversation, message)
         except MailboxFull:
             log.warning(
                 "control message refused: mailbox full", extra={"conversation": conversation}
             )
+            return False
 
     async def _status(self, conversation: str) -> str:
         status: dict[str, Any] = self._runner.status()
@@ -191,17 +198,28 @@ class GatewayIntake:
 
     async def before_send(self, chunk_id: int) -> None:
         if self._at_most_once:
-            with anyio.CancelScope(shield=True):
-                await self._store.mark_sending(chunk_id)
+            await self._record("sending", chunk_id, self._store.mark_sending(chunk_id))
 
     async def delivered(self, chunk_id: int, platform_message_id: str) -> None:
-        with anyio.CancelScope(shield=True):
-            await self._store.mark_delivered(chunk_id, platform_message_id)
+        await self._record(
+            "delivered", chunk_id, self._store.mark_delivered(chunk_id, platform_message_id)
+        )
 
     async def undeliverable(self, chunk_id: int, reason: str) -> None:
         log.warning("reply chunk undeliverable", extra={"chunk": chunk_id, "reason": reason})
-        with anyio.CancelScope(shield=True):
-            await self._store.chunk_failed(chunk_id)
+        await self._record("failed", chunk_id, self._store.chunk_failed(chunk_id))
+
+    async def _record(self, state: str, chunk_id: int, write: Awaitable[None]) -> None:
+        """What a platform did with a chunk is recorded even while the sender is cancelled
+        (a drain), within a deadline: a record cut short is a chunk sent but not recorded,
+        which the restart handles as ``[gateway] unrecorded_sends`` says."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_DEADLINE_S) as scope:
+            await write
+        if scope.cancelled_caught:
+            log.warning(
+                "reply chunk state not recorded in time",
+                extra={"chunk": chunk_id, "state": state, "deadline_s": RECORD_DEADLINE_S},
+            )
 
     async def is_approved(self, platform: str, user_id: str) -> bool:
         return await self._store.is_approved(platform, user_id)

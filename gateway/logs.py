@@ -19,7 +19,9 @@ import json
 import logging
 import re
 import sys
+import threading
 import time
+import traceback
 from collections.abc import Iterable
 from typing import Any, TextIO
 
@@ -48,6 +50,10 @@ class RedactingFilter(logging.Filter):
 
     def _shows_secret(self, text: str) -> bool:
         return self._pattern.search(text) is not None
+
+    def redact(self, value: str) -> str:
+        """``value`` with every configured secret replaced (for text that is no log record)."""
+        return self._clean(value)
 
     def _clean(self, value: str) -> str:
         if not self._shows_secret(value):
@@ -149,6 +155,27 @@ class ConsoleFormatter(logging.Formatter):
         elif record.exc_text:
             line += "\n" + record.exc_text
         return line
+
+
+def install_excepthooks(secrets: Iterable[str], stream: TextIO | None = None) -> None:
+    """Tracebacks that escape everything (an uncaught exception in the main thread or another
+    thread) are printed through the same redaction as log records: a library exception whose
+    text quotes a token must not put it on stderr."""
+    redactor = RedactingFilter(secrets)
+
+    def write(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        text = "".join(traceback.format_exception(kind, value, tb))
+        out = stream or sys.stderr
+        out.write(redactor.redact(text))
+        out.flush()
+
+    def thread_hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_value is not None:
+            write(args.exc_type, args.exc_value, args.exc_traceback)
+
+    sys.excepthook = write
+    threading.excepthook = thread_hook
+    logging.captureWarnings(True)
 
 
 def configure_logging(

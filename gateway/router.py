@@ -203,17 +203,24 @@ class Router:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            task_status.started()
-            period = max(0.05, self._idle_s / 4)
-            sweeper = anyio.CancelScope()
-            tg.start_soon(self._sweep, period, sweeper)
-            await self._closed.wait()
-            sweeper.cancel()
-            for actor in list(self._actors.values()):
-                actor.close()
-        self._tg = None
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                period = max(0.05, self._idle_s / 4)
+                sweeper = anyio.CancelScope()
+                tg.start_soon(self._sweep, period, sweeper)
+                await self._closed.wait()
+                sweeper.cancel()
+                for actor in list(self._actors.values()):
+                    actor.close()
+        finally:
+            self._tg = None
+            # Actors still listed were spawned but their task was cancelled before it began
+            # (a drain cut short): nothing else will close their mailboxes.
+            for actor in self._actors.values():
+                actor.discard()
+            self._actors.clear()
 
     async def _sweep(self, period: float, scope: anyio.CancelScope) -> None:
         with scope:

@@ -288,6 +288,12 @@ class SessionActor:
         """Stop intake: the actor finishes its running turn, then ends."""
         self._send.close()
 
+    def discard(self) -> None:
+        """Close both ends of the mailbox of an actor whose ``run`` never began (its task was
+        cancelled before its first step, so no ``finally`` of it ran)."""
+        self._send.close()
+        self._receive.close()
+
     def abandon(self) -> None:
         """Another node owns the conversation now (its lease was lost): stop the running turn
         without writing or sending anything, drop the queue, end. The rows stay pending."""

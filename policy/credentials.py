@@ -3,6 +3,10 @@
 A pool lives as long as the gateway (a bench must outlast the turn that caused it); nothing
 about one turn's fallback progress is kept here. Rotation picks the least recently used
 healthy key, so load spreads over the pool.
+
+Outside the pool a key is referred to by its name, ``key1``, ``key2``... (its position in the
+model's ``api_keys``), never by any part of the secret: ``/status`` is answered to chat users
+and ``/metrics`` to any token holder, and neither needs to know anything of the key itself.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 @dataclass(slots=True)
 class _Key:
     secret: str
+    name: str
     last_used: float = -math.inf
     benched_until: float = -math.inf
     bench_reason: str = ""
@@ -28,7 +33,10 @@ def mask(secret: str) -> str:
 class CredentialPool:
     def __init__(self, model: str, secrets: Sequence[str]) -> None:
         self.model = model
-        self._keys = [_Key(s) for s in dict.fromkeys(secrets)]
+        names: dict[str, str] = {}
+        for position, secret in enumerate(secrets, start=1):
+            names.setdefault(secret, f"key{position}")  # a repeated key keeps its first name
+        self._keys = [_Key(secret, name) for secret, name in names.items()]
 
     def __repr__(self) -> str:
         return f"<CredentialPool {self.model} keys={len(self._keys)}>"
@@ -38,6 +46,10 @@ class CredentialPool:
             if key.secret == secret:
                 return key
         raise KeyError(mask(secret))
+
+    def name(self, secret: str) -> str:
+        """How the key is shown: ``key1`` for the first of the model's ``api_keys``."""
+        return self._find(secret).name
 
     def healthy(self, now: float, *, excluding: str | None = None) -> list[str]:
         return [k.secret for k in self._keys if k.benched_until <= now and k.secret != excluding]
@@ -70,9 +82,7 @@ class CredentialPool:
         return first.benched_until, first.bench_reason
 
     def benched(self, now: float) -> list[tuple[str, float, str]]:
-        """(masked key, until, reason) of every benched key."""
+        """(key name, until, reason) of every benched key."""
         return [
-            (mask(k.secret), k.benched_until, k.bench_reason)
-            for k in self._keys
-            if k.benched_until > now
+            (k.name, k.benched_until, k.bench_reason) for k in self._keys if k.benched_until > now
         ]

@@ -24,7 +24,7 @@ from gateway.events import Observe as Observe  # re-exported: the agent builds a
 from gateway.messages import Failure, platform_of
 from policy.backoff import Backoff
 from policy.classify import TRANSIENT, classify
-from policy.credentials import CredentialPool, mask
+from policy.credentials import CredentialPool
 from policy.decide import (
     Decision,
     FallBack,
@@ -124,12 +124,12 @@ class ModelPolicy:
         return {pool.model: pool.benched(now) for pool in self._pools}
 
     def benched_keys(self) -> list[tuple[str, str, str, float]]:
-        """(model, masked key, reason, seconds left) of every benched key."""
+        """(model, key name, reason, seconds left) of every benched key."""
         now = self._clock()
         return [
-            (pool.model, masked, reason, until - now)
+            (pool.model, name, reason, until - now)
             for pool in self._pools
-            for masked, until, reason in pool.benched(now)
+            for name, until, reason in pool.benched(now)
         ]
 
     def status(self) -> dict[str, Any]:
@@ -138,9 +138,9 @@ class ModelPolicy:
         first = self._first_healthy(now, 0)
         lines = []
         for pool in self._pools:
-            for masked, until, reason in pool.benched(now):
+            for name, until, reason in pool.benched(now):
                 when = "until restart" if until == float("inf") else f"for {until - now:.0f} s"
-                lines.append(f"Benched: {pool.model} key {masked} ({reason}) {when}")
+                lines.append(f"Benched: {pool.model} {name} ({reason}) {when}")
         model = self._chain[first].model if first is not None else self._chain[0].model
         return {"model": model, "lines": lines}
 
@@ -283,5 +283,7 @@ class ModelPolicy:
         )
 
     def _bench(self, where: Where, index: int, key: str, failure: Failure, seconds: float) -> None:
-        self._pools[index].bench(key, self._clock() + seconds, failure.reason)
-        self._emit("bench", where, index, reason=failure.reason, seconds=seconds, key=mask(key))
+        pool = self._pools[index]
+        pool.bench(key, self._clock() + seconds, failure.reason)
+        name = pool.name(key)
+        self._emit("bench", where, index, reason=failure.reason, seconds=seconds, key=name)

@@ -127,6 +127,7 @@ async def make_node(
             section = (
                 f'[discord]\ntoken = "{TOKEN}"\napi_base = "{api_base}"\n'
                 f'gateway_url = "{gateway_url}"\nallow_users = [{ALICE}]\nrequire_mention = false\n'
+                'guild_access = "everyone"\n'
                 "guild_ready_timeout_s = 0.05\nidentify_delay_s = 0\nconnect_timeout_s = 10\n"
                 f"shard_count = {shards}\n"
             )

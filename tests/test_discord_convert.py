@@ -147,7 +147,7 @@ def test_discord_config_defaults() -> None:
     assert config is not None
     assert (config.chunk_chars, config.max_lines, config.require_mention) == (2000, 0, True)
     assert (config.guild_access, config.reply_to, config.backfill_messages) == (
-        "everyone",
+        "allowed",
         "first",
         50,
     )

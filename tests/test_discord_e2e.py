@@ -59,6 +59,8 @@ async def open_world() -> AsyncIterator[FakeDiscord]:
 
 
 def discord_toml(dc: FakeDiscord, extra: str = "") -> str:
+    """The test world's section; guilds open to every member unless ``extra`` decides."""
+    access = "" if "guild_access" in extra else 'guild_access = "everyone"\n'
     return (
         "[discord]\n"
         f'token = "{TOKEN}"\n'
@@ -69,7 +71,7 @@ def discord_toml(dc: FakeDiscord, extra: str = "") -> str:
         f"answer_all_channels = [{OPEN_CHANNEL_ID}]\n"
         "guild_ready_timeout_s = 0.05\n"
         "identify_delay_s = 0\n"
-        "connect_timeout_s = 10\n" + extra
+        "connect_timeout_s = 10\n" + access + extra
     )
 
 
@@ -360,11 +362,13 @@ async def test_allow_lists_and_dm_pairing_approved_by_the_operator(
     assert stored == ["am I in?", "now?"]  # refused messages are never admitted
 
 
+@pytest.mark.parametrize("access", ['guild_access = "allowed"\n', "# guild_access: default\n"])
 async def test_guild_access_allowed_answers_only_allowed_and_paired_users(
-    tmp_path: Path, dc: FakeDiscord, model: FakeModel
+    tmp_path: Path, dc: FakeDiscord, model: FakeModel, access: str
 ) -> None:
+    """``allowed`` is also the default: a guild member nobody let in is not served."""
     with anyio.fail_after(30):
-        async with running_botmux(tmp_path, dc, model, 'guild_access = "allowed"\n'):
+        async with running_botmux(tmp_path, dc, model, access):
             await dc.inject_message(CHANNEL_ID, mention("bob asks"), author_id=BOB)
             await dc.inject_message(CHANNEL_ID, mention("alice asks"), author_id=ALICE)
             await dc.wait_for_messages(CHANNEL_ID, 1)

@@ -232,7 +232,8 @@ async def test_status_shows_a_pending_turn_and_a_benched_key(
         await gateway.kill()
     assert "gateway: running" in out
     assert "peer:stuck" in out and "1 pending" in out
-    assert "…1111 (rate_limit)" in out and "…2222" not in out
+    assert "gpt-test key key1 (rate_limit)" in out and "key2" not in out
+    assert "1111" not in out
     assert "sk-first-key" not in out
 
 

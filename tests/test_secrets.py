@@ -54,6 +54,7 @@ async def test_no_secret_in_logs_store_replies_or_error_bodies(tmp_path: Path) -
                 f'webhook_secret = "{WEBHOOK_SECRET}"\n'
                 f'[discord]\ntoken = "{discord_token}"\napi_base = "{dc.api_base}"\n'
                 f'gateway_url = "{dc.gateway_url}"\nguild_ready_timeout_s = 0.05\n'
+                'guild_access = "everyone"\n'
                 f'[log]\nlevel = "debug"\nformat = "json"\n'
             )
             gateway = GatewayProcess(config, port, tmp_path / "botmux.log")

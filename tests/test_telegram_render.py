@@ -115,6 +115,15 @@ def test_cuts_prefer_paragraphs_and_never_split_a_tag_or_entity() -> None:
         ("use `a < b` here", "use <code>a &lt; b</code> here"),
         ("[site](https://x.y/?a=1&b=2)", '<a href="https://x.y/?a=1&amp;b=2">site</a>'),
         ("[evil](javascript:alert)", "[evil](javascript:alert)"),
+        # tg:// acts inside the app (proxy, socks, resolve): never a link, shown as code.
+        (
+            "[Faster Telegram](tg://proxy?server=1.2.3.4&port=443&secret=ee)",
+            "[Faster Telegram](<code>tg://proxy?server=1.2.3.4&amp;port=443&amp;secret=ee</code>)",
+        ),
+        ("**[x](TG://socks?server=h)**", "<b>[x](<code>TG://socks?server=h</code>)</b>"),
+        ("tap tg://resolve?domain=evil now", "tap <code>tg://resolve?domain=evil</code> now"),
+        ("[mail me](mailto:a@b.example)", "[mail me](mailto:a@b.example)"),
+        ("[ok](http://x.example/a)", '<a href="http://x.example/a">ok</a>'),
         ("snake_case_name and 2*3*4", "snake_case_name and 2*3*4"),
         ("# Title", "<b>Title</b>"),
         ("- one\n* two", "• one\n• two"),

@@ -104,6 +104,14 @@ class ApprovePairing(Write[str | None]):
 
 
 @dataclass(frozen=True, slots=True)
+class RejectPairing(Write[str | None]):
+    """Refuse a pending code: its user gets no new one until it would have expired."""
+
+    platform: str
+    code: str
+
+
+@dataclass(frozen=True, slots=True)
 class RevokeUser(Write[bool]):
     platform: str
     user_id: str
@@ -139,6 +147,7 @@ StoreWrite = (
     | ExpireInFlight
     | RequestPairing
     | ApprovePairing
+    | RejectPairing
     | RevokeUser
     | PurgeConversation
     | DeleteConversation

@@ -12,9 +12,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.messages import PairingCode
-from gateway.store._ops import ApprovePairing, RequestPairing, RevokeUser
+from gateway.store._ops import ApprovePairing, RejectPairing, RequestPairing, RevokeUser
 
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read aloud and typed by hand
+# A rejected code stays until it would have expired, with this mark in front (no code
+# starts with it): its user gets no new code meanwhile, and it neither counts towards the
+# cap nor shows as pending nor can be approved.
+REJECTED = "-"
 
 
 def fetchall(db: sqlite3.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -37,8 +41,8 @@ class PairingMixin:
     async def pairing_codes(self) -> list[PairingCode]:
         rows = await self._fetch(
             "SELECT platform, code, user_id, label, created_at, expires_at FROM pairing_codes"
-            " WHERE expires_at > ? ORDER BY created_at",
-            (self._clock(),),
+            " WHERE expires_at > ? AND substr(code, 1, 1) != ? ORDER BY created_at",
+            (self._clock(), REJECTED),
         )
         return [PairingCode(*r) for r in rows]
 
@@ -61,11 +65,16 @@ class PairingMixin:
                 "SELECT code FROM pairing_codes WHERE platform = ? AND user_id = ?",
                 (platform, user_id),
             )
-            if mine:
+            if mine:  # one code per user at a time (a rejected one included)
                 results.append((None, "pending"))
                 continue
             counted = list(
-                fetchall(db, "SELECT COUNT(*) FROM pairing_codes WHERE platform = ?", (platform,))
+                fetchall(
+                    db,
+                    "SELECT COUNT(*) FROM pairing_codes WHERE platform = ?"
+                    " AND substr(code, 1, 1) != ?",
+                    (platform, REJECTED),
+                )
             )
             count = counted[0][0]
             if count >= op.max_pending:
@@ -91,8 +100,8 @@ class PairingMixin:
                 fetchall(
                     db,
                     "SELECT user_id FROM pairing_codes WHERE platform = ? AND code = ?"
-                    " AND expires_at > ?",
-                    (platform, code, now),
+                    " AND expires_at > ? AND substr(code, 1, 1) != ?",
+                    (platform, code, now, REJECTED),
                 )
             )
             if not rows:
@@ -118,4 +127,29 @@ class PairingMixin:
                 (op.platform, op.user_id),
             )
             results.append(cursor.rowcount > 0)
+        return results
+
+    def _apply_pair_reject(
+        self, db: sqlite3.Connection, ops: list[RejectPairing]
+    ) -> list[str | None]:
+        now = self._clock()
+        results: list[str | None] = []
+        for op in ops:
+            platform, code = op.platform, op.code
+            rows = (
+                []
+                if code.startswith(REJECTED)
+                else fetchall(
+                    db,
+                    "SELECT user_id FROM pairing_codes WHERE platform = ? AND code = ?"
+                    " AND expires_at > ?",
+                    (platform, code, now),
+                )
+            )
+            if rows:
+                db.execute(
+                    "UPDATE pairing_codes SET code = ? WHERE platform = ? AND code = ?",
+                    (REJECTED + code, platform, code),
+                )
+            results.append(rows[0][0] if rows else None)
         return results

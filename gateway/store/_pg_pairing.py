@@ -9,8 +9,8 @@ from typing import Any
 import asyncpg
 
 from gateway.messages import PairingCode
-from gateway.store._ops import ApprovePairing, RequestPairing, RevokeUser
-from gateway.store._pairing import CODE_ALPHABET
+from gateway.store._ops import ApprovePairing, RejectPairing, RequestPairing, RevokeUser
+from gateway.store._pairing import CODE_ALPHABET, REJECTED
 
 
 class PgPairingMixin:
@@ -28,8 +28,9 @@ class PgPairingMixin:
     async def pairing_codes(self) -> list[PairingCode]:
         rows = await self._fetch(
             "SELECT platform, code, user_id, label, created_at, expires_at FROM pairing_codes"
-            " WHERE expires_at > $1 ORDER BY created_at",
+            " WHERE expires_at > $1 AND left(code, 1) != $2 ORDER BY created_at",
             self._clock(),
+            REJECTED,
         )
         return [PairingCode(*r) for r in rows]
 
@@ -54,11 +55,13 @@ class PgPairingMixin:
                 platform,
                 user_id,
             )
-            if mine is not None:
+            if mine is not None:  # one code per user at a time (a rejected one included)
                 results.append((None, "pending"))
                 continue
             count = await db.fetchval(
-                "SELECT COUNT(*) FROM pairing_codes WHERE platform = $1", platform
+                "SELECT COUNT(*) FROM pairing_codes WHERE platform = $1 AND left(code, 1) != $2",
+                platform,
+                REJECTED,
             )
             if count >= op.max_pending:
                 results.append((None, "full"))
@@ -86,10 +89,11 @@ class PgPairingMixin:
             platform, code = op.platform, op.code
             user_id: str | None = await db.fetchval(
                 "SELECT user_id FROM pairing_codes WHERE platform = $1 AND code = $2"
-                " AND expires_at > $3",
+                " AND expires_at > $3 AND left(code, 1) != $4",
                 platform,
                 code,
                 now,
+                REJECTED,
             )
             if user_id is None:
                 results.append(None)
@@ -116,4 +120,23 @@ class PgPairingMixin:
                 op.user_id,
             )
             results.append(status != "DELETE 0")
+        return results
+
+    async def _apply_pair_reject(
+        self, db: asyncpg.Connection, ops: list[RejectPairing]
+    ) -> list[str | None]:
+        now = self._clock()
+        results: list[str | None] = []
+        for op in ops:
+            user_id: str | None = None
+            if not op.code.startswith(REJECTED):
+                user_id = await db.fetchval(
+                    "UPDATE pairing_codes SET code = $1 WHERE platform = $2 AND code = $3"
+                    " AND expires_at > $4 RETURNING user_id",
+                    REJECTED + op.code,
+                    op.platform,
+                    op.code,
+                    now,
+                )
+            results.append(user_id)
         return results

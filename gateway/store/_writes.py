@@ -17,6 +17,7 @@ from gateway.store._ops import (
     FailChunk,
     MarkDelivered,
     MarkSending,
+    RejectPairing,
     RequestPairing,
     ResetConversation,
     RevokeUser,
@@ -63,6 +64,9 @@ class QueuedWrites:
 
     async def approve_pairing(self, platform: str, code: str) -> str | None:
         return await self._group.submit(ApprovePairing(platform, code.strip().upper()))
+
+    async def reject_pairing(self, platform: str, code: str) -> str | None:
+        return await self._group.submit(RejectPairing(platform, code.strip().upper()))
 
     async def revoke_user(self, platform: str, user_id: str) -> bool:
         return await self._group.submit(RevokeUser(platform, user_id))

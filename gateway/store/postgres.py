@@ -57,6 +57,7 @@ from gateway.store._ops import (
     MarkDelivered,
     MarkSending,
     PurgeConversation,
+    RejectPairing,
     RequestPairing,
     ResetConversation,
     RevokeUser,
@@ -197,6 +198,8 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin, PgL
                 return await self._apply_pair_request(db, only(RequestPairing, run))
             case ApprovePairing():
                 return await self._apply_pair_approve(db, only(ApprovePairing, run))
+            case RejectPairing():
+                return await self._apply_pair_reject(db, only(RejectPairing, run))
             case RevokeUser():
                 return await self._apply_pair_revoke(db, only(RevokeUser, run))
             case PurgeConversation():

@@ -53,6 +53,7 @@ from gateway.store._ops import (
     MarkDelivered,
     MarkSending,
     PurgeConversation,
+    RejectPairing,
     RequestPairing,
     ResetConversation,
     RevokeUser,
@@ -279,6 +280,8 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
                 return self._apply_pair_request(db, only(RequestPairing, run))
             case ApprovePairing():
                 return self._apply_pair_approve(db, only(ApprovePairing, run))
+            case RejectPairing():
+                return self._apply_pair_reject(db, only(RejectPairing, run))
             case RevokeUser():
                 return self._apply_pair_revoke(db, only(RevokeUser, run))
             case PurgeConversation():

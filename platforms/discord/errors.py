@@ -20,6 +20,8 @@ from gateway.errors import PlatformError
 def translate(exc: BaseException, *, idempotent: bool = False) -> PlatformError:
     """``idempotent``: the failed call was a nonce-carrying send (safe to repeat)."""
     name = type(exc).__name__
+    if isinstance(exc, discord.LoginFailure):  # never quote what was refused
+        return PlatformError("discord refused the bot token (401)", status=401)
     if isinstance(exc, discord.RateLimited):
         # discord.py waits out 429s itself up to ``rate_limit_wait_s``; longer ones reach us.
         return PlatformError(

@@ -260,7 +260,8 @@ class TelegramAdapter:
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         application = self._build_application()
-        # Entering the application calls getMe: a wrong token fails the start here.
+        # Initializing the application calls getMe: a wrong token fails the start here.
+        await errors.initialize(application)
         async with anyio.create_task_group() as tg, application:
             try:
                 await application.start()

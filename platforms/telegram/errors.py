@@ -23,6 +23,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+import anyio
 import httpx
 from telegram.error import (
     BadRequest,
@@ -36,6 +37,7 @@ from telegram.error import (
     TelegramError,
     TimedOut,
 )
+from telegram.ext import Application
 from telegram.request import HTTPXRequest, RequestData
 
 from gateway.errors import PlatformError
@@ -163,6 +165,28 @@ def entities_refused(exc: BaseException) -> bool:
     return isinstance(exc, BadRequest) and "can't parse entities" in str(exc).lower()
 
 
+TOKEN_REFUSED = (
+    "telegram refused the bot token (getMe answered 401 or 404): check [telegram] token,"
+    " and that api_base points at a Bot API server"
+)
+
+
+async def initialize(application: Application[Any, Any, Any, Any, Any, Any]) -> None:
+    """Initialize PTB (its getMe checks the token) with failures as ``PlatformError``.
+
+    PTB raises its own exceptions from here, ``InvalidToken`` with the token in its text;
+    nothing of that reaches the operator untranslated. ``async with application`` afterwards
+    finds it initialized and does not call getMe again.
+    """
+    try:
+        await application.initialize()
+    except TelegramError as exc:
+        with anyio.CancelScope(shield=True):
+            await application.shutdown()
+        error = translate(exc)
+        raise PlatformError(f"telegram could not start: {error}", status=error.status) from exc
+
+
 def translate(exc: BaseException) -> PlatformError:
     """The one mapping from PTB's exceptions to ``PlatformError`` (see the module docs)."""
     message = f"{type(exc).__name__}: {exc}"
@@ -178,8 +202,8 @@ def translate(exc: BaseException) -> PlatformError:
             return PlatformError(message, status=400)
         case Forbidden():
             return PlatformError(message, status=403)
-        case InvalidToken():
-            return PlatformError(message, status=401)
+        case InvalidToken():  # its text quotes the token: never pass that on
+            return PlatformError(TOKEN_REFUSED, status=401)
         case EndPointNotFound():
             return PlatformError(message, status=404)
         case Conflict():

@@ -8,9 +8,9 @@ again at the start of the next, so a code block split in two is a code block on 
 Where to cut follows the shared chunker's preferences (paragraph, line, sentence, space).
 
 Only the Markdown models write is converted: fenced code blocks, inline code, bold, italics,
-strikethrough, links, headings (as bold) and bullets. Everything else is escaped, so the HTML
-is well-formed by construction; if Telegram still refuses a piece, the adapter resends it as
-plain text (:func:`to_plain`).
+strikethrough, links (http and https only), headings (as bold) and bullets. Everything else is
+escaped, so the HTML is well-formed by construction; if Telegram still refuses a piece, the
+adapter resends it as plain text (:func:`to_plain`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,12 @@ _FENCE_CLOSE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*$")
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
 _BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+(?=\S)")
 _LANGUAGE = re.compile(r"[A-Za-z0-9_+#.-]{1,32}")
-_SCHEMES = ("http://", "https://", "tg://", "mailto:")
+# Links the model may make: the web only. tg:// links act inside the user's app (tg://proxy
+# and tg://socks offer to route all its traffic through a stranger's server, tg://resolve
+# opens chats): from a prompt-injected reply that is a phishing tool, so they stay text.
+_SCHEMES = ("http://", "https://")
+# Shown as code, so Telegram's clients do not make a tappable link of it on their own.
+_APP_LINK = re.compile(r"(?i)\btg://[^\s<>()\[\]]+")
 _SPAN = r"[^\n]{1,2000}?"  # bounded, so a line full of unmatched markers stays linear-ish
 _INLINE = re.compile(
     r"(?P<code>(?P<ticks>`+)(?P<code_text>[^\n]+?)(?<!`)(?P=ticks)(?!`))"
@@ -49,12 +54,24 @@ def _escape(text: str) -> str:
     return html.escape(text, quote=False)
 
 
+def _text(text: str) -> str:
+    """Plain text as HTML, with any tg:// link in it made inert (code, not a link)."""
+    out: list[str] = []
+    pos = 0
+    for match in _APP_LINK.finditer(text):
+        out.append(_escape(text[pos : match.start()]))
+        out.append(f"<code>{_escape(match.group(0))}</code>")
+        pos = match.end()
+    out.append(_escape(text[pos:]))
+    return "".join(out)
+
+
 def _inline(text: str) -> str:
     """One line of Markdown as HTML: each construct is closed where it opens, so tags nest."""
     out: list[str] = []
     pos = 0
     while match := _INLINE.search(text, pos):
-        out.append(_escape(text[pos : match.start()]))
+        out.append(_text(text[pos : match.start()]))
         kind = match.lastgroup
         if kind == "code":
             code = match.group("code_text")
@@ -66,14 +83,14 @@ def _inline(text: str) -> str:
             if url.lower().startswith(_SCHEMES) and len(url) <= _MAX_URL:
                 out.append(f'<a href="{html.escape(url)}">{_inline(label)}</a>')
             else:
-                out.append(_escape(match.group(0)))
+                out.append(_text(match.group(0)))
         elif kind == "bolditalic":
             out.append(f"<b><i>{_inline(match.group('bolditalic_text'))}</i></b>")
         elif kind in _WRAP:
             tag = _WRAP[kind]
             out.append(f"<{tag}>{_inline(match.group(f'{kind}_text'))}</{tag}>")
         pos = match.end()
-    out.append(_escape(text[pos:]))
+    out.append(_text(text[pos:]))
     return "".join(out)
 
 

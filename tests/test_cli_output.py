@@ -1,0 +1,58 @@
+"""What the operator's CLI prints is safe for a terminal, and pairing can be cleaned up.
+
+The CLI runs as a real process against a real SQLite store.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import anyio
+import pytest
+
+from gateway.messages import Inbound
+from gateway.store import open_sqlite_store
+from tests.harness import ROOT
+
+pytestmark = pytest.mark.anyio
+
+HOSTILE = "hi \x1b]0;PWNED\x07\x1b[2J\x1b[31mred \u202egnp.exe\x9b\nfake #99 row"
+
+
+async def botmux(config: Path, *args: str) -> tuple[int, str, str]:
+    with anyio.fail_after(30):
+        done = await anyio.run_process(
+            [sys.executable, "-m", "gateway", *args, "--config", str(config)],
+            cwd=ROOT,
+            check=False,
+        )
+    return done.returncode, done.stdout.decode(), done.stderr.decode()
+
+
+def write_config(tmp_path: Path) -> Path:
+    config = tmp_path / "botmux.toml"
+    config.write_text(f'[store]\npath = "{tmp_path / "botmux.db"}"\n')
+    return config
+
+
+async def test_sessions_show_escapes_control_and_bidi_characters(tmp_path: Path) -> None:
+    async with open_sqlite_store(str(tmp_path / "botmux.db")) as store:
+        await store.admit(
+            Inbound(
+                platform="peer", conversation="peer:esc", platform_message_id="m1", text=HOSTILE
+            )
+        )
+        await store.request_pairing(
+            "telegram", "7", "@evil\x1b[2J\u202e", ttl_s=3600, max_pending=3
+        )
+    config = write_config(tmp_path)
+    rc, out, _ = await botmux(config, "sessions", "show", "peer:esc")
+    assert rc == 0
+    assert "\x1b" not in out and "\u202e" not in out and "\x9b" not in out and "\x07" not in out
+    assert "hi \\x1b]0;PWNED\\x07\\x1b[2J\\x1b[31mred \\u202egnp.exe\\x9b" in out
+    [first, second] = out.splitlines()
+    assert first.startswith("#1 ") and second == "    fake #99 row"  # no line passes for a row
+    rc, out, _ = await botmux(config, "pairing", "list")
+    assert rc == 0 and "\x1b" not in out and "\u202e" not in out
+    assert "@evil\\x1b[2J\\u202e" in out
