@@ -6,26 +6,40 @@ user message (once: the pending row is never also in the history). The history i
 fits, so one huge message is not billed again on every later turn; and every request carries
 the endpoint's ``max_output_tokens`` as ``max_tokens``. Calls go through
 ``policy``'s caller, which owns retries, credential rotation and fallback.
+
+When someone watches the turn with a stream (SPEC 8) and ``[agent] stream`` is on, the model
+streams (``stream_options.include_usage``) and each piece goes to that stream as it arrives.
+A failure before any piece was shown is the policy's as ever; once a piece of an attempt is
+binding (a peer client has it), a failure of that attempt ends the turn (``AnswerShown``).
 """
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
 import anyio.lowlevel
+import openai
 from openai.types.chat import ChatCompletion
 
 from agent.clients import ClientPool
 from agent.errors import translate_openai_errors
 from gateway.config import AgentConfig, ModelConfig, ModelEndpoint
-from gateway.errors import ModelNotConfigured
-from gateway.messages import ChatMessage, TurnResult, Usage
+from gateway.errors import GatewayError, ModelNotConfigured
+from gateway.events import ModelTokensUsed
+from gateway.messages import AttemptFailed, ChatMessage, ReplyDelta, TurnResult, Usage
+from gateway.ports import ReplyStream, Watch
 from policy import classify, failure_reply
 from policy.backoff import Backoff
-from policy.engine import ModelPolicy, Observe, TurnFailed
+from policy.engine import AnswerShown, ModelPolicy, Observe, TurnFailed
+
+#: A streamed chunk is read as the plain JSON it is (``cast_to=object`` skips openai's model
+#: construction, which walked every chunk and was a third of botmux's CPU per streamed turn).
+_Chunk = object
+_OPTIONS: Any = {"security": {"bearer_auth": True}}
 
 
 def fit_history(history: Sequence[ChatMessage], budget: int) -> Sequence[ChatMessage]:
@@ -54,6 +68,7 @@ class Agent:
         self._model = model
         self._config = config
         self._clients = clients
+        self._observe = observe
         self._chain: tuple[ModelEndpoint, ...] = model.chain if model else ()
         self._policy: ModelPolicy | None = None
         if model is not None:
@@ -83,36 +98,85 @@ class Agent:
         *,
         rebuild: bool = False,
         before_call: Callable[[], None] | None = None,
+        stream: ReplyStream | None = None,
+        attempt: int = 1,
+        response_format: Mapping[str, Any] | None = None,
     ) -> tuple[str, Usage]:
         """One model call, its errors translated; no retries here. ``before_call`` runs
-        last before the request is sent; if it cancelled the turn, nothing is sent.
+        last before the request is sent; if it cancelled the turn, nothing is sent. With
+        ``stream``, the model streams and each piece is put there as it arrives.
 
         The body goes through ``client.post`` as plain JSON: ``chat.completions.create`` first
         walks every message through openai's TypedDict transformer, which was over half of
         botmux's CPU per turn (profiled with a 40-message history), and our messages are
         plain strings that need no transforming.
         """
+        body: dict[str, Any] = {
+            "model": endpoint.model,
+            "messages": messages,
+            "max_tokens": endpoint.max_output_tokens,
+        }
+        if response_format is not None:
+            body["response_format"] = dict(response_format)
         async with self._clients.use(endpoint, api_key, rebuild=rebuild) as client:
             if before_call is not None:
                 before_call()
                 await anyio.lowlevel.checkpoint_if_cancelled()
-            with translate_openai_errors(endpoint.model):
-                response = await client.post(
-                    "/chat/completions",
-                    body={
-                        "model": endpoint.model,
-                        "messages": messages,
-                        "max_tokens": endpoint.max_output_tokens,
-                    },
-                    cast_to=ChatCompletion,
-                    options={"security": {"bearer_auth": True}},
-                )
-        choice = response.choices[0] if response.choices else None
-        text = (choice.message.content if choice else None) or ""
-        usage = Usage()
-        if response.usage is not None:
-            usage = Usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+            if stream is not None:
+                text, usage = await self._streamed(client, endpoint.model, body, stream, attempt)
+            else:
+                with translate_openai_errors(endpoint.model):
+                    response = await client.post(
+                        "/chat/completions", body=body, cast_to=ChatCompletion, options=_OPTIONS
+                    )
+                choice = response.choices[0] if response.choices else None
+                text = (choice.message.content if choice else None) or ""
+                usage = Usage()
+                if response.usage is not None:
+                    usage = Usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+        self._observe(ModelTokensUsed(endpoint.model, usage.prompt_tokens, usage.completion_tokens))
         return text, usage
+
+    async def _streamed(
+        self,
+        client: openai.AsyncOpenAI,
+        model: str,
+        body: dict[str, Any],
+        stream: ReplyStream,
+        attempt: int,
+    ) -> tuple[str, Usage]:
+        """A streamed call: pieces to ``stream`` as they arrive; the text and usage at the end.
+        A cut stream raises openai's connection error, translated like any other."""
+        body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        pieces: list[str] = []
+        usage = Usage()
+        try:
+            with translate_openai_errors(model):
+                chunks = await client.post(
+                    "/chat/completions",
+                    body=body,
+                    cast_to=_Chunk,
+                    options=_OPTIONS,
+                    stream=True,
+                    stream_cls=openai.AsyncStream[_Chunk],
+                )
+                async with chunks:
+                    async for chunk in chunks:
+                        if not isinstance(chunk, dict):
+                            continue
+                        for choice in chunk.get("choices") or ():
+                            delta = choice.get("delta") if isinstance(choice, dict) else None
+                            piece = delta.get("content") if isinstance(delta, dict) else None
+                            if isinstance(piece, str) and piece:
+                                pieces.append(piece)
+                                stream.put(ReplyDelta(piece, attempt))
+                        usage = _usage(chunk.get("usage")) or usage
+        except GatewayError as exc:
+            stream.put(AttemptFailed(attempt, classify(exc).reason))
+            if stream.binding:
+                raise AnswerShown(exc) from exc
+            raise
+        return "".join(pieces), usage
 
     async def run_turn(
         self,
@@ -122,22 +186,36 @@ class Agent:
         *,
         turn: int = 0,
         before_call: Callable[[], None] | None = None,
+        watch: Watch | None = None,
     ) -> TurnResult:
         if self._policy is None:
             failure = classify(ModelNotConfigured("no model is configured"))
             return TurnResult(reply=failure_reply(failure), failure=failure)
         messages = self.build_messages(history, text)
+        stream = watch.stream if watch is not None and self._config.stream else None
+        response_format = watch.response_format if watch is not None else None
+        attempts = itertools.count(1)
 
         async def call(index: int, api_key: str, *, rebuild: bool) -> tuple[str, Usage]:
             return await self.complete(
-                self._chain[index], api_key, messages, rebuild=rebuild, before_call=before_call
+                self._chain[index],
+                api_key,
+                messages,
+                rebuild=rebuild,
+                before_call=before_call,
+                stream=stream,
+                attempt=next(attempts),
+                response_format=response_format,
             )
 
         try:
             answer = await self._policy.run(conversation, call, turn=turn)
         except TurnFailed as exc:
             return TurnResult(
-                reply=failure_reply(exc.failure), failure=exc.failure, fell_back=exc.fell_back
+                reply=failure_reply(exc.failure),
+                failure=exc.failure,
+                fell_back=exc.fell_back,
+                shown=isinstance(exc.__cause__, AnswerShown),
             )
         reply, usage = answer.value
         return TurnResult(
@@ -154,3 +232,13 @@ class Agent:
         if self._policy is None:
             return {"model": None}
         return self._policy.status()
+
+
+def _usage(value: Any) -> Usage | None:
+    """The usage of a streamed chunk (the last one, with ``include_usage``), if it has one."""
+    if not isinstance(value, dict):
+        return None
+    prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        return None
+    return Usage(prompt, completion)

@@ -181,6 +181,8 @@ class AgentConfig:
     history_messages: Annotated[int, Ge(0)] = 40
     # The history's budget in characters of content; the oldest rows are left out first.
     history_chars: Annotated[int, Gt(0)] = 200_000
+    # Stream from the model when the turn has somewhere to show the growing text (SPEC 8).
+    stream: bool = True
 
 
 @dataclass(frozen=True, slots=True)

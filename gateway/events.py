@@ -148,6 +148,19 @@ class TurnCompleted:
         return WARNING if self.failure else INFO
 
 
+@dataclass(frozen=True, slots=True)
+class FirstTokenShown:
+    """The first piece of a streamed answer was handed to whoever shows it (SPEC 8);
+    ``seconds`` counts from the user row's admission."""
+
+    name: ClassVar[str] = "first_token"
+    level: ClassVar[int] = DEBUG
+    conversation: str
+    platform: str
+    row: int
+    seconds: float
+
+
 # -- the model and its policy ----------------------------------------------------------------
 
 
@@ -160,6 +173,17 @@ class ModelCalled:
     model: str
     outcome: Literal["ok", "error"]
     reason: str  # the failure class, "" when ok
+
+
+@dataclass(frozen=True, slots=True)
+class ModelTokensUsed:
+    """A model call answered and reported its token counts."""
+
+    name: ClassVar[str] = "model_tokens"
+    level: ClassVar[int] = DEBUG
+    model: str
+    prompt_tokens: int
+    completion_tokens: int
 
 
 Decision = Literal["retry", "rotate", "bench", "recover", "fallback", "wait_bench", "give_up"]
@@ -392,7 +416,9 @@ Event = (
     | TurnFenced
     | AnswerCommitted
     | TurnCompleted
+    | FirstTokenShown
     | ModelCalled
+    | ModelTokensUsed
     | PolicyDecided
     | ChunkSent
     | ChunkRecorded

@@ -38,11 +38,13 @@ from gateway.events import (
     DiscordBackfilled,
     DuplicateIgnored,
     Event,
+    FirstTokenShown,
     HeartbeatFailed,
     LeaseWasLost,
     MessageAdmitted,
     MessageRefused,
     ModelCalled,
+    ModelTokensUsed,
     PolicyDecided,
     SelfFenced,
     SendFailed,
@@ -130,6 +132,8 @@ def place(event: Event) -> str | None:
             | TurnCancelled()
             | TurnFenced()
             | TurnCompleted()
+            | FirstTokenShown()
+            | ModelTokensUsed()
             | PolicyDecided()
             | SendRetried()
             | SendFailed()

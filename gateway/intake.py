@@ -29,6 +29,7 @@ from gateway.messages import (
     MessageState,
     StoredMessage,
     TurnOutcome,
+    Usage,
     command_named,
 )
 from gateway.ports import TurnRunner
@@ -256,7 +257,8 @@ class GatewayIntake:
                 return TurnOutcome(row.conversation, row.id, PURGED_REPLY, purged, ())
             return None
         failure = Failure(reply.failure, reply.failure in TRANSIENT) if reply.failure else None
-        return TurnOutcome(row.conversation, row.id, reply.content, failure, ())
+        usage = Usage(reply.prompt_tokens or 0, reply.completion_tokens or 0)
+        return TurnOutcome(row.conversation, row.id, reply.content, failure, (), usage)
 
     async def delete(self, conversation: str, *, by: str) -> int | None:
         """Remove a conversation, its rows and its outbox (``DELETE /api/sessions/{id}``):

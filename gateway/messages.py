@@ -115,6 +115,9 @@ class StoredMessage:
     user_row_id: int | None = None  # assistant rows: the user row they answer
     failure: str | None = None  # assistant rows: the failure class when this is an error reply
     reply_target: str = ""
+    # assistant rows: the model's token counts for the answer (None: not reported, or older)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +143,37 @@ class ChatMessage:
 
 @dataclass(frozen=True, slots=True)
 class Usage:
+    """The model's token counts for one answer, as it reported them."""
+
     prompt_tokens: int = 0
     completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class ReplyDelta:
+    """A piece of the answer as the model wrote it. ``attempt`` numbers the model calls of
+    the turn (from 1): the pieces of one attempt, joined, are its text so far."""
+
+    text: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptFailed:
+    """The model call that was streaming the answer failed (``reason``: its failure class):
+    the text of that attempt is void; the policy may try again, and a new attempt's pieces
+    start from nothing. The turn's end is its outcome, delivered as ever."""
+
+    attempt: int
+    reason: str
+
+
+#: What a streaming turn hands to whoever shows its answer while the model writes it.
+StreamEvent = ReplyDelta | AttemptFailed
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +196,9 @@ class TurnResult:
     usage: Usage = field(default_factory=Usage)
     failure: Failure | None = None
     fell_back: bool = False
+    # Part of the failed attempt reached a viewer who cannot be shown a correction (a peer
+    # client's stream): the turn is not re-run (SPEC 8).
+    shown: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +226,7 @@ class TurnOutcome:
     reply: str
     failure: Failure | None
     chunks: tuple[OutboxChunk, ...]
+    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass(frozen=True, slots=True)

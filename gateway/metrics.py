@@ -22,11 +22,13 @@ from gateway.events import (
     DiscordBackfilled,
     DuplicateIgnored,
     Event,
+    FirstTokenShown,
     HeartbeatFailed,
     LeaseWasLost,
     MessageAdmitted,
     MessageRefused,
     ModelCalled,
+    ModelTokensUsed,
     PolicyDecided,
     SelfFenced,
     SendFailed,
@@ -108,6 +110,19 @@ class Metrics:
             ["decision", "reason"],
             registry=r,
         )
+        self.first_token = Histogram(
+            "botmux_first_token_seconds",
+            "Admission to the first piece of a streamed answer shown",
+            ["platform"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "botmux_model_tokens",
+            "Tokens the model reported (kind: prompt, completion)",
+            ["model", "kind"],
+            registry=r,
+        )
         self.model_calls = Counter(
             "botmux_model_calls", "Model calls", ["model", "outcome", "reason"], registry=r
         )
@@ -182,6 +197,11 @@ class Metrics:
                 self.queue_wait.labels(platform).observe(waited)
             case ModelCalled(model=model, outcome=outcome, reason=reason):
                 self.model_calls.labels(model, outcome, reason).inc()
+            case ModelTokensUsed(model=model, prompt_tokens=prompt, completion_tokens=completion):
+                self.tokens.labels(model, "prompt").inc(prompt)
+                self.tokens.labels(model, "completion").inc(completion)
+            case FirstTokenShown(platform=platform, seconds=seconds):
+                self.first_token.labels(platform).observe(seconds)
             case AnswerCommitted() | ChunkRecorded():
                 pass  # the failpoints' places; the turn and the delivery are counted already
             case TurnCompleted(platform=platform, failure=failure, seconds=seconds):

@@ -7,14 +7,52 @@ runtime can use them without importing any platform or the agent.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from anyio import TASK_STATUS_IGNORED
 from anyio.abc import TaskStatus
 
-from gateway.messages import Admission, ChatMessage, Inbound, StoredMessage, TurnOutcome, TurnResult
+from gateway.messages import (
+    Admission,
+    ChatMessage,
+    Inbound,
+    StoredMessage,
+    StreamEvent,
+    TurnOutcome,
+    TurnResult,
+)
+
+
+class ReplyStream(Protocol):
+    """Where a turn's answer goes while the model writes it (SPEC 8): a peer client's
+    stream, later a chat preview. The final answer still arrives as the turn's outcome
+    (:meth:`Outlet.deliver`); what a stream shows is ephemeral."""
+
+    def put(self, event: StreamEvent) -> None:
+        """The next piece (:class:`~gateway.messages.ReplyDelta`) or the end of an attempt
+        (:class:`~gateway.messages.AttemptFailed`). Never blocks: a slow viewer must not hold
+        up the model, so whoever shows the text buffers it or skips ahead."""
+        ...
+
+    @property
+    def binding(self) -> bool:
+        """Whether text of the current attempt reached a viewer who cannot be shown a
+        correction (a peer client): a failure of the attempt then ends the turn as failed,
+        with no retry or fallback. A preview that can be replaced is never binding."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Watch:
+    """Someone waits for a turn right now (a peer request): where its growing answer goes,
+    if anywhere, and what the request asked of the model. Not durable: a turn resumed after
+    a restart has no watcher, and runs without streaming."""
+
+    stream: ReplyStream | None = None
+    response_format: Mapping[str, Any] | None = None
 
 
 class TurnRunner(Protocol):
@@ -28,10 +66,12 @@ class TurnRunner(Protocol):
         *,
         turn: int = 0,
         before_call: Callable[[], None] | None = None,
+        watch: Watch | None = None,
     ) -> TurnResult:
         """``turn`` is the user row's id, for the log lines of the turn's decisions.
         ``before_call`` runs right before each model request leaves, with no await between
-        it and the request; it may cancel the turn (the request is then never sent)."""
+        it and the request; it may cancel the turn (the request is then never sent).
+        ``watch``: who waits for the answer now; with a stream, the model streams into it."""
         ...
 
     def status(self) -> dict[str, object]:
@@ -54,6 +94,11 @@ class Outlet(Protocol):
 
     def activity(self, conversation: str) -> AbstractAsyncContextManager[None]:
         """Show that a turn is running (typing) for as long as the context is open."""
+        ...
+
+    def watching(self, row: StoredMessage) -> Watch | None:
+        """Who waits for the turn of ``row`` now, asked as the turn starts; None: nobody
+        beyond the final delivery (the chat platforms, until they show previews)."""
         ...
 
 

@@ -27,6 +27,7 @@ import anyio
 from gateway.errors import ConversationClosed, LeaseLost, MailboxFull
 from gateway.events import (
     AnswerCommitted,
+    FirstTokenShown,
     Observe,
     TurnAbandoned,
     TurnCancelled,
@@ -40,12 +41,14 @@ from gateway.messages import (
     ChatMessage,
     Failure,
     MessageState,
+    ReplyDelta,
     StoredMessage,
+    StreamEvent,
     TurnOutcome,
     TurnResult,
     platform_of,
 )
-from gateway.ports import Outlet, TurnRunner
+from gateway.ports import Outlet, ReplyStream, TurnRunner, Watch
 from gateway.store.base import Store
 from policy import failure_reply
 
@@ -154,7 +157,13 @@ def plan(state: TurnState) -> TurnAction:
     if result is None:
         return Cancel() if state.over else Run()
     failure = result.failure
-    if failure is not None and failure.retryable and state.runs < MAX_RUNS and not state.over:
+    if (
+        failure is not None
+        and failure.retryable
+        and not result.shown  # part of it reached a peer stream: the failure is the answer
+        and state.runs < MAX_RUNS
+        and not state.over
+    ):
         return Rerun(failure.reason)
     return Commit(result)
 
@@ -387,6 +396,7 @@ class SessionActor:
         started = time.monotonic()
         waited = max(0.0, time.time() - row.created_at)
         deps.observe(TurnStarted(self.key, self.platform, row.id, waited))
+        watch = self._watch(row)
         state = TurnState()
         async with deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:
@@ -398,7 +408,7 @@ class SessionActor:
                     if isinstance(step, Rerun):
                         self._stats["reruns"] += 1
                         deps.observe(TurnRerun(self.key, row.id, step.reason))
-                    state = state.ran(await self._run(history, row))
+                    state = state.ran(await self._run(history, row, watch))
             self._turn_scope = None
         state = state.ended(stopped=scope.cancelled_caught, lost=self._abandoned)
         while True:
@@ -480,12 +490,22 @@ class SessionActor:
         )
         self.abandon()  # cancels this turn: the request is not sent
 
-    async def _run(self, history: list[ChatMessage], row: StoredMessage) -> TurnResult:
+    def _watch(self, row: StoredMessage) -> Watch | None:
+        """Who waits for this turn (the outlet says), its stream timed for the first token."""
+        watch = self._outlet.watching(row)
+        if watch is None or watch.stream is None:
+            return watch
+        shown = _FirstToken(watch.stream, self._deps.observe, self.key, self.platform, row)
+        return dataclasses.replace(watch, stream=shown)
+
+    async def _run(
+        self, history: list[ChatMessage], row: StoredMessage, watch: Watch | None
+    ) -> TurnResult:
         """The model turn; a bug in it fails this turn honestly instead of the whole gateway."""
         before_call = None if self._deps.holds_now is None else self._last_check
         try:
             return await self._deps.runner.run_turn(
-                self.key, history, row.content, turn=row.id, before_call=before_call
+                self.key, history, row.content, turn=row.id, before_call=before_call, watch=watch
             )
         except Exception:
             log.exception("turn crashed", extra={"conversation": self.key, "turn": row.id})
@@ -505,3 +525,38 @@ class SessionActor:
         excess = len(self._history) - self._deps.history_messages
         if excess > 0:
             del self._history[:excess]
+
+
+class _FirstToken:
+    """A turn's reply stream that reports the first piece it passes on (SPEC 8's metric:
+    admission to the first visible token, by platform)."""
+
+    __slots__ = ("_conversation", "_inner", "_observe", "_platform", "_row", "_seen")
+
+    def __init__(
+        self,
+        inner: ReplyStream,
+        observe: Observe,
+        conversation: str,
+        platform: str,
+        row: StoredMessage,
+    ) -> None:
+        self._inner = inner
+        self._observe = observe
+        self._conversation = conversation
+        self._platform = platform
+        self._row = row
+        self._seen = False
+
+    def put(self, event: StreamEvent) -> None:
+        self._inner.put(event)
+        if not self._seen and isinstance(event, ReplyDelta):
+            self._seen = True
+            seconds = max(0.0, time.time() - self._row.created_at)
+            self._observe(
+                FirstTokenShown(self._conversation, self._platform, self._row.id, seconds)
+            )
+
+    @property
+    def binding(self) -> bool:
+        return self._inner.binding

@@ -69,6 +69,16 @@ class Answer(Generic[T]):
     fell_back: bool
 
 
+class AnswerShown(GatewayError):
+    """A call failed after part of its answer reached a viewer who cannot be shown a
+    correction (a peer client's stream, SPEC 8): no retry, no fallback, the turn fails with
+    the class of ``cause``. Raised by the call; the policy gives up at once."""
+
+    def __init__(self, cause: GatewayError) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
 class TurnFailed(GatewayError):
     """Every option of the policy is used up; ``failure`` is the class to report."""
 
@@ -209,6 +219,11 @@ class ModelPolicy:
             state.calls += 1
             try:
                 value = await call(state.index, key, rebuild=rebuild)
+            except AnswerShown as exc:
+                final = classify(exc.cause)
+                self._observe(ModelCalled(endpoint.model, "error", final.reason))
+                self._emit("give_up", where, state.index, reason=final.reason)
+                raise TurnFailed(final, state.fell_back) from exc
             except GatewayError as exc:
                 failure = classify(exc)
             else:

@@ -27,7 +27,8 @@ from gateway.events import (
     TurnRerun,
     TurnStarted,
 )
-from gateway.messages import STOPPED_REPLY, Failure, Inbound, TurnOutcome, TurnResult
+from gateway.messages import STOPPED_REPLY, Failure, Inbound, StoredMessage, TurnOutcome, TurnResult
+from gateway.ports import Watch
 from gateway.session import (
     MAX_RUNS,
     Abandon,
@@ -132,6 +133,9 @@ class Platform:
     async def activity(self, conversation: str) -> AsyncIterator[None]:
         self.typing += 1
         yield
+
+    def watching(self, row: StoredMessage) -> Watch | None:
+        return None
 
 
 @dataclass

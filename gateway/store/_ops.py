@@ -40,6 +40,14 @@ class AnswerTurn(Write[TurnOutcome]):
     result: TurnResult
     chunks: tuple[str, ...]
 
+    @property
+    def tokens(self) -> tuple[int | None, int | None]:
+        """The counts for the reply row's token columns: none when the model counted none."""
+        usage = self.result.usage
+        if usage.prompt_tokens == 0 and usage.completion_tokens == 0:
+            return None, None
+        return usage.prompt_tokens, usage.completion_tokens
+
 
 @dataclass(frozen=True, slots=True)
 class CancelTurn(Write[None]):

@@ -15,7 +15,7 @@ from gateway.store._pg_connection import PG_ERRORS
 
 MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
-    " user_row_id, failure, reply_target"
+    " user_row_id, failure, reply_target, prompt_tokens, completion_tokens"
 )
 CHUNK_COLUMNS = (
     "id, conversation, platform, message_id, user_row_id, seq, text, created_at, reply_target,"

@@ -98,6 +98,11 @@ MIGRATIONS: tuple[str, ...] = (
         fence       BIGINT NOT NULL DEFAULT 0
     );
     """,
+    # 2: the model's token counts on assistant rows (NULL: not reported, or answered before).
+    """
+    ALTER TABLE messages ADD COLUMN prompt_tokens INTEGER;
+    ALTER TABLE messages ADD COLUMN completion_tokens INTEGER;
+    """,
 )
 
 

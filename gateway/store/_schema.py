@@ -70,4 +70,9 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (platform, user_id)
     );
     """,
+    # 3: the model's token counts on assistant rows (NULL: not reported, or answered before).
+    """
+    ALTER TABLE messages ADD COLUMN prompt_tokens INTEGER;
+    ALTER TABLE messages ADD COLUMN completion_tokens INTEGER;
+    """,
 )

@@ -436,6 +436,7 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin, PgL
                 (
                     *(message_id, user_row.conversation, result.reply, user_row.platform),
                     *(user_row.id, failure, result.model, str(state)),
+                    *op.tokens,
                 )
             )
             chunks = tuple(
@@ -462,13 +463,16 @@ class PostgresStore(QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin, PgL
                 reply=result.reply,
                 failure=result.failure,
                 chunks=chunks,
+                usage=result.usage,
             )
         columns = list(zip(*assistant, strict=True))
         await db.execute(
             "INSERT INTO messages (id, conversation, role, content, state, platform, user_row_id,"
-            " failure, model, created_at) SELECT i, c, 'assistant', t, 'final', p, u, f, m, $9"
+            " failure, model, created_at, prompt_tokens, completion_tokens)"
+            " SELECT i, c, 'assistant', t, 'final', p, u, f, m, $11, pt, ct"
             " FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[],"
-            " $6::text[], $7::text[], $8::text[]) AS x(i, c, t, p, u, f, m, s)",
+            " $6::text[], $7::text[], $8::text[], $9::int[], $10::int[])"
+            " AS x(i, c, t, p, u, f, m, s, pt, ct)",
             *columns,
             now,
         )

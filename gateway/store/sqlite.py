@@ -70,7 +70,7 @@ log = logging.getLogger(__name__)
 
 _MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
-    " user_row_id, failure, reply_target"
+    " user_row_id, failure, reply_target, prompt_tokens, completion_tokens"
 )
 
 
@@ -87,6 +87,8 @@ def _row_to_message(r: sqlite3.Row | tuple[Any, ...]) -> StoredMessage:
         user_row_id=r[8],
         failure=r[9],
         reply_target=r[10],
+        prompt_tokens=r[11],
+        completion_tokens=r[12],
     )
 
 
@@ -358,6 +360,7 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
                     failure,
                     result.model,
                     now,
+                    *op.tokens,
                 )
             )
             state = MessageState.FAILED if result.failure else MessageState.ANSWERED
@@ -397,11 +400,13 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
                     reply=result.reply,
                     failure=result.failure,
                     chunks=tuple(chunks),
+                    usage=result.usage,
                 )
             )
         db.executemany(
             "INSERT INTO messages (id, conversation, role, content, state, platform, user_row_id,"
-            " failure, model, created_at) VALUES (?, ?, 'assistant', ?, 'final', ?, ?, ?, ?, ?)",
+            " failure, model, created_at, prompt_tokens, completion_tokens)"
+            " VALUES (?, ?, 'assistant', ?, 'final', ?, ?, ?, ?, ?, ?, ?)",
             assistant_rows,
         )
         db.executemany("UPDATE messages SET state = ? WHERE id = ?", user_updates)

@@ -39,8 +39,8 @@ from anyio.streams.memory import MemoryObjectSendStream
 from gateway.config import DiscordConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
 from gateway.events import DiscordBackfilled, Observe
-from gateway.messages import OutboxChunk, TurnOutcome
-from gateway.ports import Intake, Leases
+from gateway.messages import OutboxChunk, StoredMessage, TurnOutcome
+from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
 from platforms._courier import Courier
 from platforms._notices import NoticeBox
@@ -173,6 +173,9 @@ class DiscordAdapter:
     async def wait_delivered(self) -> None:
         await self._courier.wait_idle()
         await self._notices.wait_idle()
+
+    def watching(self, row: StoredMessage) -> Watch | None:
+        return None  # no previews yet: the answer shows when it is delivered
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:

@@ -21,7 +21,7 @@ import ipaddress
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -31,11 +31,11 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from yarl import URL
 
 from gateway.config import PeerConfig, PeerToken
-from gateway.errors import ConversationClosed, StoreError
-from gateway.messages import CONTROL_COMMANDS, Failure, Inbound, TurnOutcome
-from gateway.ports import Intake
+from gateway.errors import ConversationClosed
+from gateway.messages import CONTROL_COMMANDS, Inbound, StoredMessage, TurnOutcome
+from gateway.ports import Intake, Watch
 from platforms._http import serving
-from platforms.peer import convert, limits
+from platforms.peer import convert, limits, streaming
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
 from platforms.peer.server import (
@@ -44,6 +44,7 @@ from platforms.peer.server import (
     GuardedSite,
     quiet_accept_errors,
 )
+from platforms.peer.streaming import SSE_HEADERS, LiveReply, Watched, finish
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,7 @@ class PeerAdapter:
         self._metrics = metrics
         self._waiters = _Waiters()
         self._pmids: dict[int, str] = {}
+        self._watched: dict[str, Watched] = {}  # by platform message id
         self._digests = limits.token_digests(config.token_values)
         self._proxies = limits.trusted_networks(config.trusted_proxies)
         self._guard = ConnectionGuard(
@@ -164,6 +166,10 @@ class PeerAdapter:
     async def activity(self, conversation: str) -> AsyncIterator[None]:
         yield
 
+    def watching(self, row: StoredMessage) -> Watch | None:
+        watched = self._watched.get(row.platform_message_id or "")
+        return watched.watch() if watched is not None else None
+
     # -- the server ----------------------------------------------------------------------
 
     def build_app(self) -> web.Application:
@@ -176,6 +182,7 @@ class PeerAdapter:
         app.router.add_delete("/api/sessions/{session_id}", self._delete)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/v1/models/{model_id}", self._model)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics_route)
@@ -300,9 +307,17 @@ class PeerAdapter:
         return convert.parse_json(raw)
 
     async def _run_turn(
-        self, session_id: str, text: str, idempotency_key: str | None, *, retry: bool = False
-    ) -> tuple[int, str, Failure | None]:
-        """Admit the message and wait for its outcome: (user row id, reply, failure).
+        self,
+        session_id: str,
+        text: str,
+        idempotency_key: str | None,
+        *,
+        retry: bool = False,
+        reply: LiveReply | None = None,
+        response_format: Mapping[str, Any] | None = None,
+    ) -> TurnOutcome:
+        """Admit the message and wait for its outcome; ``reply``: stream the answer into it
+        while the model writes it; ``response_format``: ask the model for it.
 
         A repeat under an Idempotency-Key must carry the same message (else 422) and gets the
         stored outcome; if that was a retryable failure, the first repeat runs the turn once
@@ -313,6 +328,12 @@ class PeerAdapter:
         conversation = convert.conversation_key(session_id)
         pmid = convert.platform_message_id(session_id, idempotency_key, retry=retry)
         event = self._waiters.expect(pmid)
+        watched = self._watched.get(pmid) or self._watched.setdefault(
+            pmid, Watched(response_format)
+        )
+        watched.requests += 1
+        if reply is not None:
+            watched.replies.append(reply)
         try:
             admission = await self._intake.admit(
                 Inbound(
@@ -320,6 +341,8 @@ class PeerAdapter:
                 )
             )
             row = admission.row
+            if reply is not None:
+                reply.row = row.id
             if admission.duplicate and row.content != text:
                 raise convert.BadRequest(
                     "this Idempotency-Key was used with another message; use a new key",
@@ -331,15 +354,27 @@ class PeerAdapter:
                 if settled is not None:
                     failure = settled.failure
                     if failure is not None and failure.retryable and not retry:
-                        return await self._run_turn(session_id, text, idempotency_key, retry=True)
-                    return row.id, settled.reply, settled.failure
+                        return await self._run_turn(
+                            session_id,
+                            text,
+                            idempotency_key,
+                            retry=True,
+                            reply=reply,
+                            response_format=response_format,
+                        )
+                    return settled
             self._pmids[row.id] = pmid
             await self._wait_outcome(pmid, row.id, event)
         finally:
             outcome = self._waiters.take(pmid, event)
+            watched.requests -= 1
+            if reply in watched.replies:
+                watched.replies.remove(reply)
+            if watched.requests == 0:
+                self._watched.pop(pmid, None)
         assert outcome is not None
         self._stats["turns"] += 1
-        return outcome.user_row_id, outcome.reply, outcome.failure
+        return outcome
 
     async def _wait_outcome(self, pmid: str, row_id: int, event: anyio.Event) -> None:
         """Until the turn's outcome arrives: delivered here (the turn ran on this node, or
@@ -354,18 +389,36 @@ class PeerAdapter:
                 self._pmids.pop(row_id, None)
                 self._waiters.resolve(pmid, settled)
 
-    async def _chat(self, request: web.Request) -> web.Response:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         session_id = self._session(request, request.match_info["session_id"])
-        text = convert.chat_message(await self._read_json(request))
+        ask = convert.chat_request(await self._read_json(request))
+        text = ask.text
         if text.startswith("/") and text[1:].split(" ", 1)[0] in CONTROL_COMMANDS:
-            reply = await self._intake.command(
+            answer = await self._intake.command(
                 "peer", convert.conversation_key(session_id), text[1:].split(" ", 1)[0]
             )
-            return web.json_response(convert.chat_response(session_id, reply, None))
-        _, reply, failure = await self._run_turn(
-            session_id, text, request.headers.get("Idempotency-Key")
-        )
-        return web.json_response(convert.chat_response(session_id, reply, failure))
+            body = convert.chat_response(session_id, answer, None)
+            if not convert.wants_stream(ask.stream, request.headers.get("Accept", "")):
+                return web.json_response(body)
+            response = web.StreamResponse(headers=SSE_HEADERS)
+            await response.prepare(request)
+            await finish(response, convert.sse(body, "message"))
+            return response
+        key = request.headers.get("Idempotency-Key")
+        if not convert.wants_stream(ask.stream, request.headers.get("Accept", "")):
+            outcome = await self._run_turn(session_id, text, key)
+            return web.json_response(
+                convert.chat_response(session_id, outcome.reply, outcome.failure)
+            )
+        return await self._chat_stream(request, session_id, text, key)
+
+    async def _chat_stream(
+        self, request: web.Request, session_id: str, text: str, key: str | None
+    ) -> web.StreamResponse:
+        def run(reply: LiveReply) -> Awaitable[TurnOutcome]:
+            return self._run_turn(session_id, text, key, reply=reply)
+
+        return await streaming.chat_stream(request, session_id, run, self.sse_keepalive_s)
 
     async def _messages(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])
@@ -393,10 +446,16 @@ class PeerAdapter:
             # token and the key); a named one must be in the token's scope.
             session_id = self._session(request, session_id)
         if not parsed.stream:
-            row_id, reply, failure = await self._run_turn(session_id, parsed.text, key)
-            if failure is not None:
-                return _completion_failure(reply, failure)
-            return web.json_response(convert.completion_json(row_id, reply, parsed.model))
+            outcome = await self._run_turn(
+                session_id, parsed.text, key, response_format=parsed.response_format
+            )
+            if outcome.failure is not None:
+                return streaming.completion_failure(outcome)
+            return web.json_response(
+                convert.completion_json(
+                    outcome.user_row_id, outcome.reply, parsed.model, outcome.usage
+                )
+            )
         return await self._stream(request, session_id, parsed, key)
 
     async def _stream(
@@ -406,66 +465,23 @@ class PeerAdapter:
         parsed: convert.CompletionRequest,
         key: str | None,
     ) -> web.StreamResponse:
-        """A streamed completion. A turn done within :attr:`sse_keepalive_s` is answered as
-        ever (a failure with its status); a longer one sends 200 and SSE comments until the
-        reply is there, and a failure then arrives as an ``error`` event."""
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
+        def run(reply: LiveReply) -> Awaitable[TurnOutcome]:
+            return self._run_turn(
+                session_id, parsed.text, key, reply=reply, response_format=parsed.response_format
+            )
 
-        async def keep_alive() -> None:
-            await anyio.sleep(self.sse_keepalive_s)
-            try:
-                await response.prepare(request)
-                while True:
-                    await response.write(b": keepalive\n\n")
-                    await anyio.sleep(self.sse_keepalive_s)
-            except ConnectionError:
-                log.debug("peer API: a streaming client hung up while waiting")
-
-        error: Exception | None = None
-        result: tuple[int, str, Failure | None] | None = None
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(keep_alive)
-            try:
-                result = await self._run_turn(session_id, parsed.text, key)
-            except Exception as exc:  # re-raised or sent below, once the keep-alive stopped
-                error = exc
-            tg.cancel_scope.cancel()
-        if not response.prepared:
-            if error is not None:
-                raise error
-            assert result is not None
-            if result[2] is not None:
-                return _completion_failure(result[1], result[2])
-            await response.prepare(request)
-        elif error is not None or (result is not None and result[2] is not None):
-            body = _stream_error(error, result)
-            await response.write(b"data: " + json.dumps(body).encode() + b"\n\n")
-            await response.write(b"data: [DONE]\n\n")
-            await response.write_eof()
-            return response
-        assert result is not None
-        for event in convert.completion_chunks(result[0], result[1], parsed.model):
-            await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
-        await response.write(b"data: [DONE]\n\n")
-        await response.write_eof()
-        return response
+        return await streaming.completion_stream(request, parsed, run, self.sse_keepalive_s)
 
     async def _models(self, request: web.Request) -> web.Response:
-        return web.json_response(
-            {
-                "object": "list",
-                "data": [
-                    {
-                        "id": convert.MODEL_NAME,
-                        "object": "model",
-                        "created": 0,
-                        "owned_by": "botmux",
-                    }
-                ],
-            }
-        )
+        return web.json_response({"object": "list", "data": [convert.model_json()]})
+
+    async def _model(self, request: web.Request) -> web.Response:
+        model_id = request.match_info["model_id"]
+        if model_id != convert.MODEL_NAME:
+            return json_error(
+                404, f"no model {model_id[:100]!r}; botmux serves one, botmux", "model_not_found"
+            )
+        return web.json_response(convert.model_json())
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -494,27 +510,6 @@ def _too_many(verdict: limits.Verdict, message: str, code: str) -> web.Response:
     response = json_error(429, f"{message}; retry after {verdict.retry_after_header} s", code)
     response.headers["Retry-After"] = verdict.retry_after_header
     return response
-
-
-def _completion_failure(reply: str, failure: Failure) -> web.Response:
-    status = convert.completion_error_status(failure)
-    return web.json_response(convert.error_json(reply, failure.reason, status), status=status)
-
-
-def _stream_error(
-    error: Exception | None, result: tuple[int, str, Failure | None] | None
-) -> dict[str, Any]:
-    """The ``error`` event of a stream whose headers went out before the turn failed."""
-    if isinstance(error, convert.BadRequest):
-        return convert.error_json(error.message, error.code, error.status)
-    if isinstance(error, ConversationClosed | StoreError):
-        return convert.error_json("botmux is shutting down; retry shortly", "draining", 503)
-    if error is not None:
-        log.error("peer API: a streamed turn failed", exc_info=error)
-        return convert.error_json("internal error; see botmux's log", "internal_error", 500)
-    assert result is not None and result[2] is not None
-    failure = result[2]
-    return convert.error_json(result[1], failure.reason, convert.completion_error_status(failure))
 
 
 _LOOPBACK_NAMES = ("localhost",)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.messages import Failure, StoredMessage
+from gateway.messages import Failure, StoredMessage, Usage
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
@@ -25,11 +25,19 @@ MODEL_NAME = "botmux"
 class BadRequest(Exception):
     """The request is malformed; ``status`` and ``message`` form the JSON error."""
 
-    def __init__(self, message: str, status: int = 400, code: str = "bad_request") -> None:
+    def __init__(
+        self,
+        message: str,
+        status: int = 400,
+        code: str = "bad_request",
+        *,
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.code = code
+        self.param = param
 
 
 def conversation_key(session_id: str) -> str:
@@ -81,17 +89,38 @@ def _clean_text(value: str, what: str) -> str:
     return value
 
 
-def chat_message(body: Any) -> str:
-    """The ``message`` of a session chat request."""
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    text: str
+    stream: bool | None  # None: not said (the Accept header decides)
+
+
+def chat_request(body: Any) -> ChatRequest:
+    """A session chat request: its ``message``, and whether it asks for a stream."""
     if not isinstance(body, dict):
         raise BadRequest('the body must be a JSON object: {"message": "..."}')
     message = body.get("message")
     if not isinstance(message, str):
         raise BadRequest('"message" must be a string')
-    unknown = set(body) - {"message"}
+    unknown = set(body) - {"message", "stream"}
     if unknown:
         raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))}")
-    return _clean_text(message, '"message"')
+    stream = body.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequest('"stream" must be true or false')
+    return ChatRequest(_clean_text(message, '"message"'), stream)
+
+
+def chat_message(body: Any) -> str:
+    """The ``message`` of a session chat request."""
+    return chat_request(body).text
+
+
+def wants_stream(stream: bool | None, accept: str) -> bool:
+    """``"stream"`` if the body says, else whether the client accepts only an event stream."""
+    if stream is not None:
+        return stream
+    return "text/event-stream" in accept.lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +129,12 @@ class CompletionRequest:
     stream: bool
     user: str | None
     model: str
+    include_usage: bool = False
+    response_format: dict[str, Any] | None = None
+
+
+#: OpenAI request fields botmux cannot honour: refused rather than silently dropped.
+UNSUPPORTED = ("tools", "tool_choice", "functions", "function_call")
 
 
 def _content_text(content: Any) -> str:
@@ -148,7 +183,32 @@ def completion_request(body: Any) -> CompletionRequest:
         model = MODEL_NAME
     if not isinstance(model, str):
         raise BadRequest('"model" must be a string')
-    return CompletionRequest(text=text, stream=stream, user=user or None, model=model)
+    for name in UNSUPPORTED:
+        if body.get(name) is not None:
+            raise BadRequest(
+                f'"{name}" is not supported: botmux answers with its own agent, without tools',
+                code="unsupported_parameter",
+                param=name,
+            )
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise BadRequest('"stream_options" must be an object')
+    include_usage = (options or {}).get("include_usage")
+    if include_usage is not None and not isinstance(include_usage, bool):
+        raise BadRequest('"stream_options.include_usage" must be true or false')
+    response_format = body.get("response_format")
+    if response_format is not None and (
+        not isinstance(response_format, dict) or not isinstance(response_format.get("type"), str)
+    ):
+        raise BadRequest('"response_format" must be an object with a string "type"')
+    return CompletionRequest(
+        text=text,
+        stream=stream,
+        user=user or None,
+        model=model,
+        include_usage=bool(include_usage),
+        response_format=response_format,
+    )
 
 
 def completion_session(
@@ -197,9 +257,24 @@ def transcript_json(rows: list[StoredMessage]) -> dict[str, Any]:
                 "created_at": _iso(r.created_at),
                 "state": ("failed" if r.failure else "final") if r.role == "assistant" else r.state,
                 **({"failure": r.failure} if r.failure else {}),
+                **_usage_field(r),
             }
             for r in rows
         ]
+    }
+
+
+def _usage_field(row: StoredMessage) -> dict[str, Any]:
+    if row.prompt_tokens is None or row.completion_tokens is None:
+        return {}
+    return {"usage": usage_json(Usage(row.prompt_tokens, row.completion_tokens))}
+
+
+def usage_json(usage: Usage) -> dict[str, int]:
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens,
     }
 
 
@@ -207,7 +282,7 @@ def completion_id(user_row_id: int) -> str:
     return f"chatcmpl-botmux-{user_row_id}"
 
 
-def completion_json(user_row_id: int, reply: str, model: str) -> dict[str, Any]:
+def completion_json(user_row_id: int, reply: str, model: str, usage: Usage) -> dict[str, Any]:
     return {
         "id": completion_id(user_row_id),
         "object": "chat.completion",
@@ -220,23 +295,38 @@ def completion_json(user_row_id: int, reply: str, model: str) -> dict[str, Any]:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+        "usage": usage_json(usage),
     }
 
 
-def completion_chunks(user_row_id: int, reply: str, model: str) -> list[dict[str, Any]]:
-    """The SSE events of a streamed reply: role, content, finish."""
-    base = {
+def model_json() -> dict[str, Any]:
+    return {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "botmux"}
+
+
+def completion_chunk(
+    user_row_id: int,
+    model: str,
+    delta: dict[str, str] | None,
+    finish: str | None = None,
+    usage: Usage | None = None,
+) -> dict[str, Any]:
+    """One SSE event of a streamed completion; ``delta`` None: the usage chunk (no choices)."""
+    chunk: dict[str, Any] = {
         "id": completion_id(user_row_id),
         "object": "chat.completion.chunk",
         "created": int(time.time()),
         "model": model,
+        "choices": [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
+    if usage is not None:
+        chunk["usage"] = usage_json(usage)
+    return chunk
 
-    def chunk(delta: dict[str, str], finish: str | None) -> dict[str, Any]:
-        return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
-    return [chunk({"role": "assistant"}, None), chunk({"content": reply}, None), chunk({}, "stop")]
+def sse(data: dict[str, Any], event: str | None = None) -> bytes:
+    """One server-sent event (``event:`` line only when named)."""
+    head = f"event: {event}\n".encode() if event else b""
+    return head + b"data: " + json.dumps(data).encode() + b"\n\n"
 
 
 def completion_error_status(failure: Failure) -> int:
@@ -248,5 +338,8 @@ def completion_error_status(failure: Failure) -> int:
     return 502
 
 
-def error_json(message: str, code: str, status: int) -> dict[str, Any]:
-    return {"error": {"message": message, "type": code, "code": code, "status": status}}
+def error_json(message: str, code: str, status: int, param: str | None = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"message": message, "type": code, "code": code, "status": status}
+    if param is not None:
+        error["param"] = param
+    return {"error": error}

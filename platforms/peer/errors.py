@@ -35,8 +35,8 @@ _HTTP_CODES = {
 }
 
 
-def json_error(status: int, message: str, code: str) -> web.Response:
-    return web.json_response(error_json(message, code, status), status=status)
+def json_error(status: int, message: str, code: str, param: str | None = None) -> web.Response:
+    return web.json_response(error_json(message, code, status, param), status=status)
 
 
 @web.middleware
@@ -46,7 +46,7 @@ async def error_middleware(
     try:
         return await handler(request)
     except BadRequest as exc:
-        return json_error(exc.status, exc.message, exc.code)
+        return json_error(exc.status, exc.message, exc.code, exc.param)
     except web.HTTPRequestEntityTooLarge:
         return json_error(
             413, "the body is over the size limit (peer.max_body_bytes)", "body_too_large"

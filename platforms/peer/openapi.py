@@ -90,12 +90,15 @@ _SCHEMAS: dict[str, Any] = {
                 "properties": {
                     "message": {"type": "string", "minLength": 1},
                     "type": {"type": "string", "description": "Same as code."},
+                    "param": {"type": "string", "description": "The request field refused."},
                     "code": {
                         "type": "string",
                         "description": "bad_request, bad_session_id, invalid_json, unauthorized,"
                         " not_found, method_not_allowed, body_too_large, rate_limited,"
                         " too_many_auth_failures, idempotency_key_reused, misdirected,"
-                        " forbidden_origin, unsupported_media_type, draining, internal_error,"
+                        " forbidden_origin, unsupported_media_type, unsupported_parameter"
+                        " (tools, tool_choice, functions: botmux has none), model_not_found,"
+                        " draining, internal_error,"
                         " or a failure class of the turn.",
                     },
                     "status": {"type": "integer", "minimum": 400, "maximum": 599},
@@ -122,7 +125,43 @@ _SCHEMAS: dict[str, Any] = {
                 "type": "string",
                 "pattern": _TEXT,
                 "description": "The user's text; /new, /status, /stop and /help are commands.",
-            }
+            },
+            "stream": {
+                "type": ["boolean", "null"],
+                "description": "Answer as SSE (delta events, then message); unset: as the"
+                " Accept header asks (text/event-stream).",
+            },
+        },
+    },
+    "ChatEvent": {
+        "type": "object",
+        "description": "event: delta, data {content}: a piece of the answer as the model"
+        " writes it; event: message, data: the ChatResponse (the last event); event: error,"
+        " data: an Error (the turn could not be run).",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"enum": ["delta", "message", "error"]},
+            "data": {"type": "string", "contentMediaType": "application/json"},
+        },
+    },
+    "Usage": {
+        "type": "object",
+        "description": "The model's own token counts for the answer.",
+        "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+        "properties": {
+            "prompt_tokens": {"type": "integer", "minimum": 0},
+            "completion_tokens": {"type": "integer", "minimum": 0},
+            "total_tokens": {"type": "integer", "minimum": 0},
+        },
+    },
+    "Model": {
+        "type": "object",
+        "required": ["id", "object", "created", "owned_by"],
+        "properties": {
+            "id": {"const": MODEL_NAME},
+            "object": {"const": "model"},
+            "created": {"type": "integer"},
+            "owned_by": {"type": "string"},
         },
     },
     "ChatResponse": {
@@ -172,6 +211,7 @@ _SCHEMAS: dict[str, Any] = {
                             "enum": ["pending", "answered", "failed", "cancelled", "final"],
                         },
                         "failure": {"type": "string", "enum": list(REASONS)},
+                        "usage": _ref("schemas", "Usage"),
                     },
                 },
             }
@@ -217,12 +257,23 @@ _SCHEMAS: dict[str, Any] = {
         "description": "OpenAI's chat-completions request. Only the last user message is the"
         " new turn (botmux keeps the conversation's history itself), and only its content is"
         " checked: earlier messages are not, so a client's stored history never turns a good"
-        " request into a bad one. Other fields are accepted and ignored, as OpenAI clients send"
-        " many.",
+        " request into a bad one. response_format is passed to the model; tools, tool_choice"
+        " and functions are refused (400 unsupported_parameter); other fields are accepted and"
+        " ignored, as OpenAI clients send many.",
         "required": ["messages"],
         "properties": {
             "model": {"type": ["string", "null"], "description": "Echoed back; botmux answers."},
             "stream": {"type": ["boolean", "null"]},
+            "stream_options": {
+                "type": ["object", "null"],
+                "properties": {"include_usage": {"type": ["boolean", "null"]}},
+                "description": "include_usage: a last chunk with empty choices and the usage.",
+            },
+            "response_format": {
+                "type": ["object", "null"],
+                "required": ["type"],
+                "properties": {"type": {"type": "string"}},
+            },
             "user": {
                 "type": ["string", "null"],
                 "description": "The session when there is no X-Botmux-Session.",
@@ -262,7 +313,7 @@ _SCHEMAS: dict[str, Any] = {
                     },
                 },
             },
-            "usage": {"type": "object"},
+            "usage": _ref("schemas", "Usage"),
         },
     },
     "CompletionEvent": {
@@ -310,6 +361,7 @@ _SCHEMAS: dict[str, Any] = {
                     },
                 },
             },
+            "usage": _ref("schemas", "Usage"),
         },
     },
     "Models": {
@@ -317,19 +369,7 @@ _SCHEMAS: dict[str, Any] = {
         "required": ["object", "data"],
         "properties": {
             "object": {"const": "list"},
-            "data": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["id", "object", "created", "owned_by"],
-                    "properties": {
-                        "id": {"type": "string"},
-                        "object": {"const": "model"},
-                        "created": {"type": "integer"},
-                        "owned_by": {"type": "string"},
-                    },
-                },
-            },
+            "data": {"type": "array", "items": _ref("schemas", "Model")},
         },
     },
     "Readiness": {
@@ -390,7 +430,9 @@ def _paths() -> dict[str, Any]:
                 "summary": "Send one message to a session and wait for the reply.",
                 "description": "Concurrent requests to one session are answered in admission"
                 " order, one turn each. A failed turn is still 200: the reply says what went"
-                " wrong and failure names its class.",
+                " wrong and failure names its class. Streamed (stream: true, or Accept:"
+                " text/event-stream): delta events as the model writes, then message; once a"
+                " delta was sent, a failure ends the turn (its class in message's failure).",
                 "parameters": [
                     _ref("parameters", "SessionId"),
                     _ref("parameters", "IdempotencyKey"),
@@ -400,7 +442,13 @@ def _paths() -> dict[str, Any]:
                     "content": {"application/json": {"schema": _ref("schemas", "ChatRequest")}},
                 },
                 "responses": {
-                    "200": _json(_ref("schemas", "ChatResponse"), "The reply."),
+                    "200": {
+                        "description": "The reply (or its SSE events).",
+                        "content": {
+                            "application/json": {"schema": _ref("schemas", "ChatResponse")},
+                            "text/event-stream": {"schema": _ref("schemas", "ChatEvent")},
+                        },
+                    },
                     **_errors("400", "413", "415", "422", "503", *_COMMON),
                 },
             }
@@ -444,10 +492,10 @@ def _paths() -> dict[str, Any]:
                 "responses": {
                     "200": {
                         "description": 'The completion; with "stream": true, SSE chunks'
-                        " (chat.completion.chunk objects) ending in data: [DONE]. A turn that"
-                        " takes longer than 15 s sends the headers and ': keepalive' comments"
-                        " until the reply; if it then fails, the stream carries one error event"
-                        " (the Error schema) before data: [DONE].",
+                        " (chat.completion.chunk objects) relayed as the model writes, ending in"
+                        " data: [DONE]. Before the first piece, every 15 s of silence sends"
+                        " ': keepalive'; a failure after the headers went out (a piece or a"
+                        " comment) is one error event (the Error schema) before data: [DONE].",
                         "content": {
                             "application/json": {"schema": _ref("schemas", "Completion")},
                             # OpenAPI 3.1: an event stream's schema is that of each event.
@@ -464,6 +512,24 @@ def _paths() -> dict[str, Any]:
                 "summary": f"The one model botmux serves: {MODEL_NAME}.",
                 "responses": {
                     "200": _json(_ref("schemas", "Models"), "The model list."),
+                    **_errors(*_COMMON),
+                },
+            }
+        },
+        "/v1/models/{model_id}": {
+            "get": {
+                "operationId": "model",
+                "summary": f"The model {MODEL_NAME}; any other id is 404.",
+                "parameters": [
+                    {
+                        "name": "model_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string"},
+                    }
+                ],
+                "responses": {
+                    "200": _json(_ref("schemas", "Model"), "The model."),
                     **_errors(*_COMMON),
                 },
             }

@@ -42,8 +42,8 @@ from gateway.events import (
     TelegramPollFailed,
     TelegramStrangerIgnored,
 )
-from gateway.messages import COMMANDS, Failure, OutboxChunk, TurnOutcome
-from gateway.ports import Intake, Leases
+from gateway.messages import COMMANDS, Failure, OutboxChunk, StoredMessage, TurnOutcome
+from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
 from platforms._courier import Courier
 from platforms._notices import NoticeBox, send_notice
@@ -156,6 +156,9 @@ class TelegramAdapter:
     async def wait_delivered(self) -> None:
         await self._courier.wait_idle()
         await self._notices.wait_idle()
+
+    def watching(self, row: StoredMessage) -> Watch | None:
+        return None  # no previews yet: the answer shows when it is delivered
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:

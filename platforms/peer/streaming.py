@@ -1,0 +1,264 @@
+"""Streamed replies of the peer API (SPEC 8): a turn's pieces, relayed as server-sent events.
+
+The session actor asks the adapter who waits for a turn as it starts (``watching``); the
+requests waiting for one platform message id share a :class:`Watched`, the turn's
+:class:`~gateway.ports.ReplyStream`: each piece the model writes is appended to the
+:class:`LiveReply` of every streaming request there, at once and without blocking, and each
+request's :func:`pump` writes its pieces to its client as fast as that client reads. A slow
+or vanished client therefore never holds up the model, and a client that hangs up only ends
+its own pump: the turn runs on in its session actor and its answer is stored.
+
+A peer client cannot be shown a correction, so once a piece reached one the stream is
+``binding``: a failure of that attempt ends the turn as failed (the agent gives up at once).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, assert_never
+
+import anyio
+from aiohttp import web
+
+from gateway.errors import ConversationClosed, StoreError
+from gateway.messages import AttemptFailed, ReplyDelta, StreamEvent, TurnOutcome
+from gateway.ports import Watch
+from platforms.peer import convert
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE = b": keepalive\n\n"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+DONE = b"data: [DONE]\n\n"
+#: Runs the turn of a request, streaming into the LiveReply it is given.
+Run = Callable[["LiveReply"], Awaitable[TurnOutcome]]
+
+
+class LiveReply:
+    """One streaming request's view of its turn's answer: the pieces handed to it so far and
+    how many it has written; ``closed`` once the turn's outcome is there."""
+
+    __slots__ = ("_changed", "closed", "gone", "pieces", "row", "written")
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.written = 0
+        self.row: int | None = None  # the user row, once admitted
+        self.closed = False
+        self.gone = False  # the client hung up
+        self._changed = anyio.Event()
+
+    def __repr__(self) -> str:
+        return f"<LiveReply pieces={len(self.pieces)} written={self.written}>"
+
+    def append(self, text: str) -> None:
+        self.pieces.append(text)
+        self._wake()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake()
+
+    def take(self) -> list[str]:
+        """The pieces not written yet (they count as written from now on)."""
+        new = self.pieces[self.written :]
+        self.written = len(self.pieces)
+        return new
+
+    async def changed(self) -> None:
+        await self._changed.wait()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+
+class Watched:
+    """Every request waiting for one turn: what they asked of the model, and the turn's
+    reply stream, fanned out to those that stream."""
+
+    __slots__ = ("_binding", "replies", "requests", "response_format")
+
+    def __init__(self, response_format: Mapping[str, Any] | None) -> None:
+        self.response_format = response_format
+        self.replies: list[LiveReply] = []
+        self.requests = 0
+        self._binding = False
+
+    def __repr__(self) -> str:
+        return f"<Watched requests={self.requests} streaming={len(self.replies)}>"
+
+    def watch(self) -> Watch:
+        return Watch(stream=self if self.replies else None, response_format=self.response_format)
+
+    def put(self, event: StreamEvent) -> None:
+        match event:
+            case ReplyDelta(text=text):
+                for reply in self.replies:
+                    reply.append(text)
+                self._binding = self._binding or bool(self.replies)
+            case AttemptFailed():
+                pass  # nothing reached a client yet (else the turn ends failed): nothing to undo
+            case _:
+                assert_never(event)
+
+    @property
+    def binding(self) -> bool:
+        return self._binding
+
+
+async def pump(
+    request: web.Request,
+    response: web.StreamResponse,
+    reply: LiveReply,
+    encode: Callable[[list[str]], bytes],
+    keepalive_s: float,
+) -> None:
+    """Write ``reply``'s pieces to the client as they come, until it is closed and all are
+    written. The headers go out with the first piece, or after ``keepalive_s`` of silence
+    (then an SSE comment every ``keepalive_s``, so proxies keep the connection), so a turn
+    that fails before any piece can still answer with a status of its own."""
+    try:
+        while True:
+            pieces = reply.take()
+            if pieces:
+                await response.prepare(request)
+                await response.write(encode(pieces))
+                continue
+            if reply.closed:
+                return
+            with anyio.move_on_after(keepalive_s) as silence:
+                await reply.changed()
+            if silence.cancelled_caught:
+                await response.prepare(request)
+                await response.write(KEEPALIVE)
+    except ConnectionError:
+        reply.gone = True
+        log.debug("peer API: a streaming client hung up; its turn runs on")
+
+
+async def finish(response: web.StreamResponse, data: bytes) -> None:
+    """The stream's last events and its end; a client gone by now is no error."""
+    try:
+        await response.write(data)
+        await response.write_eof()
+    except ConnectionError:
+        log.debug("peer API: a streaming client hung up before the end")
+
+
+async def relay(
+    request: web.Request,
+    response: web.StreamResponse,
+    reply: LiveReply,
+    encode: Callable[[list[str]], bytes],
+    turn: Awaitable[TurnOutcome],
+    keepalive_s: float,
+) -> tuple[TurnOutcome | None, Exception | None]:
+    """Run the turn while its pieces are written to the client; every piece is written
+    when this returns (unless the client left). A hang-up cancels the handler and so this,
+    never the turn, which runs in its session actor."""
+    outcome: TurnOutcome | None = None
+    error: Exception | None = None
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(pump, request, response, reply, encode, keepalive_s)
+        try:
+            outcome = await turn
+        except Exception as exc:  # answered or sent by the caller, once the pump ended
+            error = exc
+        finally:
+            reply.close()
+    return outcome, error
+
+
+async def chat_stream(
+    request: web.Request, session_id: str, run: Run, keepalive_s: float
+) -> web.StreamResponse:
+    """The session chat route streamed: ``delta`` events as the model writes, then
+    ``message`` (the JSON of the plain reply), then the end; an error before any event is
+    the plain JSON error."""
+    response = web.StreamResponse(headers=SSE_HEADERS)
+
+    def encode(pieces: list[str]) -> bytes:
+        return b"".join(convert.sse({"content": piece}, "delta") for piece in pieces)
+
+    reply = LiveReply()
+    outcome, error = await relay(request, response, reply, encode, run(reply), keepalive_s)
+    if error is not None:
+        if not response.prepared:
+            raise error
+        await finish(response, convert.sse(stream_error(error, None), "error"))
+        return response
+    assert outcome is not None
+    await response.prepare(request)
+    body = convert.chat_response(session_id, outcome.reply, outcome.failure)
+    await finish(response, convert.sse(body, "message"))
+    return response
+
+
+async def completion_stream(
+    request: web.Request, parsed: convert.CompletionRequest, run: Run, keepalive_s: float
+) -> web.StreamResponse:
+    """A streamed completion: the model's pieces relayed as they arrive. A turn that fails
+    before any piece and within ``keepalive_s`` is answered as ever (a failure with its
+    status); once the headers went out (a piece, or a keep-alive comment), a failure arrives
+    as an ``error`` event."""
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    reply = LiveReply()
+    model = parsed.model
+    opened = False
+
+    def encode(pieces: list[str]) -> bytes:
+        nonlocal opened
+        row = reply.row or 0
+        head = b""
+        if not opened:
+            opened = True
+            head = convert.sse(convert.completion_chunk(row, model, {"role": "assistant"}))
+        return head + b"".join(
+            convert.sse(convert.completion_chunk(row, model, {"content": piece}))
+            for piece in pieces
+        )
+
+    outcome, error = await relay(request, response, reply, encode, run(reply), keepalive_s)
+    if not response.prepared:
+        if error is not None:
+            raise error
+        assert outcome is not None
+        if outcome.failure is not None:
+            return completion_failure(outcome)
+        await response.prepare(request)
+    if error is not None or (outcome is not None and outcome.failure is not None):
+        await finish(response, convert.sse(stream_error(error, outcome)) + DONE)
+        return response
+    assert outcome is not None
+    row = outcome.user_row_id
+    tail = b"" if reply.written else encode([outcome.reply])  # not streamed: all at once
+    tail += convert.sse(convert.completion_chunk(row, model, {}, "stop"))
+    if parsed.include_usage:
+        tail += convert.sse(convert.completion_chunk(row, model, None, usage=outcome.usage))
+    await finish(response, tail + DONE)
+    return response
+
+
+def completion_failure(outcome: TurnOutcome) -> web.Response:
+    """A failed turn as an OpenAI client expects it: an error status and body."""
+    assert outcome.failure is not None
+    status = convert.completion_error_status(outcome.failure)
+    body = convert.error_json(outcome.reply, outcome.failure.reason, status)
+    return web.json_response(body, status=status)
+
+
+def stream_error(error: Exception | None, outcome: TurnOutcome | None) -> dict[str, Any]:
+    """The ``error`` event of a stream whose headers went out before the turn failed."""
+    if isinstance(error, convert.BadRequest):
+        return convert.error_json(error.message, error.code, error.status)
+    if isinstance(error, ConversationClosed | StoreError):
+        return convert.error_json("botmux is shutting down; retry shortly", "draining", 503)
+    if error is not None:
+        log.error("peer API: a streamed turn failed", exc_info=error)
+        return convert.error_json("internal error; see botmux's log", "internal_error", 500)
+    assert outcome is not None and outcome.failure is not None
+    failure = outcome.failure
+    status = convert.completion_error_status(failure)
+    return convert.error_json(outcome.reply, failure.reason, status)
