@@ -11,18 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from platforms.peer._schemas import IDEMPOTENCY_KEY, SCHEMAS, SESSION_ID
+from platforms.peer._schemas import ref as _ref
 from platforms.peer.convert import MODEL_NAME
-from policy import REASONS
-
-_SESSION_ID = r"^[A-Za-z0-9._:-]{1,128}$"
-_IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,200}$"
-# Some non-space character, and no NUL anywhere (the store and the model both refuse NUL).
-_TEXT = r"^[^\x00]*[^\s\x00][^\x00]*$"
-_NO_NUL = r"^[^\x00]*$"
-
-
-def _ref(kind: str, name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/{kind}/{name}"}
 
 
 def _json(schema: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
@@ -76,320 +67,13 @@ _ERROR_RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-_SCHEMAS: dict[str, Any] = {
-    "Error": {
-        "type": "object",
-        "description": "Every error, of every route, has this shape.",
-        "required": ["error"],
-        "additionalProperties": False,
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["message", "type", "code", "status"],
-                "additionalProperties": False,
-                "properties": {
-                    "message": {"type": "string", "minLength": 1},
-                    "type": {"type": "string", "description": "Same as code."},
-                    "param": {"type": "string", "description": "The request field refused."},
-                    "code": {
-                        "type": "string",
-                        "description": "bad_request, bad_session_id, invalid_json, unauthorized,"
-                        " not_found, method_not_allowed, body_too_large, rate_limited,"
-                        " too_many_auth_failures, idempotency_key_reused, misdirected,"
-                        " forbidden_origin, unsupported_media_type, unsupported_parameter"
-                        " (tools, tool_choice, functions: botmux has none), model_not_found,"
-                        " draining, internal_error,"
-                        " or a failure class of the turn.",
-                    },
-                    "status": {"type": "integer", "minimum": 400, "maximum": 599},
-                },
-            }
-        },
-    },
-    "Failure": {
-        "type": ["object", "null"],
-        "description": "Why the turn failed (the reply then says so), or null.",
-        "required": ["reason", "retryable"],
-        "additionalProperties": False,
-        "properties": {
-            "reason": {"type": "string", "enum": list(REASONS)},
-            "retryable": {"type": "boolean"},
-        },
-    },
-    "ChatRequest": {
-        "type": "object",
-        "required": ["message"],
-        "additionalProperties": False,
-        "properties": {
-            "message": {
-                "type": "string",
-                "pattern": _TEXT,
-                "description": "The user's text; /new, /status, /stop and /help are commands.",
-            },
-            "stream": {
-                "type": ["boolean", "null"],
-                "description": "Answer as SSE (delta events, then message); unset: as the"
-                " Accept header asks (text/event-stream).",
-            },
-        },
-    },
-    "ChatEvent": {
-        "type": "object",
-        "description": "event: delta, data {content}: a piece of the answer as the model"
-        " writes it; event: message, data: the ChatResponse (the last event); event: error,"
-        " data: an Error (the turn could not be run).",
-        "required": ["event", "data"],
-        "properties": {
-            "event": {"enum": ["delta", "message", "error"]},
-            "data": {"type": "string", "contentMediaType": "application/json"},
-        },
-    },
-    "Usage": {
-        "type": "object",
-        "description": "The model's own token counts for the answer.",
-        "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
-        "properties": {
-            "prompt_tokens": {"type": "integer", "minimum": 0},
-            "completion_tokens": {"type": "integer", "minimum": 0},
-            "total_tokens": {"type": "integer", "minimum": 0},
-        },
-    },
-    "Model": {
-        "type": "object",
-        "required": ["id", "object", "created", "owned_by"],
-        "properties": {
-            "id": {"const": MODEL_NAME},
-            "object": {"const": "model"},
-            "created": {"type": "integer"},
-            "owned_by": {"type": "string"},
-        },
-    },
-    "ChatResponse": {
-        "type": "object",
-        "required": ["session_id", "message", "failure"],
-        "additionalProperties": False,
-        "properties": {
-            "session_id": {"type": "string", "pattern": _SESSION_ID},
-            "message": {
-                "type": "object",
-                "required": ["role", "content"],
-                "additionalProperties": False,
-                "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}},
-            },
-            "failure": _ref("schemas", "Failure"),
-        },
-    },
-    "Deleted": {
-        "type": "object",
-        "required": ["session_id", "deleted", "messages"],
-        "additionalProperties": False,
-        "properties": {
-            "session_id": {"type": "string"},
-            "deleted": {"const": True},
-            "messages": {"type": "integer", "minimum": 0, "description": "Rows removed."},
-        },
-    },
-    "Transcript": {
-        "type": "object",
-        "required": ["messages"],
-        "additionalProperties": False,
-        "properties": {
-            "messages": {
-                "type": "array",
-                "description": "Oldest first.",
-                "items": {
-                    "type": "object",
-                    "required": ["id", "role", "content", "created_at", "state"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "id": {"type": "integer"},
-                        "role": {"type": "string", "enum": ["user", "assistant"]},
-                        "content": {"type": "string"},
-                        "created_at": {"type": "string", "format": "date-time"},
-                        "state": {
-                            "type": "string",
-                            "enum": ["pending", "answered", "failed", "cancelled", "final"],
-                        },
-                        "failure": {"type": "string", "enum": list(REASONS)},
-                        "usage": _ref("schemas", "Usage"),
-                    },
-                },
-            }
-        },
-    },
-    "TextPart": {
-        "type": "object",
-        "required": ["type", "text"],
-        "properties": {"type": {"const": "text"}, "text": {"type": "string", "pattern": _NO_NUL}},
-    },
-    "UserContent": {
-        "description": "Text with some non-space character and no NUL: a string, or a list"
-        " of text parts (joined with newlines).",
-        "anyOf": [
-            {"type": "string", "pattern": _TEXT},
-            {
-                "type": "array",
-                "minItems": 1,
-                "items": _ref("schemas", "TextPart"),
-                "contains": {"type": "object", "properties": {"text": {"pattern": _TEXT}}},
-            },
-        ],
-    },
-    "CompletionMessage": {
-        "anyOf": [
-            {
-                "type": "object",
-                "required": ["role", "content"],
-                "properties": {
-                    "role": {"const": "user"},
-                    "content": _ref("schemas", "UserContent"),
-                },
-            },
-            {
-                "type": "object",
-                "required": ["role"],
-                "properties": {"role": {"type": "string", "not": {"const": "user"}}},
-            },
-        ]
-    },
-    "CompletionRequest": {
-        "type": "object",
-        "description": "OpenAI's chat-completions request. Only the last user message is the"
-        " new turn (botmux keeps the conversation's history itself), and only its content is"
-        " checked: earlier messages are not, so a client's stored history never turns a good"
-        " request into a bad one. response_format is passed to the model; tools, tool_choice"
-        " and functions are refused (400 unsupported_parameter); other fields are accepted and"
-        " ignored, as OpenAI clients send many.",
-        "required": ["messages"],
-        "properties": {
-            "model": {"type": ["string", "null"], "description": "Echoed back; botmux answers."},
-            "stream": {"type": ["boolean", "null"]},
-            "stream_options": {
-                "type": ["object", "null"],
-                "properties": {"include_usage": {"type": ["boolean", "null"]}},
-                "description": "include_usage: a last chunk with empty choices and the usage.",
-            },
-            "response_format": {
-                "type": ["object", "null"],
-                "required": ["type"],
-                "properties": {"type": {"type": "string"}},
-            },
-            "user": {
-                "type": ["string", "null"],
-                "description": "The session when there is no X-Botmux-Session.",
-            },
-            "messages": {
-                "type": "array",
-                "minItems": 1,
-                "items": _ref("schemas", "CompletionMessage"),
-                "contains": {"type": "object", "properties": {"role": {"const": "user"}}},
-            },
-        },
-    },
-    "Completion": {
-        "type": "object",
-        "required": ["id", "object", "created", "model", "choices"],
-        "properties": {
-            "id": {"type": "string"},
-            "object": {"const": "chat.completion"},
-            "created": {"type": "integer"},
-            "model": {"type": "string"},
-            "choices": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["index", "message", "finish_reason"],
-                    "properties": {
-                        "index": {"type": "integer"},
-                        "message": {
-                            "type": "object",
-                            "required": ["role", "content"],
-                            "properties": {
-                                "role": {"const": "assistant"},
-                                "content": {"type": "string"},
-                            },
-                        },
-                        "finish_reason": {"type": "string"},
-                    },
-                },
-            },
-            "usage": _ref("schemas", "Usage"),
-        },
-    },
-    "CompletionEvent": {
-        "type": "object",
-        "required": ["data"],
-        "properties": {
-            "data": {
-                "anyOf": [
-                    {"const": "[DONE]"},
-                    {
-                        "type": "string",
-                        "not": {"const": "[DONE]"},
-                        "contentMediaType": "application/json",
-                        "contentSchema": {
-                            "anyOf": [_ref("schemas", "CompletionChunk"), _ref("schemas", "Error")]
-                        },
-                    },
-                ]
-            }
-        },
-    },
-    "CompletionChunk": {
-        "type": "object",
-        "required": ["id", "object", "created", "model", "choices"],
-        "properties": {
-            "id": {"type": "string"},
-            "object": {"const": "chat.completion.chunk"},
-            "created": {"type": "integer"},
-            "model": {"type": "string"},
-            "choices": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["index", "delta", "finish_reason"],
-                    "properties": {
-                        "index": {"type": "integer"},
-                        "delta": {
-                            "type": "object",
-                            "properties": {
-                                "role": {"const": "assistant"},
-                                "content": {"type": "string"},
-                            },
-                        },
-                        "finish_reason": {"type": ["string", "null"]},
-                    },
-                },
-            },
-            "usage": _ref("schemas", "Usage"),
-        },
-    },
-    "Models": {
-        "type": "object",
-        "required": ["object", "data"],
-        "properties": {
-            "object": {"const": "list"},
-            "data": {"type": "array", "items": _ref("schemas", "Model")},
-        },
-    },
-    "Readiness": {
-        "type": "object",
-        "required": ["ready", "checks"],
-        "additionalProperties": False,
-        "properties": {
-            "ready": {"type": "boolean"},
-            "checks": {"type": "object", "additionalProperties": {"type": "boolean"}},
-        },
-    },
-}
-
 _PARAMETERS: dict[str, Any] = {
     "SessionId": {
         "name": "session_id",
         "in": "path",
         "required": True,
         "description": "The conversation is peer:<session_id>.",
-        "schema": {"type": "string", "pattern": _SESSION_ID},
+        "schema": {"type": "string", "pattern": SESSION_ID},
     },
     "IdempotencyKey": {
         "name": "Idempotency-Key",
@@ -399,7 +83,7 @@ _PARAMETERS: dict[str, Any] = {
         " reply and runs no second turn; with another message it is 422. After a retryable"
         " failure the first repeat runs the turn once more. Without X-Botmux-Session and"
         " user, a completion's key names a conversation of the token's own.",
-        "schema": {"type": "string", "pattern": _IDEMPOTENCY_KEY},
+        "schema": {"type": "string", "pattern": IDEMPOTENCY_KEY},
     },
     "BotmuxSession": {
         "name": "X-Botmux-Session",
@@ -407,7 +91,7 @@ _PARAMETERS: dict[str, Any] = {
         "required": False,
         "description": "The session of an OpenAI-compatible request; else the body's user"
         " field; else a conversation of its own.",
-        "schema": {"type": "string", "pattern": _SESSION_ID},
+        "schema": {"type": "string", "pattern": SESSION_ID},
     },
 }
 
@@ -602,7 +286,7 @@ def build_openapi(*, auth: bool, version: str = "0.1.0") -> dict[str, Any]:
         },
         "paths": _paths(),
         "components": {
-            "schemas": _SCHEMAS,
+            "schemas": SCHEMAS,
             "parameters": _PARAMETERS,
             "headers": _HEADERS,
             "responses": {
