@@ -32,7 +32,7 @@ async def serving(
     picks a free one); at the end stop it, shielded from cancellation, within the deadline.
     ``runner_args`` go to :class:`aiohttp.web.AppRunner` (timeouts, handler arguments);
     ``site`` makes the listening site (default a plain TCP site; the peer API's guards its
-    connections, :mod:`platforms.peer.server`)."""
+    connections, :mod:`platforms._guarded`)."""
     runner = web.AppRunner(app, access_log=None, handle_signals=False, **runner_args)
     await runner.setup()
     try:

@@ -19,6 +19,7 @@ from gateway.app import GatewayApp
 from gateway.config import parse_config
 from platforms._chunking import utf16_len
 from platforms.telegram import render
+from platforms.telegram._webhook import WEBHOOK_MAX_CONNECTIONS
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
 from tests.fakes.telegram_server import (
     DEFAULT_USER_ID,
@@ -468,3 +469,37 @@ async def test_non_text_messages_get_a_polite_answer_and_no_turn(
     assert sent[0] == sent[1] and sent[0].startswith("I can only read text for now")
     assert sent[2] == "echo: what is in this photo?"  # a caption is text
     assert [r.last_user for r in model.requests] == ["what is in this photo?"]
+
+
+async def test_a_webhook_flooded_with_slow_sockets_still_takes_telegrams_update(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    """The webhook's listener is guarded like the peer API's (platforms._guarded): sockets
+    that never finish their request head cannot fill it; at the cap the oldest of them makes
+    room, so Telegram's own delivery is taken."""
+    s = setup(tmp_path, tg, model, "webhook")
+    host, port = s.webhook_url.split("//")[1].split("/")[0].split(":")
+    async with s.gateway():
+        slow = []
+        try:
+            for _ in range(WEBHOOK_MAX_CONNECTIONS + 50):
+                stream = await anyio.connect_tcp(host, int(port))
+                await stream.send(b"POST /telegram/hook HTTP/1.1\r\nHost: x\r\n")  # never ends
+                slow.append(stream)
+            tg.inject_message(ALICE, "through the crowd")
+            with anyio.fail_after(10):
+                assert await tg.deliver_webhook() == [200]
+                assert await tg.wait_for_sent(1, ALICE) == ["echo: through the crowd"]
+            # The oldest slow sockets were closed to make room (they read end-of-stream).
+            closed = 0
+            for stream in slow[:50]:
+                with anyio.move_on_after(1):
+                    try:
+                        if await stream.receive() == b"":
+                            closed += 1
+                    except (anyio.EndOfStream, anyio.BrokenResourceError, ConnectionError):
+                        closed += 1
+            assert closed >= 40
+        finally:
+            for stream in slow:
+                await stream.aclose()

@@ -11,7 +11,7 @@ failures, an address that keeps failing auth is refused for a while, and a token
 request rate waits; a token reaches only the sessions its globs match (else 404, as if the
 session did not exist). Without tokens (loopback only) a request must look local: a
 loopback ``Host`` and ``Origin`` and JSON POSTs. The decisions are
-:mod:`platforms.peer.limits`'; :mod:`platforms.peer.server` guards the socket itself.
+:mod:`platforms.peer.limits`'; :mod:`platforms._guarded` guards the socket itself.
 """
 
 from __future__ import annotations
@@ -34,16 +34,10 @@ from gateway.config import PeerConfig, PeerToken
 from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, Inbound, StoredMessage, TurnOutcome
 from gateway.ports import Intake, Watch
-from platforms._http import serving
+from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.peer import convert, limits, streaming
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
-from platforms.peer.server import (
-    PROTOCOL_LOGGER,
-    ConnectionGuard,
-    GuardedSite,
-    quiet_accept_errors,
-)
 from platforms.peer.streaming import SSE_HEADERS, LiveReply, Watched, finish
 
 log = logging.getLogger(__name__)
@@ -199,39 +193,28 @@ class PeerAdapter:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        # keepalive_timeout also bounds a connection that sends nothing at all; the header
-        # deadline (GuardedSite) is shorter.
-        handler_args = {
-            "access_log": None,
-            "keepalive_timeout": self._config.idle_timeout_s,
-            "logger": PROTOCOL_LOGGER,
-        }
-
-        def site(runner: web.AppRunner, host: str, port: int) -> web.BaseSite:
-            return GuardedSite(runner, host, port, self._guard, handler_args)
-
         # handler_cancellation: a client that hangs up while it waits for its turn cancels its
         # handler, which lets go of the body, the text and its waiter (the turn itself runs
         # on in its session actor, and its reply is stored: a retry with the same
         # Idempotency-Key gets it).
-        with quiet_accept_errors(self._guard):
-            async with serving(
-                self.build_app(),
-                self._config.host,
-                self._config.port,
-                site=site,
-                handler_cancellation=True,
-            ) as port:
-                self.port = port
-                log.info(
-                    "peer API listening",
-                    extra={
-                        "listen": f"{self._config.host}:{self.port}",
-                        "max_connections": self._guard.cap,
-                    },
-                )
-                task_status.started()
-                await anyio.sleep_forever()
+        async with guarded_serving(
+            self.build_app(),
+            self._config.host,
+            self._config.port,
+            self._guard,
+            idle_timeout_s=self._config.idle_timeout_s,
+            handler_cancellation=True,
+        ) as port:
+            self.port = port
+            log.info(
+                "peer API listening",
+                extra={
+                    "listen": f"{self._config.host}:{self.port}",
+                    "max_connections": self._guard.cap,
+                },
+            )
+            task_status.started()
+            await anyio.sleep_forever()
 
     @web.middleware
     async def _auth_middleware(

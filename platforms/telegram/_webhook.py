@@ -20,12 +20,17 @@ from telegram import Bot, Update
 
 from gateway.config import TelegramConfig
 from gateway.events import Observe, TelegramWebhookRefused
-from platforms._http import serving
+from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.telegram._admission import Verdict
 
 log = logging.getLogger(__name__)
 
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+# The webhook listener's guard (platforms._guarded): a request head within 10 s, idle
+# connections closed after 75 s, at most 100 open at once.
+WEBHOOK_HEADER_TIMEOUT_S = 10.0
+WEBHOOK_IDLE_TIMEOUT_S = 75.0
+WEBHOOK_MAX_CONNECTIONS = 100
 
 
 class WebhookServer:
@@ -57,7 +62,15 @@ class WebhookServer:
         path = urlsplit(config.webhook_url).path or "/"
         app = web.Application(client_max_size=1024 * 1024)
         app.router.add_post(path, self._on_webhook)
-        async with serving(app, host.strip("[]"), int(port)) as bound:
+        # Guarded like the peer API: a header deadline, an idle timeout and a connection cap,
+        # so a stranger's slow or idle sockets cannot hold the listener (Telegram itself
+        # opens one connection: set_webhook's max_connections below).
+        guard = ConnectionGuard(
+            header_timeout_s=WEBHOOK_HEADER_TIMEOUT_S, max_connections=WEBHOOK_MAX_CONNECTIONS
+        )
+        async with guarded_serving(
+            app, host.strip("[]"), int(port), guard, idle_timeout_s=WEBHOOK_IDLE_TIMEOUT_S
+        ) as bound:
             self.port = bound
             await bot.set_webhook(
                 config.webhook_url,

@@ -1,4 +1,5 @@
-"""The peer API's listening socket, guarded against slow and greedy clients (SPEC 14).
+"""Listening sockets guarded against slow and greedy clients (SPEC 14): the peer API's and
+the Telegram webhook's.
 
 aiohttp's defaults hold a connection that never finishes its headers for about an hour and
 accept connections until the process runs out of file descriptors; then every accept fails
@@ -28,11 +29,13 @@ import asyncio
 import logging
 import resource
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 from aiohttp import web
+
+from platforms._http import serving
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +92,7 @@ class _NoTraceback(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 
 #: Passed to every GuardedHandler as aiohttp's ``logger``.
-PROTOCOL_LOGGER = _NoTraceback(logging.getLogger("platforms.peer.http"), {})
+PROTOCOL_LOGGER = _NoTraceback(logging.getLogger("platforms.http"), {})
 
 
 class ConnectionGuard:
@@ -270,3 +273,30 @@ def quiet_accept_errors(guard: ConnectionGuard) -> Iterator[None]:
         yield
     finally:
         loop.set_exception_handler(previous)
+
+
+@asynccontextmanager
+async def guarded_serving(
+    app: web.Application,
+    host: str,
+    port: int,
+    guard: ConnectionGuard,
+    *,
+    idle_timeout_s: float,
+    **runner_args: Any,
+) -> AsyncIterator[int]:
+    """:func:`platforms._http.serving` on a :class:`GuardedSite`: yields the bound port.
+    ``idle_timeout_s`` (aiohttp's ``keepalive_timeout``) also bounds a connection that sends
+    nothing at all; the guard's header deadline is shorter."""
+    handler_args = {
+        "access_log": None,
+        "keepalive_timeout": idle_timeout_s,
+        "logger": PROTOCOL_LOGGER,
+    }
+
+    def site(runner: web.AppRunner, host: str, port: int) -> web.BaseSite:
+        return GuardedSite(runner, host, port, guard, handler_args)
+
+    with quiet_accept_errors(guard):
+        async with serving(app, host, port, site=site, **runner_args) as bound:
+            yield bound
