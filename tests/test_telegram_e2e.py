@@ -18,6 +18,7 @@ import pytest
 from gateway.app import GatewayApp
 from gateway.config import parse_config
 from platforms._chunking import utf16_len
+from platforms._refusals import BUSY_TEXT, too_long_text
 from platforms.telegram import render
 from platforms.telegram._webhook import WEBHOOK_MAX_CONNECTIONS
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
@@ -503,3 +504,32 @@ async def test_a_webhook_flooded_with_slow_sockets_still_takes_telegrams_update(
         finally:
             for stream in slow:
                 await stream.aclose()
+
+
+async def test_messages_past_the_limits_are_refused_with_a_notice_and_not_stored(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    """SPEC 14 through the real intake: a message over max_message_chars gets a notice, one
+    past max_pending_per_conversation a "busy" notice; both are acknowledged and nothing of
+    them is stored; the turn that was waiting is answered as usual."""
+    keys = (
+        f"allow_users = [{ALICE}]\n\n[gateway]\nmax_message_chars = 20\n"
+        "max_pending_per_conversation = 1\n"
+    )
+    s = setup(tmp_path, tg, model, keys=keys)
+    model.default = lambda r: Hold(ok(f"echo: {r.last_user}"))
+    async with s.gateway():
+        tg.inject_message(ALICE, "first")
+        with anyio.fail_after(10):
+            await model.wait_for_requests(1)  # its turn runs: one pending row, the cap
+        busy = tg.inject_message(ALICE, "second")["update_id"]
+        long = tg.inject_message(ALICE, "x" * 21)["update_id"]
+        with anyio.fail_after(10):
+            await tg.wait_for_confirmed(long)
+            await tg.wait_for_sent(2, ALICE)
+            model.release()
+            await tg.wait_for_sent(3, ALICE)
+    assert tg.is_confirmed(busy)
+    assert tg.sent_messages(ALICE) == [BUSY_TEXT, too_long_text(20), "echo: first"]
+    assert [r[2] for r in s.rows()] == ["first", "echo: first"]
+    assert len(model.requests) == 1
