@@ -25,6 +25,7 @@ single unsharded node runs one client for both, as before shards existed.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
@@ -44,9 +45,10 @@ from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
 from platforms._courier import Courier
 from platforms._notices import NoticeBox
+from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
-from platforms.discord import convert
+from platforms.discord import _stream, convert
 from platforms.discord._backfill import Recent, Watched, read_back
 from platforms.discord._client import (
     MENTIONS,
@@ -113,6 +115,8 @@ class DiscordAdapter:
         self._recent = Recent(backfilled)  # conversations we were active in, for backfill
         self._refusals = RefusalNotices()
         self._notices = NoticeBox(self._say, on_full=self._answer_dropped, size=256)
+        self._previews = Previews(_stream.budget())
+        self._edit_into: dict[int, int] = {}  # a first chunk's id -> its preview message
         self._stats = {
             "seen": 0,
             "admitted": 0,
@@ -146,6 +150,7 @@ class DiscordAdapter:
             **links,
             **{f"shards_{k}": v for k, v in keeper.items()},
             **self._courier.statistics(),
+            **{f"previews_{k}": v for k, v in self._previews.statistics().items()},
         }
 
     @property
@@ -168,6 +173,18 @@ class DiscordAdapter:
         )
 
     async def deliver(self, outcome: TurnOutcome) -> None:
+        # The preview stops first (a call in flight completes), so nothing of it can land
+        # after the answer; its message becomes the answer's first chunk.
+        preview = await self._previews.finish(outcome.conversation, outcome.user_row_id)
+        if preview is not None:
+            if outcome.chunks:
+                self._edit_into[outcome.chunks[0].id] = int(preview)
+            elif self._client is not None:  # stopped: nothing replaces it
+                channel = self._client.get_partial_messageable(
+                    convert.channel_of(outcome.conversation)
+                )
+                with contextlib.suppress(PlatformError):
+                    await _stream.discard(channel, int(preview))
         await self._courier.deliver(outcome)
 
     async def wait_delivered(self) -> None:
@@ -175,7 +192,14 @@ class DiscordAdapter:
         await self._notices.wait_idle()
 
     def watching(self, row: StoredMessage) -> Watch | None:
-        return None  # no previews yet: the answer shows when it is delivered
+        """A preview message of the answer while the model writes it (``_stream``)."""
+        if self._client is None or not self._logged_in:
+            return None
+        channel = self._client.get_partial_messageable(convert.channel_of(row.conversation))
+        preview = _stream.open_preview(channel, self._config, self._previews.budget, row)
+        if preview is None or self._previews.open(preview) is None:
+            return None
+        return Watch(stream=preview)
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
@@ -185,11 +209,13 @@ class DiscordAdapter:
             await self._live_client().get_partial_messageable(channel_id).typing()
 
         # Discord shows typing for 10 s after each call.
+        preview = self._previews.current(conversation)
         async with keep_typing(
             typing,
             every=8.0,
             deadline=self._config.typing_deadline_s,
             conversation=conversation,
+            until=None if preview is None else preview.shown,
         ):
             yield
 
@@ -197,6 +223,12 @@ class DiscordAdapter:
         """One outbox chunk as one Discord message; its nonce makes a repeat harmless."""
         channel_id = convert.channel_of(chunk.conversation)
         channel = self._live_client().get_partial_messageable(channel_id)
+        preview = self._edit_into.get(chunk.id)
+        if preview is not None:
+            done = await _stream.finalise(channel, preview, chunk)
+            del self._edit_into[chunk.id]
+            if done:
+                return str(preview)
         nonce = convert.nonce(chunk)
         try:
             if convert.replies(chunk, self._config.reply_to):
@@ -232,6 +264,7 @@ class DiscordAdapter:
                 await tg.start(self._courier.run)
                 await tg.start(self._links.run)
                 await tg.start(self._notices.run)
+                await tg.start(self._previews.run)
                 await self._connect(client, tg)
                 started = self._ready.is_set()
                 if started:
@@ -245,6 +278,7 @@ class DiscordAdapter:
         finally:
             send.close()
             self._notices.close()
+            self._previews.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await client.close()
 

@@ -47,9 +47,10 @@ from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
 from platforms._courier import Courier
 from platforms._notices import NoticeBox, send_notice
+from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
-from platforms.telegram import convert, errors, render
+from platforms.telegram import _stream, convert, errors, render
 from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueue, Verdict
 from platforms.telegram._poller import PollerKeeper
 from platforms.telegram._webhook import WebhookServer
@@ -99,6 +100,8 @@ class TelegramAdapter:
         self._notices = NoticeBox(self._send_notice, on_full=self._notice_dropped, size=256)
         self._queue = UpdateQueue(self._submit)
         self._refusals = RefusalNotices()
+        self._previews = Previews(_stream.budget())
+        self._edit_into: dict[int, int] = {}  # a first chunk's id -> its preview message
         self._bot: ExtBot[None] | None = None
         self._me = convert.BotIdentity(0, "")
         self._connected = False
@@ -132,6 +135,7 @@ class TelegramAdapter:
             **{name: keeper.get(name, 0) for name in POLLER_STATS},
             "polling": self._polling(),
             "courier": self._courier.statistics(),
+            "previews": self._previews.statistics(),
         }
 
     def _polling(self) -> bool:
@@ -151,6 +155,16 @@ class TelegramAdapter:
         return render.render(text)
 
     async def deliver(self, outcome: TurnOutcome) -> None:
+        # The preview stops first (a call in flight completes), so nothing of it can land
+        # after the answer; its message becomes the answer's first chunk.
+        preview = await self._previews.finish(outcome.conversation, outcome.user_row_id)
+        if preview is not None:
+            if outcome.chunks:
+                self._edit_into[outcome.chunks[0].id] = int(preview)
+            elif self._bot is not None:  # stopped: nothing replaces it
+                target = convert.parse_key(outcome.conversation)
+                with contextlib.suppress(PlatformError):
+                    await _stream.discard(self._bot, target, int(preview))
         await self._courier.deliver(outcome)
 
     async def wait_delivered(self) -> None:
@@ -158,7 +172,15 @@ class TelegramAdapter:
         await self._notices.wait_idle()
 
     def watching(self, row: StoredMessage) -> Watch | None:
-        return None  # no previews yet: the answer shows when it is delivered
+        """A preview of the answer while the model writes it (``_stream``), where shown."""
+        bot = self._bot
+        if bot is None:
+            return None
+        target = convert.parse_key(row.conversation)
+        preview = _stream.open_preview(bot, self._config, self._previews.budget, target, row)
+        if preview is None or self._previews.open(preview) is None:
+            return None
+        return Watch(stream=preview)
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
@@ -173,11 +195,13 @@ class TelegramAdapter:
                 target.chat_id, ChatAction.TYPING, message_thread_id=target.thread_id
             )
 
+        preview = self._previews.current(conversation)
         async with keep_typing(
             typing,
             every=self._config.typing_interval_s,
             deadline=self._config.typing_deadline_s,
             conversation=conversation,
+            until=None if preview is None else preview.shown,
         ):
             yield
 
@@ -185,6 +209,12 @@ class TelegramAdapter:
         """Send one outbox chunk (for the courier); PTB's errors leave as PlatformError."""
         bot = self._running_bot()
         target = convert.parse_key(chunk.conversation)
+        preview = self._edit_into.get(chunk.id)
+        if preview is not None:
+            if await _stream.finalise(bot, target, preview, chunk):
+                del self._edit_into[chunk.id]
+                return f"{target.chat_id}:{preview}"
+            del self._edit_into[chunk.id]  # the preview is gone: send the chunk as new
         reply = None
         if not target.private and chunk.seq == 0 and chunk.reply_target.isdigit():
             reply = ReplyParameters(int(chunk.reply_target), allow_sending_without_reply=True)
@@ -269,6 +299,7 @@ class TelegramAdapter:
                 self._me = convert.BotIdentity(bot.id, bot.username)
                 tg.start_soon(self._intake_loop)
                 await tg.start(self._notices.run)
+                await tg.start(self._previews.run)
                 await tg.start(self._courier.run)
                 await self._register_commands(bot)
                 updater = application.updater
@@ -308,6 +339,7 @@ class TelegramAdapter:
                     await self._stop(application)
                 self._updates_tx.close()  # the intake and notice actors end by themselves
                 self._notices.close()
+                self._previews.close()
 
     async def _stop(self, application: Application[Any, Any, Any, Any, Any, Any]) -> None:
         """Stop PTB in order; the poller's last getUpdates confirms only admitted updates. In
