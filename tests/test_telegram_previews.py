@@ -1,0 +1,173 @@
+"""Telegram previews end to end (SPEC 8): a real gateway, real python-telegram-bot, the loopback
+Bot API and a fake model that streams (and holds its stream open where a test must look at
+what the user saw while the model was still writing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from platforms.telegram import render
+from tests.fakes.openai_server import FakeModel, open_fake_model, streamed
+from tests.fakes.telegram_server import (
+    DEFAULT_USER_ID,
+    TELEGRAM_LIMITS,
+    FakeTelegram,
+    open_fake_telegram,
+)
+from tests.test_telegram_e2e import ALICE, BOT, GROUP, Setup
+
+pytestmark = pytest.mark.anyio
+
+MENTION = [{"type": "mention", "offset": 0, "length": len(BOT) + 1}]
+FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    async with open_fake_telegram() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[FakeModel]:
+    async with open_fake_model() as fake:
+        yield fake
+
+
+def setup(tmp: Path, tg: FakeTelegram, model: FakeModel, keys: str = "") -> Setup:
+    allow = f"allow_users = [{ALICE}, {DEFAULT_USER_ID}]\nallow_chats = [{GROUP}]\n"
+    return Setup(tmp, tg, model, "polling", allow + keys)
+
+
+def edits(tg: FakeTelegram, chat_id: int) -> list[str]:
+    return [
+        c.params["text"] for c in tg.calls_to("editMessageText") if c.params["chat_id"] == chat_id
+    ]
+
+
+PIECES = (
+    "Streaming answers grow in front of the user, ",
+    "piece by piece, ",
+    "while the model is still writing; ",
+    "the final answer ",
+    "arrives exactly once, ",
+    "**rendered** at the end.",
+)
+ANSWER = "".join(PIECES)
+
+
+async def test_a_private_chat_sees_drafts_grow_then_one_message(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model, "stream_interval_s = 0.1\ntyping_interval_s = 0.05\n")
+    model.script(streamed(*PIECES, interval_s=0.3, hold_after=1))
+    async with s.gateway():
+        tg.inject_message(ALICE, "stream to me")
+        with anyio.fail_after(10):
+            [first] = await tg.wait_for_drafts(1, ALICE)
+            assert not tg.sent_messages(ALICE)  # the model is held: only the draft shows
+            model.release_streams()
+            assert await tg.wait_for_sent(1, ALICE) == [render.to_plain(render.render(ANSWER)[0])]
+    assert first == PIECES[0].strip()
+    drafts = tg.drafts(ALICE)
+    texts = [d.text for d in drafts]
+    assert len(texts) >= 2 and len(texts[-1]) > len(texts[0])  # it grew
+    assert all(ANSWER.startswith(t) for t in texts)  # plain text, each a prefix of the answer
+    assert {d.draft_id for d in drafts} == {drafts[0].draft_id}  # one draft id for the turn
+    [sent] = tg.calls_to("sendMessage")  # exactly one message: the rendered answer
+    assert sent.params["parse_mode"] == "HTML" and "<b>rendered</b>" in sent.params["text"]
+    assert not tg.calls_to("editMessageText")
+    # Typing stopped when the first draft appeared (a pulse in flight may still land).
+    after = [c for c in tg.calls_to("sendChatAction") if c.at > drafts[0].at]
+    assert len(after) <= 1
+
+
+async def test_a_group_sees_one_preview_message_edited_then_finalised(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model, "stream_interval_s = 0.2\n")
+    model.script(streamed(*PIECES, interval_s=1.0, hold_after=1))
+    async with s.gateway():
+        question = tg.inject_message(GROUP, f"@{BOT} stream to us", entities=MENTION)
+        with anyio.fail_after(10):
+            [preview] = await tg.wait_for_sent(1, GROUP)
+            model.release_streams()
+            final = render.render(ANSWER)[0]
+            await tg.wait_until(lambda: edits(tg, GROUP)[-1:] == [final])
+            await anyio.sleep(0.3)  # nothing more may come: no extra message, no late edit
+    assert preview == PIECES[0].strip()  # past stream_min_chars, plain text
+    [sent] = tg.calls_to("sendMessage")  # the preview, and no other message
+    assert sent.params["reply_parameters"]["message_id"] == question["message"]["message_id"]
+    texts = edits(tg, GROUP)
+    assert len(texts) >= 3, texts  # previews grew by edits, then the final edit
+    assert all(ANSWER.startswith(t) for t in texts[:-1])
+    assert tg.calls_to("editMessageText")[-1].params["parse_mode"] == "HTML"
+    assert tg.visible_messages(GROUP) == [render.to_plain(final)]
+    assert [state for state, _ in s.chunks()] == ["delivered"]
+
+
+async def test_a_429_on_a_preview_edit_pauses_previews_and_the_answer_arrives_once(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    tg.limits = TELEGRAM_LIMITS
+    s = setup(tmp_path, tg, model, "stream_interval_s = 0.2\n")
+    model.script(streamed(*PIECES, interval_s=0.4, hold_after=1))
+    tg.fail_next("editMessageText", status=429, description="Too Many Requests", retry_after=30)
+    async with s.gateway():
+        tg.inject_message(GROUP, f"@{BOT} stream to us", entities=MENTION)
+        with anyio.fail_after(15):
+            await tg.wait_for_sent(1, GROUP)
+            model.release_streams()
+            final = render.render(ANSWER)[0]
+            await tg.wait_until(lambda: tg.visible_messages(GROUP) == [render.to_plain(final)])
+    calls = tg.calls_to("editMessageText")
+    refused = [i for i, a in enumerate(tg.answers) if a.status == 429]
+    assert len(refused) == 1  # the scripted one: previews never ran into the fake's limits
+    # After the 429 only the final edit went out (previews paused for 30 s; the answer was
+    # not held up by that pause, and was sent once).
+    assert calls[-1].params["parse_mode"] == "HTML"
+    assert [c.params.get("parse_mode") for c in calls].count("HTML") == 1
+    assert len(tg.calls_to("sendMessage")) == 1
+    assert [state for state, _ in s.chunks()] == ["delivered"]
+
+
+async def test_a_cut_stream_then_a_fallback_replaces_the_preview(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = Setup(
+        tmp_path,
+        tg,
+        model,
+        "polling",
+        f"allow_chats = [{GROUP}]\nstream_interval_s = 0.2\n",
+    )
+    s.text = s.text.replace(
+        'model = "gpt-test"',
+        'model = "gpt-primary"\n' + FAST,
+    ) + (
+        f'\n[[model.fallbacks]]\nbase_url = "{model.base_url}"\nmodel = "gpt-fallback"\n'
+        'api_keys = ["sk-fb-1"]\n'
+    )
+    first = "The first attempt writes this much before it is cut, "
+    cut = streamed(first, "then more, ", "and more", "never", cut_after=3, hold_after=2)
+    model.script(cut, cut, model="gpt-primary")  # the try and its retry, both cut
+    fallback = ("The fallback answers ", "in full instead.")
+    model.script(streamed(*fallback, interval_s=0.5), model="gpt-fallback")
+    async with s.gateway():
+        tg.inject_message(GROUP, f"@{BOT} stream to us", entities=MENTION)
+        with anyio.fail_after(15):
+            [preview] = await tg.wait_for_sent(1, GROUP)
+            model.release_streams()
+            answer = "".join(fallback)
+            await tg.wait_until(lambda: tg.visible_messages(GROUP) == [answer])
+            await anyio.sleep(0.3)
+    assert preview.startswith("The first attempt")
+    assert [r.model for r in model.requests] == ["gpt-primary", "gpt-primary", "gpt-fallback"]
+    assert len(tg.calls_to("sendMessage")) == 1  # one message: the preview, replaced
+    assert not tg.deleted_messages(GROUP)
+    assert tg.visible_messages(GROUP) == [answer]
