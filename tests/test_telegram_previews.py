@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from gateway.session import MAX_RUNS
 from platforms.telegram import render
 from tests.fakes.openai_server import FakeModel, open_fake_model, streamed
 from tests.fakes.telegram_server import (
@@ -171,3 +172,55 @@ async def test_a_cut_stream_then_a_fallback_replaces_the_preview(
     assert len(tg.calls_to("sendMessage")) == 1  # one message: the preview, replaced
     assert not tg.deleted_messages(GROUP)
     assert tg.visible_messages(GROUP) == [answer]
+
+
+async def test_a_turn_that_fails_for_good_turns_the_preview_into_the_failure_text(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model, "stream_interval_s = 0.2\n")
+    s.text = s.text.replace('model = "gpt-test"', 'model = "gpt-test"\n' + FAST)
+    first = "The only attempt writes this much before it is cut, "
+    cut = streamed(first, "then more, ", "and more", "never", cut_after=3, hold_after=2)
+    # Every try, retry and re-run of the turn is cut, and no fallback is configured.
+    model.script(*[cut] * 2 * MAX_RUNS)
+    async with s.gateway():
+        tg.inject_message(GROUP, f"@{BOT} stream to us", entities=MENTION)
+        with anyio.fail_after(15):
+            [preview] = await tg.wait_for_sent(1, GROUP)
+            model.release_streams()
+            await tg.wait_until(lambda: "(failure: connection)" in tg.visible_messages(GROUP)[0])
+            await anyio.sleep(0.3)
+    assert preview.startswith("The only attempt")
+    assert len(tg.calls_to("sendMessage")) == 1  # the preview became the failure text
+    [shown] = tg.visible_messages(GROUP)
+    assert "The only attempt" not in shown
+    assert s.rows()[-1][2:] == (shown, "final")
+
+
+async def test_fifty_streaming_groups_stay_within_telegrams_limits(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    tg.limits = TELEGRAM_LIMITS
+    groups = [-1_000_100 - i for i in range(50)]
+    s = Setup(
+        tmp_path,
+        tg,
+        model,
+        "polling",
+        f"allow_chats = [{', '.join(map(str, groups))}]\nstream_interval_s = 0.2\n",
+    )
+    s.text = s.text.replace("[store]", "[gateway]\nmax_concurrent_turns = 64\n\n[store]")
+    model.default = lambda r: streamed(*PIECES, interval_s=0.4)
+    async with s.gateway():
+        for chat in groups:
+            tg.inject_message(chat, f"@{BOT} stream to us", entities=MENTION)
+        final = render.to_plain(render.render(ANSWER)[0])
+        with anyio.fail_after(90):
+            await tg.wait_until(lambda: all(tg.visible_messages(c) == [final] for c in groups))
+            await anyio.sleep(0.5)
+    previews = [c for c in tg.rate_limited() if c.params.get("parse_mode") != "HTML"]
+    assert previews == []  # no preview ran into a limit (finals may wait theirs out)
+    for chat in groups:
+        assert tg.visible_messages(chat) == [final]  # each answered once
+        sent = [c for c in tg.calls_to("sendMessage") if c.params["chat_id"] == chat]
+        assert len([c for c in sent if c.retry_after is None]) == 1  # one message each

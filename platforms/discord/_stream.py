@@ -15,7 +15,7 @@ import discord
 
 from gateway.config import DiscordConfig
 from gateway.messages import OutboxChunk, StoredMessage
-from platforms._preview import Budget, Preview, Rate
+from platforms._preview import Budget, Key, Preview, Rate
 from platforms.discord._client import MENTIONS
 from platforms.discord.errors import TRANSLATED, translate
 
@@ -28,6 +28,10 @@ RATES = {
 
 def budget() -> Budget:
     return Budget(RATES)
+
+
+def keys_for(channel_id: int) -> list[Key]:
+    return [("channel", channel_id), ("all", "")]
 
 
 def open_preview(
@@ -64,7 +68,7 @@ def open_preview(
         row.id,
         show,
         budget,
-        [("channel", channel.id), ("all", "")],
+        keys_for(channel.id),
         interval=config.stream_interval_s,
         limit=LIMIT,
     )

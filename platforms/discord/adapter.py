@@ -223,6 +223,7 @@ class DiscordAdapter:
         """One outbox chunk as one Discord message; its nonce makes a repeat harmless."""
         channel_id = convert.channel_of(chunk.conversation)
         channel = self._live_client().get_partial_messageable(channel_id)
+        self._previews.budget.take(_stream.keys_for(channel_id))  # finals count, never wait
         preview = self._edit_into.get(chunk.id)
         if preview is not None:
             done = await _stream.finalise(channel, preview, chunk)

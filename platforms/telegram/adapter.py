@@ -209,6 +209,8 @@ class TelegramAdapter:
         """Send one outbox chunk (for the courier); PTB's errors leave as PlatformError."""
         bot = self._running_bot()
         target = convert.parse_key(chunk.conversation)
+        # Finals count against the previews' budget (never waiting on it): previews yield.
+        self._previews.budget.take(_stream.keys_for(target, "edit"))
         preview = self._edit_into.get(chunk.id)
         if preview is not None:
             if await _stream.finalise(bot, target, preview, chunk):
