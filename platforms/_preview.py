@@ -18,6 +18,7 @@ previews are never ``binding``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -29,7 +30,7 @@ from typing import assert_never
 import anyio
 
 from gateway.errors import PlatformError
-from gateway.messages import AttemptFailed, ReplyDelta, StreamEvent
+from gateway.messages import AttemptFailed, ReplyDelta, StreamEvent, TurnOutcome
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +244,7 @@ class Previews:
         self.budget = budget
         self._send, self._receive = anyio.create_memory_object_stream[Preview](mailbox)
         self._current: dict[str, Preview] = {}
+        self._edit_into: dict[int, str] = {}  # a first chunk's id -> its preview message
         self._stats = {"opened": 0, "refused": 0}
 
     def __repr__(self) -> str:
@@ -276,6 +278,26 @@ class Previews:
             return None
         del self._current[conversation]
         return await preview.finish()
+
+    async def settle(self, outcome: TurnOutcome, discard: Callable[[str], Awaitable[None]]) -> None:
+        """The turn's outcome is being delivered: stop its preview (a call in flight completes,
+        so nothing of it lands after the answer). Its message becomes the first chunk's
+        (:meth:`edit_target`), or is discarded when there is nothing to send (stopped)."""
+        message_id = await self.finish(outcome.conversation, outcome.user_row_id)
+        if message_id is None:
+            return
+        if outcome.chunks:
+            self._edit_into[outcome.chunks[0].id] = message_id
+            return
+        with contextlib.suppress(PlatformError):  # decoration: a stale preview is no failure
+            await discard(message_id)
+
+    def edit_target(self, chunk_id: int) -> str | None:
+        """The preview message the chunk is edited into, if any (until :meth:`edited`)."""
+        return self._edit_into.get(chunk_id)
+
+    def edited(self, chunk_id: int) -> None:
+        self._edit_into.pop(chunk_id, None)
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED

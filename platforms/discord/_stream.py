@@ -11,6 +11,8 @@ channel, 50 requests a second per bot) with room to spare for the final answer.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import discord
 
 from gateway.config import DiscordConfig
@@ -90,9 +92,10 @@ async def finalise(
     return True
 
 
-async def discard(channel: discord.PartialMessageable, message_id: int) -> None:
+async def discard(client: Callable[[], discord.Client], channel_id: int, message_id: str) -> None:
     """Delete a preview no answer replaces (a turn stopped with nothing to send)."""
     try:
-        await channel.get_partial_message(message_id).delete()
+        channel = client().get_partial_messageable(channel_id)
+        await channel.get_partial_message(int(message_id)).delete()
     except TRANSLATED as exc:
         raise translate(exc) from exc

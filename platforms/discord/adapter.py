@@ -25,7 +25,6 @@ single unsharded node runs one client for both, as before shards existed.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Collection, Sequence
 from contextlib import asynccontextmanager
@@ -116,7 +115,6 @@ class DiscordAdapter:
         self._refusals = RefusalNotices()
         self._notices = NoticeBox(self._say, on_full=self._answer_dropped, size=256)
         self._previews = Previews(_stream.budget())
-        self._edit_into: dict[int, int] = {}  # a first chunk's id -> its preview message
         self._stats = {
             "seen": 0,
             "admitted": 0,
@@ -173,18 +171,8 @@ class DiscordAdapter:
         )
 
     async def deliver(self, outcome: TurnOutcome) -> None:
-        # The preview stops first (a call in flight completes), so nothing of it can land
-        # after the answer; its message becomes the answer's first chunk.
-        preview = await self._previews.finish(outcome.conversation, outcome.user_row_id)
-        if preview is not None:
-            if outcome.chunks:
-                self._edit_into[outcome.chunks[0].id] = int(preview)
-            elif self._client is not None:  # stopped: nothing replaces it
-                channel = self._client.get_partial_messageable(
-                    convert.channel_of(outcome.conversation)
-                )
-                with contextlib.suppress(PlatformError):
-                    await _stream.discard(channel, int(preview))
+        channel = convert.channel_of(outcome.conversation)
+        await self._previews.settle(outcome, partial(_stream.discard, self._live_client, channel))
         await self._courier.deliver(outcome)
 
     async def wait_delivered(self) -> None:
@@ -224,10 +212,10 @@ class DiscordAdapter:
         channel_id = convert.channel_of(chunk.conversation)
         channel = self._live_client().get_partial_messageable(channel_id)
         self._previews.budget.take(_stream.keys_for(channel_id))  # finals count, never wait
-        preview = self._edit_into.get(chunk.id)
+        preview = self._previews.edit_target(chunk.id)
         if preview is not None:
-            done = await _stream.finalise(channel, preview, chunk)
-            del self._edit_into[chunk.id]
+            done = await _stream.finalise(channel, int(preview), chunk)
+            self._previews.edited(chunk.id)
             if done:
                 return str(preview)
         nonce = convert.nonce(chunk)

@@ -101,7 +101,6 @@ class TelegramAdapter:
         self._queue = UpdateQueue(self._submit)
         self._refusals = RefusalNotices()
         self._previews = Previews(_stream.budget())
-        self._edit_into: dict[int, int] = {}  # a first chunk's id -> its preview message
         self._bot: ExtBot[None] | None = None
         self._me = convert.BotIdentity(0, "")
         self._connected = False
@@ -155,16 +154,12 @@ class TelegramAdapter:
         return render.render(text)
 
     async def deliver(self, outcome: TurnOutcome) -> None:
-        # The preview stops first (a call in flight completes), so nothing of it can land
-        # after the answer; its message becomes the answer's first chunk.
-        preview = await self._previews.finish(outcome.conversation, outcome.user_row_id)
-        if preview is not None:
-            if outcome.chunks:
-                self._edit_into[outcome.chunks[0].id] = int(preview)
-            elif self._bot is not None:  # stopped: nothing replaces it
-                target = convert.parse_key(outcome.conversation)
-                with contextlib.suppress(PlatformError):
-                    await _stream.discard(self._bot, target, int(preview))
+        target = convert.parse_key(outcome.conversation)
+
+        async def discard(message_id: str) -> None:
+            await _stream.discard(self._running_bot(), target, int(message_id))
+
+        await self._previews.settle(outcome, discard)
         await self._courier.deliver(outcome)
 
     async def wait_delivered(self) -> None:
@@ -211,12 +206,13 @@ class TelegramAdapter:
         target = convert.parse_key(chunk.conversation)
         # Finals count against the previews' budget (never waiting on it): previews yield.
         self._previews.budget.take(_stream.keys_for(target, "edit"))
-        preview = self._edit_into.get(chunk.id)
+        preview = self._previews.edit_target(chunk.id)
         if preview is not None:
-            if await _stream.finalise(bot, target, preview, chunk):
-                del self._edit_into[chunk.id]
+            done = await _stream.finalise(bot, target, int(preview), chunk)
+            self._previews.edited(chunk.id)
+            if done:
                 return f"{target.chat_id}:{preview}"
-            del self._edit_into[chunk.id]  # the preview is gone: send the chunk as new
+            # the preview is gone: the chunk is sent as a new message
         reply = None
         if not target.private and chunk.seq == 0 and chunk.reply_target.isdigit():
             reply = ReplyParameters(int(chunk.reply_target), allow_sending_without_reply=True)
