@@ -12,9 +12,11 @@ import pytest
 
 from tests.fakes.discord_server import DISCORD_LIMITS, FakeDiscord
 from tests.fakes.openai_server import FakeModel, open_fake_model, streamed
+from tests.harness import make_config, running_gateway
 from tests.test_discord_e2e import (
     ALICE,
     OPEN_CHANNEL_ID,
+    discord_toml,
     open_world,
     running_botmux,
 )
@@ -83,3 +85,37 @@ async def test_streaming_off_sends_the_answer_only(
             ]
     assert not dc.calls("PATCH", MESSAGE_ROUTE)
     assert not model.requests[0].body.get("stream")  # nobody to stream to: a plain call
+
+
+async def test_a_cut_stream_then_a_fallback_replaces_the_preview(
+    tmp_path: Path, dc: FakeDiscord, model: FakeModel
+) -> None:
+    first = "The first attempt writes this much before it is cut, "
+    cut = streamed(first, "then more, ", "and more", "never", cut_after=3, hold_after=2)
+    model.script(cut, cut, model="gpt-test")  # the try and its retry, both cut
+    fallback = ("The fallback answers ", "in full instead.")
+    model.script(streamed(*fallback, interval_s=0.5), model="gpt-fallback")
+    extra = "stream_interval_s = 0.2\n"
+    model_keys = (
+        "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
+        f'\n[[model.fallbacks]]\nbase_url = "{model.base_url}"\nmodel = "gpt-fallback"\n'
+        'api_keys = ["sk-fb-1"]\n'
+    )
+    config = make_config(
+        tmp_path / "botmux.db",
+        model.base_url,
+        extra=discord_toml(dc, extra),
+        model_extra=model_keys,
+    )
+    async with running_gateway(config):
+        await dc.inject_message(OPEN_CHANNEL_ID, "stream to us", author_id=ALICE)
+        with anyio.fail_after(15):
+            [preview] = await dc.wait_for_messages(OPEN_CHANNEL_ID, 1)
+            model.release_streams()
+            answer = "".join(fallback)
+            await dc.wait_until(lambda: dc.visible_contents(OPEN_CHANNEL_ID) == [answer])
+            await anyio.sleep(0.3)
+    assert preview["content"].startswith("The first attempt")
+    assert [r.model for r in model.requests] == ["gpt-test", "gpt-test", "gpt-fallback"]
+    assert len(dc.calls("POST", SEND_ROUTE)) == 1  # one message: the preview, replaced
+    assert dc.visible_contents(OPEN_CHANNEL_ID) == [answer]

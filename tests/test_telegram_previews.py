@@ -224,3 +224,23 @@ async def test_fifty_streaming_groups_stay_within_telegrams_limits(
         assert tg.visible_messages(chat) == [final]  # each answered once
         sent = [c for c in tg.calls_to("sendMessage") if c.params["chat_id"] == chat]
         assert len([c for c in sent if c.retry_after is None]) == 1  # one message each
+
+
+async def test_stop_deletes_the_preview_of_the_stopped_turn(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model, 'streaming = "edit"\nstream_interval_s = 0.2\n')
+    model.script(streamed(*PIECES, hold_after=1))
+    async with s.gateway():
+        tg.inject_message(ALICE, "write a novel")
+        with anyio.fail_after(10):
+            [preview] = await tg.wait_for_sent(1, ALICE)  # "edit": a message, not a draft
+            tg.inject_message(ALICE, "/stop")
+            await tg.wait_until(lambda: bool(tg.deleted_messages(ALICE)))
+            await tg.wait_until(
+                lambda: tg.visible_messages(ALICE) == ["Stopping the current reply."]
+            )
+        model.release_streams()
+    assert preview == PIECES[0].strip()
+    assert not tg.drafts(ALICE)
+    assert [(r[1], r[3]) for r in s.rows()] == [("user", "cancelled")]
