@@ -244,3 +244,42 @@ async def test_stop_deletes_the_preview_of_the_stopped_turn(
     assert preview == PIECES[0].strip()
     assert not tg.drafts(ALICE)
     assert [(r[1], r[3]) for r in s.rows()] == [("user", "cancelled")]
+
+
+async def test_a_forum_topic_gets_its_preview_in_the_topic(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model, "stream_interval_s = 0.2\n")
+    model.script(streamed(*PIECES, interval_s=0.3, hold_after=1))
+    async with s.gateway():
+        tg.inject_message(
+            GROUP,
+            f"@{BOT} stream to the topic",
+            entities=MENTION,
+            chat_type="supergroup",
+            message_thread_id=7,
+            is_topic_message=True,
+        )
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(1, GROUP)
+            model.release_streams()
+            final = render.render(ANSWER)[0]
+            await tg.wait_until(lambda: edits(tg, GROUP)[-1:] == [final])
+    [sent] = tg.calls_to("sendMessage")
+    assert sent.params["message_thread_id"] == 7
+    assert not tg.drafts()  # a topic of a group shows no draft
+    assert tg.visible_messages(GROUP) == [render.to_plain(final)]
+
+
+async def test_streaming_off_shows_no_preview_and_the_model_is_not_streamed(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    s = setup(tmp_path, tg, model, 'streaming = "off"\n')
+    model.script(streamed(*PIECES, interval_s=0.3))
+    async with s.gateway():
+        tg.inject_message(ALICE, "no previews")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(1, ALICE)
+    assert not tg.drafts() and not tg.calls_to("editMessageText")
+    assert tg.visible_messages(ALICE) == [render.to_plain(render.render(ANSWER)[0])]
+    assert not model.requests[0].body.get("stream")
