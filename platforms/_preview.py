@@ -29,14 +29,17 @@ from typing import assert_never
 
 import anyio
 
-from gateway.errors import PlatformError
-from gateway.messages import AttemptFailed, ReplyDelta, StreamEvent, TurnOutcome
+from gateway.errors import GatewayError, PlatformError
+from gateway.messages import AttemptFailed, ReplyDelta, StoredMessage, StreamEvent, TurnOutcome
 
 log = logging.getLogger(__name__)
 
 #: Shows ``text`` as the preview: ``message_id`` is the preview message shown so far (None
 #: before the first); returns the preview message's id (None for a draft, which has none).
 Show = Callable[[str, str | None], Awaitable[str | None]]
+#: Records the preview message's id (in the store) before its first edit; looks it up.
+Record = Callable[[str], Awaitable[None]]
+Adopt = Callable[[], Awaitable[str | None]]
 #: A budget key: (the limit's name in the budget, the chat or channel it counts for).
 Key = tuple[str, Hashable]
 
@@ -114,8 +117,12 @@ class Preview:
         min_chars: int = 0,
         limit: int = 4096,
         length: Callable[[str], int] = len,
+        record: Record | None = None,
+        adopt: Adopt | None = None,
     ) -> None:
         self.conversation = conversation
+        self._record = record
+        self._adopt = adopt  # a re-run after a crash: the preview message its first run left
         self.row = row
         self._show = show
         self._budget = budget
@@ -195,6 +202,10 @@ class Preview:
             if self.message_id is None and len(text) < self._min_chars:
                 continue  # too short for a message of its own yet (drafts: min_chars 0)
             text = cut(text, self._limit, self._length)
+            if self._adopt is not None:
+                adopt, self._adopt = self._adopt, None
+                with contextlib.suppress(GatewayError):
+                    self.message_id = await adopt()
             version = self._version
             self._budget.take(self._keys)
             next_at = clock() + self._interval
@@ -222,6 +233,20 @@ class Preview:
                 self._changed.set()  # try the newest text again once allowed
                 continue
             self.stats["updates"] += 1
+            if message_id is not None and message_id != self.message_id and self._record:
+                try:
+                    with anyio.CancelScope(shield=True):  # as the show: finish() waits for it
+                        await self._record(message_id)
+                except GatewayError as exc:
+                    # Unrecorded: no preview edits (a crash would strand it); the answer
+                    # still replaces it.
+                    log.warning(
+                        "preview not recorded: no more previews for this turn",
+                        extra={"conversation": self.conversation, "error": str(exc)[:200]},
+                    )
+                    self.message_id = message_id
+                    self.shown.set()
+                    return
             self.message_id = message_id if message_id is not None else self.message_id
             shown_version, shown_text = version, text
             self.shown.set()
@@ -242,6 +267,9 @@ class Previews:
 
     def __init__(self, budget: Budget, *, mailbox: int = 1024) -> None:
         self.budget = budget
+        # Rows admitted before this process started may have a preview a crash left behind.
+        self.started_at = time.time()
+        self._resumed: set[int] = set()
         self._send, self._receive = anyio.create_memory_object_stream[Preview](mailbox)
         self._current: dict[str, Preview] = {}
         self._edit_into: dict[int, str] = {}  # a first chunk's id -> its preview message
@@ -268,6 +296,14 @@ class Previews:
         self._current[preview.conversation] = preview
         return preview
 
+    def resumed(self, row: StoredMessage) -> bool:
+        """Whether ``row`` was admitted before this process started: its turn is re-run,
+        and a preview message of its first run may exist (recorded in the store)."""
+        if row.created_at >= self.started_at:
+            return False
+        self._resumed.add(row.id)
+        return True
+
     def current(self, conversation: str) -> Preview | None:
         return self._current.get(conversation)
 
@@ -279,15 +315,28 @@ class Previews:
         del self._current[conversation]
         return await preview.finish()
 
-    async def settle(self, outcome: TurnOutcome, discard: Callable[[str], Awaitable[None]]) -> None:
+    async def settle(
+        self,
+        outcome: TurnOutcome,
+        discard: Callable[[str], Awaitable[None]],
+        lookup: Callable[[int], Awaitable[str | None]],
+    ) -> None:
         """The turn's outcome is being delivered: stop its preview (a call in flight completes,
         so nothing of it lands after the answer). Its message becomes the first chunk's
-        (:meth:`edit_target`), or is discarded when there is nothing to send (stopped)."""
-        message_id = await self.finish(outcome.conversation, outcome.user_row_id)
+        (:meth:`edit_target`), or is discarded when there is nothing to send (stopped). A
+        turn from before a restart looks up (``lookup``) the preview its first run left."""
+        row = outcome.user_row_id
+        message_id = await self.finish(outcome.conversation, row)
+        first = outcome.chunks[0] if outcome.chunks else None
+        stale = row in self._resumed or (first is not None and first.created_at < self.started_at)
+        self._resumed.discard(row)
+        if message_id is None and stale:
+            with contextlib.suppress(GatewayError):  # unknown: the answer is sent as new
+                message_id = await lookup(row)
         if message_id is None:
             return
-        if outcome.chunks:
-            self._edit_into[outcome.chunks[0].id] = message_id
+        if first is not None:
+            self._edit_into[first.id] = message_id
             return
         with contextlib.suppress(PlatformError):  # decoration: a stale preview is no failure
             await discard(message_id)

@@ -17,7 +17,7 @@ import discord
 
 from gateway.config import DiscordConfig
 from gateway.messages import OutboxChunk, StoredMessage
-from platforms._preview import Budget, Key, Preview, Rate
+from platforms._preview import Adopt, Budget, Key, Preview, Rate, Record
 from platforms.discord._client import MENTIONS
 from platforms.discord.errors import TRANSLATED, translate
 
@@ -41,8 +41,13 @@ def open_preview(
     config: DiscordConfig,
     budget: Budget,
     row: StoredMessage,
+    *,
+    record: Record,
+    adopt: Adopt | None,
 ) -> Preview | None:
-    """The preview of ``row``'s turn, or None when previews are off."""
+    """The preview of ``row``'s turn, or None when previews are off (``record`` and
+    ``adopt`` as Telegram's: the message recorded before its first edit, and reused by a
+    turn re-run after a restart)."""
     if config.streaming == "off":
         return None
     reference = None
@@ -73,6 +78,8 @@ def open_preview(
         keys_for(channel.id),
         interval=config.stream_interval_s,
         limit=LIMIT,
+        record=record,
+        adopt=adopt,
     )
 
 

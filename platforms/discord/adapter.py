@@ -172,7 +172,8 @@ class DiscordAdapter:
 
     async def deliver(self, outcome: TurnOutcome) -> None:
         channel = convert.channel_of(outcome.conversation)
-        await self._previews.settle(outcome, partial(_stream.discard, self._live_client, channel))
+        discard = partial(_stream.discard, self._live_client, channel)
+        await self._previews.settle(outcome, discard, self._intake.preview_of)
         await self._courier.deliver(outcome)
 
     async def wait_delivered(self) -> None:
@@ -184,7 +185,11 @@ class DiscordAdapter:
         if self._client is None or not self._logged_in:
             return None
         channel = self._client.get_partial_messageable(convert.channel_of(row.conversation))
-        preview = _stream.open_preview(channel, self._config, self._previews.budget, row)
+        adopt = partial(self._intake.preview_of, row.id) if self._previews.resumed(row) else None
+        record = partial(self._intake.record_preview, row.id)
+        preview = _stream.open_preview(
+            channel, self._config, self._previews.budget, row, record=record, adopt=adopt
+        )
         if preview is None or self._previews.open(preview) is None:
             return None
         return Watch(stream=preview)

@@ -25,7 +25,7 @@ from telegram.error import BadRequest, TelegramError
 from gateway.config import TelegramConfig
 from gateway.messages import OutboxChunk, StoredMessage
 from platforms._chunking import utf16_len
-from platforms._preview import Budget, Key, Preview, Rate
+from platforms._preview import Adopt, Budget, Key, Preview, Rate, Record
 from platforms.telegram import errors, render
 from platforms.telegram.convert import Target
 
@@ -69,9 +69,18 @@ def keys_for(target: Target, mode: Mode) -> list[Key]:
 
 
 def open_preview(
-    bot: Bot, config: TelegramConfig, budget: Budget, target: Target, row: StoredMessage
+    bot: Bot,
+    config: TelegramConfig,
+    budget: Budget,
+    target: Target,
+    row: StoredMessage,
+    *,
+    record: Record,
+    adopt: Adopt | None,
 ) -> Preview | None:
-    """The preview of ``row``'s turn, or None when this chat shows none."""
+    """The preview of ``row``'s turn, or None when this chat shows none. A preview message
+    is recorded (``record``) before its first edit; ``adopt``: the turn is re-run after a
+    restart, and edits the preview message its first run left, if any."""
     mode = mode_for(config, target)
     if mode is None:
         return None
@@ -110,6 +119,8 @@ def open_preview(
         min_chars=config.stream_min_chars if mode == "edit" else 0,
         limit=LIMIT,
         length=utf16_len,
+        record=record if mode == "edit" else None,
+        adopt=adopt if mode == "edit" else None,
     )
 
 

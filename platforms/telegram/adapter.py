@@ -159,7 +159,7 @@ class TelegramAdapter:
         async def discard(message_id: str) -> None:
             await _stream.discard(self._running_bot(), target, int(message_id))
 
-        await self._previews.settle(outcome, discard)
+        await self._previews.settle(outcome, discard, self._intake.preview_of)
         await self._courier.deliver(outcome)
 
     async def wait_delivered(self) -> None:
@@ -172,7 +172,11 @@ class TelegramAdapter:
         if bot is None:
             return None
         target = convert.parse_key(row.conversation)
-        preview = _stream.open_preview(bot, self._config, self._previews.budget, target, row)
+        adopt = partial(self._intake.preview_of, row.id) if self._previews.resumed(row) else None
+        record = partial(self._intake.record_preview, row.id)
+        preview = _stream.open_preview(
+            bot, self._config, self._previews.budget, target, row, record=record, adopt=adopt
+        )
         if preview is None or self._previews.open(preview) is None:
             return None
         return Watch(stream=preview)
