@@ -285,6 +285,11 @@ class TelegramConfig:
     request_timeout_s: Annotated[float, Gt(0)] = 15.0  # one Bot API call (sends, typing)
     typing_interval_s: Annotated[float, Gt(0)] = 4.0
     typing_deadline_s: Annotated[float, Gt(0)] = 300.0
+    # Previews while the model writes (SPEC 8): drafts in private chats, an edited message
+    # elsewhere ("auto"); or always the edited message; or none.
+    streaming: Annotated[str, _one_of("auto", "draft", "edit", "off")] = "auto"
+    stream_interval_s: Annotated[float | None, Gt(0)] = None  # None: 0.5 (draft), 1.0 (edit)
+    stream_min_chars: Annotated[int, Ge(0)] = 40  # before a preview message is sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,6 +321,9 @@ class DiscordConfig:
     identify_delay_s: Annotated[float, Ge(0)] = 5.0  # before every IDENTIFY but the first
     rate_limit_wait_s: Annotated[float, Ge(30)] = 30.0  # discord.py's minimum
     typing_deadline_s: Annotated[float, Gt(0)] = 300.0
+    # Previews while the model writes (SPEC 8): one message, edited at most every interval.
+    streaming: Annotated[str, _one_of("edit", "off")] = "edit"
+    stream_interval_s: Annotated[float, Gt(0)] = 1.0
     connect_timeout_s: Annotated[float, Gt(0)] = 60.0
     shard_count: Annotated[int, Gt(0)] = 1  # gateway shards; several nodes share them (leases)
 

@@ -278,5 +278,11 @@ class GatewayIntake:
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         return await self._store.reply_to(user_row_id)
 
+    async def record_preview(self, user_row_id: int, message_id: str) -> None:
+        await self._store.record_preview(user_row_id, message_id)
+
+    async def preview_of(self, user_row_id: int) -> str | None:
+        return await self._store.preview_of(user_row_id)
+
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         return await self._store.transcript(conversation)

@@ -200,6 +200,15 @@ class Intake(Protocol):
 
     async def reply_to(self, user_row_id: int) -> StoredMessage | None: ...
 
+    async def record_preview(self, user_row_id: int, message_id: str) -> None:
+        """Record the preview message of a turn before its first edit (SPEC 8), so that after
+        a crash the re-run turn edits it into the answer."""
+        ...
+
+    async def preview_of(self, user_row_id: int) -> str | None:
+        """The recorded preview message of a turn, if any."""
+        ...
+
     async def delete(self, conversation: str, *, by: str) -> int | None:
         """Remove the conversation, its rows and outbox (logged, naming ``by``): the rows
         removed, or None when there is no such conversation."""

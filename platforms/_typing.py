@@ -2,7 +2,8 @@
 
 ``keep_typing`` sends the platform's typing action at once and then every ``every`` seconds
 while its block runs, and stops when the block ends, however it ends (answer, failure,
-``/stop``, shutdown), or at ``deadline`` at the latest. A failed typing call is logged and
+``/stop``, shutdown), or at ``deadline`` at the latest, or once ``until`` is set (the
+first preview of the answer appeared). A failed typing call is logged and
 never fails the turn: it is decoration.
 """
 
@@ -24,10 +25,11 @@ async def keep_typing(
     every: float = 4.0,
     deadline: float = 300.0,
     conversation: str = "",
+    until: anyio.Event | None = None,
 ) -> AsyncIterator[None]:
     async def pulse() -> None:
         with anyio.move_on_after(deadline):
-            while True:
+            while until is None or not until.is_set():
                 try:
                     await send_action()
                 except Exception as exc:  # decoration only: never fail the turn
@@ -35,7 +37,11 @@ async def keep_typing(
                         "typing indicator failed",
                         extra={"conversation": conversation, "error": type(exc).__name__},
                     )
-                await anyio.sleep(every)
+                if until is None:
+                    await anyio.sleep(every)
+                    continue
+                with anyio.move_on_after(every):
+                    await until.wait()
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(pulse)

@@ -116,6 +116,11 @@ class LifecycleMixin:
                 results.append(None)
                 continue
             db.execute("DELETE FROM outbox WHERE conversation = ?", (key,))
+            db.execute(
+                "DELETE FROM previews WHERE user_row_id IN"
+                " (SELECT id FROM messages WHERE conversation = ?)",
+                (key,),
+            )
             removed = db.execute("DELETE FROM messages WHERE conversation = ?", (key,)).rowcount
             db.execute("DELETE FROM conversations WHERE key = ?", (key,))
             results.append(removed)

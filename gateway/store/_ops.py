@@ -135,6 +135,15 @@ class DeleteConversation(Write[int | None]):
     anonymous_before: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RecordPreview(Write[None]):
+    """A turn's preview message (SPEC 8), recorded before its first edit: after a crash the
+    re-run turn edits it into the answer instead of leaving partial text behind."""
+
+    user_row_id: int
+    message_id: str
+
+
 StoreWrite = (
     AdmitRow
     | AnswerTurn
@@ -151,6 +160,7 @@ StoreWrite = (
     | RevokeUser
     | PurgeConversation
     | DeleteConversation
+    | RecordPreview
 )
 
 

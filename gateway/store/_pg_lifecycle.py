@@ -115,6 +115,11 @@ class PgLifecycleMixin:
                 results[i] = None
                 continue
             await db.execute("DELETE FROM outbox WHERE conversation = $1", key)
+            await db.execute(
+                "DELETE FROM previews WHERE user_row_id IN"
+                " (SELECT id FROM messages WHERE conversation = $1)",
+                key,
+            )
             status = await db.execute("DELETE FROM messages WHERE conversation = $1", key)
             await db.execute("DELETE FROM conversations WHERE key = $1", key)
             results[i] = int(status.split()[-1])

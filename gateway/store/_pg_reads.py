@@ -78,6 +78,12 @@ class PgReadsMixin:
         rows = await self._fetch(f"SELECT {MSG_COLUMNS} FROM messages WHERE id = $1", row_id)
         return to_message(rows[0]) if rows else None
 
+    async def preview_of(self, user_row_id: int) -> str | None:
+        rows = await self._fetch(
+            "SELECT message_id FROM previews WHERE user_row_id = $1", user_row_id
+        )
+        return str(rows[0][0]) if rows else None
+
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         rows = await self._fetch(
             f"SELECT {MSG_COLUMNS} FROM messages WHERE user_row_id = $1 AND role = 'assistant'"

@@ -103,6 +103,14 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE messages ADD COLUMN prompt_tokens INTEGER;
     ALTER TABLE messages ADD COLUMN completion_tokens INTEGER;
     """,
+    # 3: chat previews' messages, by the user row whose turn they preview (SPEC 8).
+    """
+    CREATE TABLE previews (
+        user_row_id BIGINT PRIMARY KEY,
+        message_id  TEXT NOT NULL,
+        created_at  DOUBLE PRECISION NOT NULL
+    );
+    """,
 )
 
 

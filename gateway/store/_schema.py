@@ -75,4 +75,12 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE messages ADD COLUMN prompt_tokens INTEGER;
     ALTER TABLE messages ADD COLUMN completion_tokens INTEGER;
     """,
+    # 4: chat previews' messages, by the user row whose turn they preview (SPEC 8).
+    """
+    CREATE TABLE previews (
+        user_row_id INTEGER PRIMARY KEY,
+        message_id  TEXT NOT NULL,
+        created_at  REAL NOT NULL
+    );
+    """,
 )

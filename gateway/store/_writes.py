@@ -17,6 +17,7 @@ from gateway.store._ops import (
     FailChunk,
     MarkDelivered,
     MarkSending,
+    RecordPreview,
     RejectPairing,
     RequestPairing,
     ResetConversation,
@@ -70,3 +71,6 @@ class QueuedWrites:
 
     async def revoke_user(self, platform: str, user_id: str) -> bool:
         return await self._group.submit(RevokeUser(platform, user_id))
+
+    async def record_preview(self, user_row_id: int, message_id: str) -> None:
+        await self._group.submit(RecordPreview(user_row_id, message_id))

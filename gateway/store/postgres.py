@@ -52,6 +52,7 @@ from gateway.store._ops import (
     MarkDelivered,
     MarkSending,
     PurgeConversation,
+    RecordPreview,
     RejectPairing,
     RequestPairing,
     ResetConversation,
@@ -204,6 +205,16 @@ class PostgresStore(
                 return await self._apply_purge(db, only(PurgeConversation, run))
             case DeleteConversation():
                 return await self._apply_delete(db, only(DeleteConversation, run))
+            case RecordPreview():
+                ops = only(RecordPreview, run)
+                await db.execute(
+                    "INSERT INTO previews (user_row_id, message_id, created_at)"
+                    " SELECT x.u, x.m, $3 FROM unnest($1::bigint[], $2::text[]) AS x(u, m)"
+                    " ON CONFLICT (user_row_id) DO UPDATE SET message_id = EXCLUDED.message_id",
+                    [op.user_row_id for op in ops],
+                    [op.message_id for op in ops],
+                    self._clock(),
+                )
             case unknown:
                 assert_never(unknown)
         return [None] * len(run)

@@ -53,6 +53,7 @@ from gateway.store._ops import (
     MarkDelivered,
     MarkSending,
     PurgeConversation,
+    RecordPreview,
     RejectPairing,
     RequestPairing,
     ResetConversation,
@@ -187,6 +188,12 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
         rows = await self._fetch(f"SELECT {_MSG_COLUMNS} FROM messages WHERE id = ?", (row_id,))
         return _row_to_message(rows[0]) if rows else None
 
+    async def preview_of(self, user_row_id: int) -> str | None:
+        rows = await self._fetch(
+            "SELECT message_id FROM previews WHERE user_row_id = ?", (user_row_id,)
+        )
+        return str(rows[0][0]) if rows else None
+
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         rows = await self._fetch(
             f"SELECT {_MSG_COLUMNS} FROM messages WHERE user_row_id = ? AND role = 'assistant'"
@@ -288,6 +295,14 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
                 return self._apply_purge(db, only(PurgeConversation, run))
             case DeleteConversation():
                 return self._apply_delete(db, only(DeleteConversation, run))
+            case RecordPreview():
+                now = self._clock()
+                db.executemany(
+                    "INSERT OR REPLACE INTO previews (user_row_id, message_id, created_at)"
+                    " VALUES (?, ?, ?)",
+                    [(op.user_row_id, op.message_id, now) for op in only(RecordPreview, run)],
+                )
+                return [None] * len(run)
             case unknown:
                 assert_never(unknown)
 

@@ -44,9 +44,10 @@ from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
 from platforms._courier import Courier
 from platforms._notices import NoticeBox
+from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
-from platforms.discord import convert
+from platforms.discord import _stream, convert
 from platforms.discord._backfill import Recent, Watched, read_back
 from platforms.discord._client import (
     MENTIONS,
@@ -113,6 +114,7 @@ class DiscordAdapter:
         self._recent = Recent(backfilled)  # conversations we were active in, for backfill
         self._refusals = RefusalNotices()
         self._notices = NoticeBox(self._say, on_full=self._answer_dropped, size=256)
+        self._previews = Previews(_stream.budget())
         self._stats = {
             "seen": 0,
             "admitted": 0,
@@ -146,6 +148,7 @@ class DiscordAdapter:
             **links,
             **{f"shards_{k}": v for k, v in keeper.items()},
             **self._courier.statistics(),
+            **{f"previews_{k}": v for k, v in self._previews.statistics().items()},
         }
 
     @property
@@ -168,6 +171,9 @@ class DiscordAdapter:
         )
 
     async def deliver(self, outcome: TurnOutcome) -> None:
+        channel = convert.channel_of(outcome.conversation)
+        discard = partial(_stream.discard, self._live_client, channel)
+        await self._previews.settle(outcome, discard, self._intake.preview_of)
         await self._courier.deliver(outcome)
 
     async def wait_delivered(self) -> None:
@@ -175,7 +181,18 @@ class DiscordAdapter:
         await self._notices.wait_idle()
 
     def watching(self, row: StoredMessage) -> Watch | None:
-        return None  # no previews yet: the answer shows when it is delivered
+        """A preview message of the answer while the model writes it (``_stream``)."""
+        if self._client is None or not self._logged_in:
+            return None
+        channel = self._client.get_partial_messageable(convert.channel_of(row.conversation))
+        adopt = partial(self._intake.preview_of, row.id) if self._previews.resumed(row) else None
+        record = partial(self._intake.record_preview, row.id)
+        preview = _stream.open_preview(
+            channel, self._config, self._previews.budget, row, record=record, adopt=adopt
+        )
+        if preview is None or self._previews.open(preview) is None:
+            return None
+        return Watch(stream=preview)
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
@@ -185,11 +202,13 @@ class DiscordAdapter:
             await self._live_client().get_partial_messageable(channel_id).typing()
 
         # Discord shows typing for 10 s after each call.
+        preview = self._previews.current(conversation)
         async with keep_typing(
             typing,
             every=8.0,
             deadline=self._config.typing_deadline_s,
             conversation=conversation,
+            until=None if preview is None else preview.shown,
         ):
             yield
 
@@ -197,6 +216,13 @@ class DiscordAdapter:
         """One outbox chunk as one Discord message; its nonce makes a repeat harmless."""
         channel_id = convert.channel_of(chunk.conversation)
         channel = self._live_client().get_partial_messageable(channel_id)
+        self._previews.budget.take(_stream.keys_for(channel_id))  # finals count, never wait
+        preview = self._previews.edit_target(chunk.id)
+        if preview is not None:
+            done = await _stream.finalise(channel, int(preview), chunk)
+            self._previews.edited(chunk.id)
+            if done:
+                return str(preview)
         nonce = convert.nonce(chunk)
         try:
             if convert.replies(chunk, self._config.reply_to):
@@ -232,6 +258,7 @@ class DiscordAdapter:
                 await tg.start(self._courier.run)
                 await tg.start(self._links.run)
                 await tg.start(self._notices.run)
+                await tg.start(self._previews.run)
                 await self._connect(client, tg)
                 started = self._ready.is_set()
                 if started:
@@ -245,6 +272,7 @@ class DiscordAdapter:
         finally:
             send.close()
             self._notices.close()
+            self._previews.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await client.close()
 

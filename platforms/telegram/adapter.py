@@ -47,9 +47,10 @@ from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
 from platforms._courier import Courier
 from platforms._notices import NoticeBox, send_notice
+from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
-from platforms.telegram import convert, errors, render
+from platforms.telegram import _stream, convert, errors, render
 from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueue, Verdict
 from platforms.telegram._poller import PollerKeeper
 from platforms.telegram._webhook import WebhookServer
@@ -99,6 +100,7 @@ class TelegramAdapter:
         self._notices = NoticeBox(self._send_notice, on_full=self._notice_dropped, size=256)
         self._queue = UpdateQueue(self._submit)
         self._refusals = RefusalNotices()
+        self._previews = Previews(_stream.budget())
         self._bot: ExtBot[None] | None = None
         self._me = convert.BotIdentity(0, "")
         self._connected = False
@@ -132,6 +134,7 @@ class TelegramAdapter:
             **{name: keeper.get(name, 0) for name in POLLER_STATS},
             "polling": self._polling(),
             "courier": self._courier.statistics(),
+            "previews": self._previews.statistics(),
         }
 
     def _polling(self) -> bool:
@@ -151,6 +154,12 @@ class TelegramAdapter:
         return render.render(text)
 
     async def deliver(self, outcome: TurnOutcome) -> None:
+        target = convert.parse_key(outcome.conversation)
+
+        async def discard(message_id: str) -> None:
+            await _stream.discard(self._running_bot(), target, int(message_id))
+
+        await self._previews.settle(outcome, discard, self._intake.preview_of)
         await self._courier.deliver(outcome)
 
     async def wait_delivered(self) -> None:
@@ -158,7 +167,19 @@ class TelegramAdapter:
         await self._notices.wait_idle()
 
     def watching(self, row: StoredMessage) -> Watch | None:
-        return None  # no previews yet: the answer shows when it is delivered
+        """A preview of the answer while the model writes it (``_stream``), where shown."""
+        bot = self._bot
+        if bot is None:
+            return None
+        target = convert.parse_key(row.conversation)
+        adopt = partial(self._intake.preview_of, row.id) if self._previews.resumed(row) else None
+        record = partial(self._intake.record_preview, row.id)
+        preview = _stream.open_preview(
+            bot, self._config, self._previews.budget, target, row, record=record, adopt=adopt
+        )
+        if preview is None or self._previews.open(preview) is None:
+            return None
+        return Watch(stream=preview)
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
@@ -173,11 +194,13 @@ class TelegramAdapter:
                 target.chat_id, ChatAction.TYPING, message_thread_id=target.thread_id
             )
 
+        preview = self._previews.current(conversation)
         async with keep_typing(
             typing,
             every=self._config.typing_interval_s,
             deadline=self._config.typing_deadline_s,
             conversation=conversation,
+            until=None if preview is None else preview.shown,
         ):
             yield
 
@@ -185,6 +208,15 @@ class TelegramAdapter:
         """Send one outbox chunk (for the courier); PTB's errors leave as PlatformError."""
         bot = self._running_bot()
         target = convert.parse_key(chunk.conversation)
+        # Finals count against the previews' budget (never waiting on it): previews yield.
+        self._previews.budget.take(_stream.keys_for(target, "edit"))
+        preview = self._previews.edit_target(chunk.id)
+        if preview is not None:
+            done = await _stream.finalise(bot, target, int(preview), chunk)
+            self._previews.edited(chunk.id)
+            if done:
+                return f"{target.chat_id}:{preview}"
+            # the preview is gone: the chunk is sent as a new message
         reply = None
         if not target.private and chunk.seq == 0 and chunk.reply_target.isdigit():
             reply = ReplyParameters(int(chunk.reply_target), allow_sending_without_reply=True)
@@ -269,6 +301,7 @@ class TelegramAdapter:
                 self._me = convert.BotIdentity(bot.id, bot.username)
                 tg.start_soon(self._intake_loop)
                 await tg.start(self._notices.run)
+                await tg.start(self._previews.run)
                 await tg.start(self._courier.run)
                 await self._register_commands(bot)
                 updater = application.updater
@@ -308,6 +341,7 @@ class TelegramAdapter:
                     await self._stop(application)
                 self._updates_tx.close()  # the intake and notice actors end by themselves
                 self._notices.close()
+                self._previews.close()
 
     async def _stop(self, application: Application[Any, Any, Any, Any, Any, Any]) -> None:
         """Stop PTB in order; the poller's last getUpdates confirms only admitted updates. In
