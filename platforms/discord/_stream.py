@@ -12,12 +12,14 @@ channel, 50 requests a second per bot) with room to spare for the final answer.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import discord
 
 from gateway.config import DiscordConfig
 from gateway.messages import OutboxChunk, StoredMessage
-from platforms._preview import Adopt, Budget, Key, Preview, Rate, Record
+from gateway.ports import Intake, Watch
+from platforms._preview import Adopt, Budget, Key, Preview, Previews, Rate, Record
 from platforms.discord._client import MENTIONS
 from platforms.discord.errors import TRANSLATED, translate
 
@@ -34,6 +36,24 @@ def budget() -> Budget:
 
 def keys_for(channel_id: int) -> list[Key]:
     return [("channel", channel_id), ("all", "")]
+
+
+def watch(
+    channel: discord.PartialMessageable,
+    config: DiscordConfig,
+    previews: Previews,
+    intake: Intake,
+    row: StoredMessage,
+) -> Watch | None:
+    """What the session streams ``row``'s answer into: a preview opened in ``previews``
+    (recorded through ``intake`` before its first edit; a turn re-run after a restart
+    adopts the one recorded), or None when previews are off."""
+    adopt = partial(intake.preview_of, row.id) if previews.resumed(row) else None
+    record = partial(intake.record_preview, row.id)
+    preview = open_preview(channel, config, previews.budget, row, record=record, adopt=adopt)
+    if preview is None or previews.open(preview) is None:
+        return None
+    return Watch(stream=preview)
 
 
 def open_preview(

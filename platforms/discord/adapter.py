@@ -185,14 +185,7 @@ class DiscordAdapter:
         if self._client is None or not self._logged_in:
             return None
         channel = self._client.get_partial_messageable(convert.channel_of(row.conversation))
-        adopt = partial(self._intake.preview_of, row.id) if self._previews.resumed(row) else None
-        record = partial(self._intake.record_preview, row.id)
-        preview = _stream.open_preview(
-            channel, self._config, self._previews.budget, row, record=record, adopt=adopt
-        )
-        if preview is None or self._previews.open(preview) is None:
-            return None
-        return Watch(stream=preview)
+        return _stream.watch(channel, self._config, self._previews, self._intake, row)
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
