@@ -4,6 +4,7 @@ and a fake model that streams, held open where a test looks at what the channel 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -119,3 +120,41 @@ async def test_a_cut_stream_then_a_fallback_replaces_the_preview(
     assert [r.model for r in model.requests] == ["gpt-test", "gpt-test", "gpt-fallback"]
     assert len(dc.calls("POST", SEND_ROUTE)) == 1  # one message: the preview, replaced
     assert dc.visible_contents(OPEN_CHANNEL_ID) == [answer]
+
+
+async def test_fifty_streaming_dms_stay_within_discords_limits(
+    tmp_path: Path, dc: FakeDiscord, model: FakeModel
+) -> None:
+    """50 conversations streaming at once, the fake's buckets on and not announced (so
+    discord.py cannot pace itself from the headers: only our preview budget keeps previews
+    under them): no preview gets a 429, every DM ends with the one answer."""
+    dc.rate_limits = dataclasses.replace(DISCORD_LIMITS, announce=False)
+    users = list(range(7000, 7050))
+    for user in users:
+        dc.add_user(user, f"user{user}")
+        dc.add_dm_channel(70_000 + user, user)
+    section = discord_toml(dc, "stream_interval_s = 0.2\n").replace(
+        f"allow_users = [{ALICE}]", f"allow_users = {users}"
+    )
+    model.default = lambda r: streamed(*PIECES, interval_s=0.4)
+    config = make_config(tmp_path / "botmux.db", model.base_url, extra=section)
+    async with running_gateway(config):
+        for user in users:
+            await dc.inject_message(70_000 + user, "stream to me", author_id=user)
+        with anyio.fail_after(90):
+            await dc.wait_until(
+                lambda: all(dc.visible_contents(70_000 + u) == [ANSWER] for u in users)
+            )
+            await anyio.sleep(0.5)  # nothing more may come
+    limited = [c for c in dc.rate_limited() if c.route in (SEND_ROUTE, MESSAGE_ROUTE)]
+    previews = [c for c in limited if (c.json or {}).get("content") != ANSWER]
+    assert previews == []  # no preview ran into a limit (finals may wait theirs out)
+    assert len(edits(dc)) > 50  # previews were shown: they grew by edits
+    for user in users:
+        assert dc.visible_contents(70_000 + user) == [ANSWER]  # each answered once
+        posts = [
+            c
+            for c in dc.calls("POST", SEND_ROUTE)
+            if c.path == f"/channels/{70_000 + user}/messages" and c.retry_after is None
+        ]
+        assert len(posts) == 1  # one message each: the preview, edited into the answer

@@ -34,8 +34,13 @@ def budget() -> Budget:
     return Budget(RATES)
 
 
+#: Every REST call of the bot counts toward Discord's global limit: typing indicators too
+#: (50 turns starting at once are 50 of them in one second), so previews wait for room.
+GLOBAL: list[Key] = [("all", "")]
+
+
 def keys_for(channel_id: int) -> list[Key]:
-    return [("channel", channel_id), ("all", "")]
+    return [("channel", channel_id), *GLOBAL]
 
 
 def watch(

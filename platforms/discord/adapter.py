@@ -139,13 +139,12 @@ class DiscordAdapter:
         clients = {link.client for link in self._links}
         if self._client is not None:
             clients.add(self._client)
-        links = {f"links_{k}": v for k, v in self._links.statistics().items()}
         keeper = self._keeper.statistics() if self._keeper is not None else {}
         return {
             **self._stats,
             "watched": len(self._recent),
             "unreadable_events": sum(c.unreadable_events for c in clients),
-            **links,
+            **{f"links_{k}": v for k, v in self._links.statistics().items()},
             **{f"shards_{k}": v for k, v in keeper.items()},
             **self._courier.statistics(),
             **{f"previews_{k}": v for k, v in self._previews.statistics().items()},
@@ -192,9 +191,10 @@ class DiscordAdapter:
         channel_id = convert.channel_of(conversation)
 
         async def typing() -> None:
+            self._previews.budget.take(_stream.GLOBAL)  # the bot's 50/s: never waits
             await self._live_client().get_partial_messageable(channel_id).typing()
 
-        # Discord shows typing for 10 s after each call.
+        # Discord shows typing for 10 s after each call; each counts in the previews' budget.
         preview = self._previews.current(conversation)
         async with keep_typing(
             typing,
