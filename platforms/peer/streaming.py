@@ -14,6 +14,7 @@ A peer client cannot be shown a correction, so once a piece reached one the stre
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, assert_never
@@ -31,6 +32,18 @@ log = logging.getLogger(__name__)
 KEEPALIVE = b": keepalive\n\n"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 DONE = b"data: [DONE]\n\n"
+
+
+class SseResponse(web.StreamResponse):
+    """An SSE response whose headers ``prepare`` keeps until the first bytes are written, so
+    they leave in one TCP send with the first event instead of one send (and, under load, a
+    scheduling round of the client) before it. aiohttp's own ``Response`` buffers its headers
+    the same way; a ``StreamResponse`` sends them at ``prepare`` unless told not to. Should a
+    later aiohttp drop the flag, the headers just go out on their own again."""
+
+    _send_headers_immediately = False
+
+
 #: Runs the turn of a request, streaming into the LiveReply it is given.
 Run = Callable[["LiveReply"], Awaitable[TurnOutcome]]
 
@@ -39,7 +52,7 @@ class LiveReply:
     """One streaming request's view of its turn's answer: the pieces handed to it so far and
     how many it has written; ``closed`` once the turn's outcome is there."""
 
-    __slots__ = ("_changed", "closed", "gone", "pieces", "row", "written")
+    __slots__ = ("_waiter", "active_at", "closed", "gone", "pieces", "row", "silent", "written")
 
     def __init__(self) -> None:
         self.pieces: list[str] = []
@@ -47,18 +60,20 @@ class LiveReply:
         self.row: int | None = None  # the user row, once admitted
         self.closed = False
         self.gone = False  # the client hung up
-        self._changed = anyio.Event()
+        self.active_at = 0.0  # when the pump last wrote (anyio's clock)
+        self.silent = False  # a keep-alive comment is due
+        self._waiter: anyio.Event | None = None  # only while the pump waits
 
     def __repr__(self) -> str:
         return f"<LiveReply pieces={len(self.pieces)} written={self.written}>"
 
     def append(self, text: str) -> None:
         self.pieces.append(text)
-        self._wake()
+        self.wake()
 
     def close(self) -> None:
         self.closed = True
-        self._wake()
+        self.wake()
 
     def take(self) -> list[str]:
         """The pieces not written yet (they count as written from now on)."""
@@ -67,11 +82,17 @@ class LiveReply:
         return new
 
     async def changed(self) -> None:
-        await self._changed.wait()
+        """Until the next piece or the close (a piece is never missed: the pump calls this
+        only after ``take`` found nothing, with no await in between)."""
+        if self._waiter is None:
+            self._waiter = anyio.Event()
+        await self._waiter.wait()
 
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+    def wake(self) -> None:
+        # A piece while the pump is busy writing needs no event: it takes it next round.
+        if self._waiter is not None:
+            self._waiter.set()
+            self._waiter = None
 
 
 class Watched:
@@ -118,24 +139,55 @@ async def pump(
     """Write ``reply``'s pieces to the client as they come, until it is closed and all are
     written. The headers go out with the first piece, or after ``keepalive_s`` of silence
     (then an SSE comment every ``keepalive_s``, so proxies keep the connection), so a turn
-    that fails before any piece can still answer with a status of its own."""
+    that fails before any piece can still answer with a status of its own.
+
+    The silence is timed by a task of its own that wakes only once per ``keepalive_s``: a
+    timeout around each wait for a piece (a cancel scope per piece) was a tenth of the CPU
+    of a streamed turn."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_keepalive, reply, keepalive_s)
+        await _write(request, response, reply, encode)
+        tg.cancel_scope.cancel()
+
+
+async def _write(
+    request: web.Request,
+    response: web.StreamResponse,
+    reply: LiveReply,
+    encode: Callable[[list[str]], bytes],
+) -> None:
     try:
         while True:
             pieces = reply.take()
             if pieces:
                 await response.prepare(request)
                 await response.write(encode(pieces))
+                reply.active_at = anyio.current_time()
+                continue
+            if reply.silent:
+                reply.silent = False
+                await response.prepare(request)
+                await response.write(KEEPALIVE)
+                reply.active_at = anyio.current_time()
                 continue
             if reply.closed:
                 return
-            with anyio.move_on_after(keepalive_s) as silence:
-                await reply.changed()
-            if silence.cancelled_caught:
-                await response.prepare(request)
-                await response.write(KEEPALIVE)
+            await reply.changed()
     except ConnectionError:
         reply.gone = True
         log.debug("peer API: a streaming client hung up; its turn runs on")
+
+
+async def _keepalive(reply: LiveReply, keepalive_s: float) -> None:
+    """Mark ``reply`` silent after every ``keepalive_s`` without a write (cancelled by the
+    pump once everything is written)."""
+    reply.active_at = anyio.current_time()
+    while True:
+        await anyio.sleep_until(reply.active_at + keepalive_s)
+        if anyio.current_time() >= reply.active_at + keepalive_s and not reply.silent:
+            reply.silent = True
+            reply.active_at = anyio.current_time()  # the pump writes it at once
+            reply.wake()
 
 
 async def finish(response: web.StreamResponse, data: bytes) -> None:
@@ -177,10 +229,10 @@ async def chat_stream(
     """The session chat route streamed: ``delta`` events as the model writes, then
     ``message`` (the JSON of the plain reply), then the end; an error before any event is
     the plain JSON error."""
-    response = web.StreamResponse(headers=SSE_HEADERS)
+    response = SseResponse(headers=SSE_HEADERS)
 
-    def encode(pieces: list[str]) -> bytes:
-        return b"".join(convert.sse({"content": piece}, "delta") for piece in pieces)
+    def encode(pieces: list[str]) -> bytes:  # convert.sse({"content": piece}, "delta") each
+        return b"".join(_DELTA_HEAD + _json(piece) + _DELTA_TAIL for piece in pieces)
 
     reply = LiveReply()
     outcome, error = await relay(request, response, reply, encode, run(reply), keepalive_s)
@@ -203,22 +255,20 @@ async def completion_stream(
     before any piece and within ``keepalive_s`` is answered as ever (a failure with its
     status); once the headers went out (a piece, or a keep-alive comment), a failure arrives
     as an ``error`` event."""
-    response = web.StreamResponse(headers=SSE_HEADERS)
+    response = SseResponse(headers=SSE_HEADERS)
     reply = LiveReply()
     model = parsed.model
-    opened = False
+    frame: tuple[bytes, bytes] | None = None  # a content chunk's event around its content
 
     def encode(pieces: list[str]) -> bytes:
-        nonlocal opened
-        row = reply.row or 0
+        nonlocal frame
         head = b""
-        if not opened:
-            opened = True
+        if frame is None:
+            row = reply.row or 0
             head = convert.sse(convert.completion_chunk(row, model, {"role": "assistant"}))
-        return head + b"".join(
-            convert.sse(convert.completion_chunk(row, model, {"content": piece}))
-            for piece in pieces
-        )
+            frame = _frame(convert.completion_chunk(row, model, {"content": _MARK}))
+        before, after = frame
+        return head + b"".join(before + _json(piece) + after for piece in pieces)
 
     outcome, error = await relay(request, response, reply, encode, run(reply), keepalive_s)
     if not response.prepared:
@@ -239,6 +289,22 @@ async def completion_stream(
         tail += convert.sse(convert.completion_chunk(row, model, None, usage=outcome.usage))
     await finish(response, tail + DONE)
     return response
+
+
+#: A piece's event is encoded once per stream around a mark, then only the piece per delta:
+#: the bytes are exactly ``convert.sse`` of the chunk (``json.dumps``' default separators).
+_MARK = "\x00"
+_DELTA_HEAD, _DELTA_TAIL = b'event: delta\ndata: {"content": ', b"}\n\n"
+
+
+def _json(text: str) -> bytes:
+    return json.dumps(text).encode()
+
+
+def _frame(chunk: dict[str, Any]) -> tuple[bytes, bytes]:
+    before, mark, after = convert.sse(chunk).partition(_json(_MARK))
+    assert mark, "the mark is in the chunk"
+    return before, after
 
 
 def completion_failure(outcome: TurnOutcome) -> web.Response:
