@@ -149,7 +149,13 @@ async def test_fifty_streaming_dms_stay_within_discords_limits(
     limited = [c for c in dc.rate_limited() if c.route in (SEND_ROUTE, MESSAGE_ROUTE)]
     previews = [c for c in limited if (c.json or {}).get("content") != ANSWER]
     assert previews == []  # no preview ran into a limit (finals may wait theirs out)
-    assert len(edits(dc)) > 50  # previews were shown: they grew by edits
+    # Previews were shown (best effort: the budget may leave a fast answer without one).
+    shown = [
+        c
+        for c in dc.calls("POST", SEND_ROUTE) + dc.calls("PATCH", MESSAGE_ROUTE)
+        if c.retry_after is None and (c.json or {}).get("content") not in (None, ANSWER)
+    ]
+    assert len(shown) >= 10
     for user in users:
         assert dc.visible_contents(70_000 + user) == [ANSWER]  # each answered once
         posts = [
