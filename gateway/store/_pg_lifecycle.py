@@ -9,6 +9,7 @@ the oldest pending row) like a fenced one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import asyncpg
@@ -67,20 +68,16 @@ class PgLifecycleMixin:
         rows = await self._fetch(_HEADERS, conversation)
         return [StoredMessage(*r) for r in rows]
 
-    async def purge(self, conversation: str) -> int:
-        return await self._group.submit(PurgeConversation(conversation))
-
-    async def delete_conversation(self, conversation: str) -> int | None:
-        return await self._group.submit(DeleteConversation(conversation))
-
     async def expire_conversations(self, idle_before: float, anonymous_before: float) -> list[str]:
         rows = await self._fetch(_EXPIRED, idle_before, ANONYMOUS_PATTERN, anonymous_before)
-        deleted = []
-        for (key,) in rows:
-            sweep = DeleteConversation(str(key), idle_before, anonymous_before)
-            if await self._group.submit(sweep) is not None:
-                deleted.append(str(key))
-        return deleted
+        return await self._delete_expired(
+            [str(key) for (key,) in rows], idle_before, anonymous_before
+        )
+
+    async def _delete_expired(
+        self, keys: Sequence[str], idle_before: float, anonymous_before: float
+    ) -> list[str]:
+        raise NotImplementedError  # QueuedWrites'
 
     # -- applied by the writer, in its transaction ----------------------------------------
 

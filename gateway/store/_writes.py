@@ -13,10 +13,12 @@ from gateway.store._ops import (
     AnswerTurn,
     ApprovePairing,
     CancelTurn,
+    DeleteConversation,
     ExpireChunks,
     FailChunk,
     MarkDelivered,
     MarkSending,
+    PurgeConversation,
     RecordPreview,
     RejectPairing,
     RequestPairing,
@@ -74,3 +76,21 @@ class QueuedWrites:
 
     async def record_preview(self, user_row_id: int, message_id: str) -> None:
         await self._group.submit(RecordPreview(user_row_id, message_id))
+
+    async def purge(self, conversation: str) -> int:
+        return await self._group.submit(PurgeConversation(conversation))
+
+    async def delete_conversation(self, conversation: str) -> int | None:
+        return await self._group.submit(DeleteConversation(conversation))
+
+    async def _delete_expired(
+        self, keys: Sequence[str], idle_before: float, anonymous_before: float
+    ) -> list[str]:
+        """The retention sweep's deletes: one conversation per commit, each checked again in
+        it (a message admitted since the read keeps its conversation). The ones deleted."""
+        deleted = []
+        for key in keys:
+            sweep = DeleteConversation(key, idle_before, anonymous_before)
+            if await self._group.submit(sweep) is not None:
+                deleted.append(key)
+        return deleted
