@@ -102,7 +102,15 @@ def build_adapters(
     if config.telegram is not None:
         from platforms.telegram import TelegramAdapter
 
-        adapters.append(TelegramAdapter(config.telegram, intake, observe=observe, leases=leases))
+        adapters.append(
+            TelegramAdapter(
+                config.telegram,
+                intake,
+                observe=observe,
+                leases=leases,
+                max_attachment_bytes=config.agent.max_attachment_bytes,
+            )
+        )
     if config.discord is not None:
         from platforms.discord import DiscordAdapter
 

@@ -42,7 +42,14 @@ from gateway.events import (
     TelegramPollFailed,
     TelegramStrangerIgnored,
 )
-from gateway.messages import COMMANDS, Failure, OutboxChunk, StoredMessage, TurnOutcome
+from gateway.messages import (
+    COMMANDS,
+    AttachmentRef,
+    Failure,
+    OutboxChunk,
+    StoredMessage,
+    TurnOutcome,
+)
 from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
 from platforms._courier import Courier
@@ -50,7 +57,7 @@ from platforms._notices import NoticeBox, send_notice
 from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
-from platforms.telegram import _stream, convert, errors, render
+from platforms.telegram import _files, _stream, convert, errors, render
 from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueue, Verdict
 from platforms.telegram._poller import PollerKeeper
 from platforms.telegram._webhook import WebhookServer
@@ -90,8 +97,10 @@ class TelegramAdapter:
         *,
         observe: Observe,
         leases: Leases | None = None,
+        max_attachment_bytes: int = convert.BOT_API_DOWNLOAD_LIMIT,
     ) -> None:
         self._config = config
+        self._max_attachment_bytes = max_attachment_bytes  # picks a photo's size at admission
         self._leases = leases  # several nodes: only the holder of "telegram:poller" polls
         self._intake = intake
         self._observe = observe
@@ -203,6 +212,11 @@ class TelegramAdapter:
             until=None if preview is None else preview.shown,
         ):
             yield
+
+    async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
+        """An attachment's bytes: getFile, then its URL streamed within ``limit`` (``_files``)."""
+        bot = self._running_bot()
+        return await _files.fetch(bot, ref, limit=limit, timeout_s=self._config.request_timeout_s)
 
     async def _send_chunk(self, chunk: OutboxChunk) -> str:
         """Send one outbox chunk (for the courier); PTB's errors leave as PlatformError."""
@@ -478,7 +492,7 @@ class TelegramAdapter:
             return Verdict.ACK
 
     async def _admit(self, update: Update) -> Verdict:
-        incoming = convert.read(update, self._me, self._group_mode())
+        incoming = convert.read(update, self._me, self._group_mode(), self._max_attachment_bytes)
         if incoming is None:
             self._stats["ignored"] += 1
             return Verdict.ACK
