@@ -17,6 +17,7 @@ from anyio.abc import TaskStatus
 
 from gateway.messages import (
     Admission,
+    AttachmentRef,
     ChatMessage,
     Inbound,
     StoredMessage,
@@ -99,6 +100,13 @@ class Outlet(Protocol):
     def watching(self, row: StoredMessage) -> Watch | None:
         """Who waits for the turn of ``row`` now, asked as the turn starts; None: nobody
         beyond the final delivery (the chat platforms, until they show previews)."""
+        ...
+
+    async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
+        """The bytes of ``ref`` (SPEC 9), never holding more than ``limit`` bytes in memory:
+        raises :class:`~gateway.errors.AttachmentTooLarge` past it; other failures raise the
+        GatewayError subclasses of the platform's translation table (classified by
+        ``policy.classify`` like a failed send)."""
         ...
 
 

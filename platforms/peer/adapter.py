@@ -34,6 +34,7 @@ from gateway.config import PeerConfig, PeerToken
 from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, Inbound, StoredMessage, TurnOutcome
 from gateway.ports import Intake, Watch
+from platforms import _fetch
 from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.peer import convert, limits, streaming
 from platforms.peer.errors import error_middleware, json_error
@@ -159,6 +160,10 @@ class PeerAdapter:
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
         yield
+
+    # Peer bytes arrive inline and are stored at admission; https image URLs go to the model
+    # as they are: nothing of the peer API is ever fetched.
+    fetch = _fetch.unsupported
 
     def watching(self, row: StoredMessage) -> Watch | None:
         watched = self._watched.get(row.platform_message_id or "")
