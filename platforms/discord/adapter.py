@@ -41,7 +41,6 @@ from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refu
 from gateway.events import DiscordBackfilled, Observe
 from gateway.messages import OutboxChunk, StoredMessage, TurnOutcome
 from gateway.ports import Intake, Leases, Watch
-from platforms import _fetch
 from platforms._access import check_access
 from platforms._courier import Courier
 from platforms._notices import NoticeBox
@@ -179,8 +178,6 @@ class DiscordAdapter(_attachments.Fetching):
     async def wait_delivered(self) -> None:
         await self._courier.wait_idle()
         await self._notices.wait_idle()
-
-    fetch = _fetch.unsupported  # replaced by the platform's download (attachfetch)
 
     def watching(self, row: StoredMessage) -> Watch | None:
         """A preview message of the answer while the model writes it (``_stream``)."""

@@ -51,7 +51,6 @@ from gateway.messages import (
     TurnOutcome,
 )
 from gateway.ports import Intake, Leases, Watch
-from platforms import _fetch
 from platforms._access import check_access
 from platforms._courier import Courier
 from platforms._notices import NoticeBox, send_notice
@@ -175,8 +174,6 @@ class TelegramAdapter:
     async def wait_delivered(self) -> None:
         await self._courier.wait_idle()
         await self._notices.wait_idle()
-
-    fetch = _fetch.unsupported  # replaced by the platform's download (attachfetch)
 
     def watching(self, row: StoredMessage) -> Watch | None:
         """A preview of the answer while the model writes it (``_stream``), where shown."""
