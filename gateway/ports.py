@@ -175,8 +175,9 @@ class Intake(Protocol):
         """False once draining began: adapters refuse new work (the peer API answers 503)."""
         ...
 
-    async def admit(self, inbound: Inbound) -> Admission:
-        """Store the message (exactly once) and queue its turn; return the stored row."""
+    async def admit(self, inbound: Inbound, blobs: Mapping[str, bytes] | None = None) -> Admission:
+        """Store the message (exactly once) and queue its turn; return the stored row.
+        ``blobs``: attachment bytes that came inline, by sha256, stored with the row."""
         ...
 
     async def command(self, platform: str, conversation: str, name: str) -> str:
