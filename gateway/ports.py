@@ -19,6 +19,7 @@ from gateway.messages import (
     Admission,
     AttachmentRef,
     ChatMessage,
+    Failure,
     Inbound,
     StoredMessage,
     StreamEvent,
@@ -56,6 +57,21 @@ class Watch:
     response_format: Mapping[str, Any] | None = None
 
 
+class Transcriber(Protocol):
+    """Voice and audio to text (``[transcription]``, SPEC 9), under the failure policy."""
+
+    @property
+    def configured(self) -> bool:
+        """Whether a transcription endpoint is configured at all."""
+        ...
+
+    async def transcribe(
+        self, conversation: str, ref: AttachmentRef, data: bytes, *, turn: int = 0
+    ) -> str | Failure:
+        """The transcript of ``data``, or the class of the failure for good."""
+        ...
+
+
 class TurnRunner(Protocol):
     """Runs one model turn (the agent, under the failure policy)."""
 
@@ -68,8 +84,10 @@ class TurnRunner(Protocol):
         turn: int = 0,
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
+        images: Sequence[str] = (),
     ) -> TurnResult:
         """``turn`` is the user row's id, for the log lines of the turn's decisions.
+        ``images``: image URLs (data or https) sent beside ``text`` to models that see them.
         ``before_call`` runs right before each model request leaves, with no await between
         it and the request; it may cancel the turn (the request is then never sent).
         ``watch``: who waits for the answer now; with a stream, the model streams into it."""
