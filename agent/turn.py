@@ -39,6 +39,8 @@ from policy.backoff import Backoff
 from policy.engine import AnswerShown, ModelPolicy, Observe, TurnFailed
 
 _OPTIONS: Any = {"security": {"bearer_auth": True}}
+#: What the reply says when a turn had images and no model of the chain can see them.
+IMAGES_UNSEEN = "(this model cannot see images; the image was not used)"
 
 
 def fit_history(history: Sequence[ChatMessage], budget: int) -> Sequence[ChatMessage]:
@@ -82,18 +84,30 @@ class Agent:
     def __repr__(self) -> str:
         return f"<Agent model={self._model.model if self._model else None!r}>"
 
-    def build_messages(self, history: Sequence[ChatMessage], text: str) -> list[dict[str, str]]:
-        messages = [{"role": "system", "content": self._config.system_prompt}]
+    def build_messages(
+        self,
+        history: Sequence[ChatMessage],
+        text: str,
+        images: Sequence[str] = (),
+        *,
+        vision: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The request's messages; with ``vision`` (the model sees images), the new message's
+        ``images`` and the history's resolved ones as ``image_url`` parts beside the text."""
+        messages: list[dict[str, Any]] = [{"role": "system", "content": self._config.system_prompt}]
         kept = fit_history(history, self._config.history_chars)
-        messages.extend({"role": m.role, "content": m.content} for m in kept)
-        messages.append({"role": "user", "content": text})
+        messages.extend(
+            {"role": m.role, "content": _content(m.content, m.images if vision else ())}
+            for m in kept
+        )
+        messages.append({"role": "user", "content": _content(text, images if vision else ())})
         return messages
 
     async def complete(
         self,
         endpoint: ModelEndpoint,
         api_key: str,
-        messages: list[dict[str, str]],
+        messages: list[dict[str, Any]],
         *,
         rebuild: bool = False,
         before_call: Callable[[], None] | None = None,
@@ -191,11 +205,18 @@ class Agent:
         turn: int = 0,
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
+        images: Sequence[str] = (),
     ) -> TurnResult:
         if self._policy is None:
             failure = classify(ModelNotConfigured("no model is configured"))
             return TurnResult(reply=failure_reply(failure), failure=failure)
-        messages = self.build_messages(history, text)
+        # A turn with images skips the models that cannot see them; when none can, the
+        # text is answered and the reply says so (SPEC 9).
+        sees = [e.sees_images for e in self._chain]
+        unseen = bool(images) and not any(sees)
+        usable = sees if images and not unseen else None
+        plain = self.build_messages(history, text)
+        seeing = self.build_messages(history, text, images, vision=True) if any(sees) else plain
         stream = watch.stream if watch is not None and self._config.stream else None
         response_format = watch.response_format if watch is not None else None
         attempts = itertools.count(1)
@@ -204,7 +225,7 @@ class Agent:
             return await self.complete(
                 self._chain[index],
                 api_key,
-                messages,
+                seeing if sees[index] else plain,
                 rebuild=rebuild,
                 before_call=before_call,
                 stream=stream,
@@ -213,7 +234,7 @@ class Agent:
             )
 
         try:
-            answer = await self._policy.run(conversation, call, turn=turn)
+            answer = await self._policy.run(conversation, call, turn=turn, usable=usable)
         except TurnFailed as exc:
             return TurnResult(
                 reply=failure_reply(exc.failure),
@@ -222,8 +243,9 @@ class Agent:
                 shown=isinstance(exc.__cause__, AnswerShown),
             )
         reply, usage = answer.value
+        reply = reply or "(the model returned an empty reply)"
         return TurnResult(
-            reply=reply or "(the model returned an empty reply)",
+            reply=f"{IMAGES_UNSEEN}\n\n{reply}" if unseen else reply,
             model=answer.model,
             usage=usage,
             fell_back=answer.fell_back,
@@ -236,6 +258,17 @@ class Agent:
         if self._policy is None:
             return {"model": None}
         return self._policy.status()
+
+
+def _content(text: str, images: Sequence[str]) -> str | list[dict[str, Any]]:
+    """A message's content: its text, or with images the text part and one ``image_url``
+    part each (only resolved ones: a ``sha256:`` reference is an image not re-sent)."""
+    urls = [u for u in images if u.startswith(("data:", "https://", "http://"))]
+    if not urls:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    parts.extend({"type": "image_url", "image_url": {"url": u}} for u in urls)
+    return parts
 
 
 def _piece(choices: Any) -> str:

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from agent import Agent, ClientPool
+from agent.transcribe import Transcriber
+from gateway.attachments import Attachments
 from gateway.backlog import Caps
 from gateway.config import Config
 from gateway.events import Event, Observe, log_line
@@ -195,6 +197,7 @@ class GatewayApp:
         observe = Observer(self.metrics, self.failpoints)
         clients = ClientPool()
         agent = Agent(config.model, config.agent, clients, observe=observe, clock=self.clock)
+        transcriber = Transcriber(config.transcription, clients, observe=observe, clock=self.clock)
         try:
             async with open_store(config, observe=observe) as store:
                 self._ready["store"] = True
@@ -208,6 +211,9 @@ class GatewayApp:
                     mailbox_size=config.gateway.mailbox_size,
                     observe=observe,
                     clock=self.clock,
+                    attachments=Attachments(
+                        store, outlets, transcriber, config.agent, observe=observe
+                    ),
                 )
                 if config.store.shared:
                     # Session actors ask the cluster (built below) before each model call.

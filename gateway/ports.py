@@ -19,6 +19,7 @@ from gateway.messages import (
     Admission,
     AttachmentRef,
     ChatMessage,
+    Failure,
     Inbound,
     StoredMessage,
     StreamEvent,
@@ -56,6 +57,21 @@ class Watch:
     response_format: Mapping[str, Any] | None = None
 
 
+class Transcriber(Protocol):
+    """Voice and audio to text (``[transcription]``, SPEC 9), under the failure policy."""
+
+    @property
+    def configured(self) -> bool:
+        """Whether a transcription endpoint is configured at all."""
+        ...
+
+    async def transcribe(
+        self, conversation: str, ref: AttachmentRef, data: bytes, *, turn: int = 0
+    ) -> str | Failure:
+        """The transcript of ``data``, or the class of the failure for good."""
+        ...
+
+
 class TurnRunner(Protocol):
     """Runs one model turn (the agent, under the failure policy)."""
 
@@ -68,8 +84,10 @@ class TurnRunner(Protocol):
         turn: int = 0,
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
+        images: Sequence[str] = (),
     ) -> TurnResult:
         """``turn`` is the user row's id, for the log lines of the turn's decisions.
+        ``images``: image URLs (data or https) sent beside ``text`` to models that see them.
         ``before_call`` runs right before each model request leaves, with no await between
         it and the request; it may cancel the turn (the request is then never sent).
         ``watch``: who waits for the answer now; with a stream, the model streams into it."""
@@ -175,8 +193,9 @@ class Intake(Protocol):
         """False once draining began: adapters refuse new work (the peer API answers 503)."""
         ...
 
-    async def admit(self, inbound: Inbound) -> Admission:
-        """Store the message (exactly once) and queue its turn; return the stored row."""
+    async def admit(self, inbound: Inbound, blobs: Mapping[str, bytes] | None = None) -> Admission:
+        """Store the message (exactly once) and queue its turn; return the stored row.
+        ``blobs``: attachment bytes that came inline, by sha256, stored with the row."""
         ...
 
     async def command(self, platform: str, conversation: str, name: str) -> str:

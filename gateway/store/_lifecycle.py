@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.messages import Backlog, StoredMessage
+from gateway.store._attachments import delete_attachments
 from gateway.store._ops import DeleteConversation, PurgeConversation
 from gateway.store._writer import GroupWriter
 
@@ -115,6 +116,7 @@ class LifecycleMixin:
                 " (SELECT id FROM messages WHERE conversation = ?)",
                 (key,),
             )
+            delete_attachments(db, key)
             removed = db.execute("DELETE FROM messages WHERE conversation = ?", (key,)).rowcount
             db.execute("DELETE FROM conversations WHERE key = ?", (key,))
             results.append(removed)

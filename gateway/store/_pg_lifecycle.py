@@ -17,6 +17,7 @@ import asyncpg
 from gateway.messages import Backlog, StoredMessage
 from gateway.store._lifecycle import ANONYMOUS_PATTERN
 from gateway.store._ops import DeleteConversation, PurgeConversation
+from gateway.store._pg_attachments import delete_attachments
 from gateway.store._writer import GroupWriter
 
 _BACKLOG = (
@@ -117,6 +118,7 @@ class PgLifecycleMixin:
                 " (SELECT id FROM messages WHERE conversation = $1)",
                 key,
             )
+            await delete_attachments(db, key)
             status = await db.execute("DELETE FROM messages WHERE conversation = $1", key)
             await db.execute("DELETE FROM conversations WHERE key = $1", key)
             results[i] = int(status.split()[-1])

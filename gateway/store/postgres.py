@@ -57,10 +57,12 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SaveAttachment,
     StoreWrite,
     only,
 )
 from gateway.store._pg_answers import PgAnswersMixin
+from gateway.store._pg_attachments import PgAttachmentsMixin
 from gateway.store._pg_connection import (
     PG_ERRORS,
     close_or_cut,
@@ -91,7 +93,13 @@ def channel(node: str) -> str:
 
 
 class PostgresStore(
-    QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin, PgLifecycleMixin, PgAnswersMixin
+    QueuedWrites,
+    PgReadsMixin,
+    PgPairingMixin,
+    LeasesMixin,
+    PgLifecycleMixin,
+    PgAnswersMixin,
+    PgAttachmentsMixin,
 ):
     """The :class:`~gateway.store.base.Store` on PostgreSQL; see :func:`open_postgres_store`."""
 
@@ -215,6 +223,8 @@ class PostgresStore(
                     [op.message_id for op in ops],
                     self._clock(),
                 )
+            case SaveAttachment():
+                return await self._apply_save_attachment(db, only(SaveAttachment, run))
             case unknown:
                 assert_never(unknown)
         return [None] * len(run)
@@ -357,7 +367,7 @@ class PostgresStore(
             admissions.append(Admission(row=msg, duplicate=msg.id != row_id, local=local))
         if fences:
             self._after_commit.append(lambda: self._took(fences))
-        return admissions
+        return await self._admit_attachments(db, ops, admissions)
 
     def _took(self, fences: dict[str, tuple[int, str | None]]) -> None:
         for key, (fence, _) in fences.items():
