@@ -259,6 +259,7 @@ class GatewayApp:
                     ready=self.readiness,
                     metrics=render_metrics,
                     clock=self.clock,
+                    max_attachment_bytes=config.agent.max_attachment_bytes,
                 )
                 outlets["peer"] = peer
                 cluster = self._cluster(store, router, outlets, intake, observe)

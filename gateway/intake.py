@@ -286,3 +286,6 @@ class GatewayIntake:
 
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         return await self._store.transcript(conversation)
+
+    async def attachment(self, conversation: str, sha256: str) -> tuple[str, bytes] | None:
+        return await self._store.attachment_bytes(conversation, sha256)

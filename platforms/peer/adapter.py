@@ -16,6 +16,7 @@ loopback ``Host`` and ``Origin`` and JSON POSTs. The decisions are
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import ipaddress
 import json
@@ -37,6 +38,8 @@ from gateway.ports import Intake, Watch
 from platforms import _fetch
 from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.peer import convert, limits, streaming
+from platforms.peer._files import attachment_response
+from platforms.peer.attachments import Files, chat_attachments, content_parts
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
 from platforms.peer.streaming import SSE_HEADERS, LiveReply, Watched, finish
@@ -99,8 +102,10 @@ class PeerAdapter:
         ready: Callable[[], dict[str, bool]],
         metrics: Callable[[], Awaitable[bytes]],
         clock: Callable[[], float] = time.monotonic,
+        max_attachment_bytes: int = 20 * 1024 * 1024,
     ) -> None:
         self._config = config
+        self._max_file = max_attachment_bytes
         self._intake = intake
         self._ready = ready
         self._metrics = metrics
@@ -179,6 +184,7 @@ class PeerAdapter:
         app.router.add_post("/api/sessions/{session_id}/chat", self._chat)
         app.router.add_get("/api/sessions/{session_id}/messages", self._messages)
         app.router.add_delete("/api/sessions/{session_id}", self._delete)
+        app.router.add_get("/api/sessions/{session_id}/attachments/{sha256}", self._attachment)
         app.router.add_post("/v1/chat/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/v1/models/{model_id}", self._model)
@@ -303,6 +309,7 @@ class PeerAdapter:
         retry: bool = False,
         reply: LiveReply | None = None,
         response_format: Mapping[str, Any] | None = None,
+        files: Files | None = None,
     ) -> TurnOutcome:
         """Admit the message and wait for its outcome; ``reply``: stream the answer into it
         while the model writes it; ``response_format``: ask the model for it.
@@ -323,10 +330,10 @@ class PeerAdapter:
         if reply is not None:
             watched.replies.append(reply)
         try:
+            refs = tuple(files.refs) if files else ()
             admission = await self._intake.admit(
-                Inbound(
-                    platform="peer", conversation=conversation, platform_message_id=pmid, text=text
-                )
+                Inbound("peer", conversation, pmid, text, attachments=refs),
+                files.blobs if files else None,
             )
             row = admission.row
             if reply is not None:
@@ -349,6 +356,7 @@ class PeerAdapter:
                             retry=True,
                             reply=reply,
                             response_format=response_format,
+                            files=files,
                         )
                     return settled
             self._pmids[row.id] = pmid
@@ -393,18 +401,19 @@ class PeerAdapter:
             await finish(response, convert.sse(body, "message"))
             return response
         key = request.headers.get("Idempotency-Key")
+        files = chat_attachments(ask.attachments, self._max_file)
         if not convert.wants_stream(ask.stream, request.headers.get("Accept", "")):
-            outcome = await self._run_turn(session_id, text, key)
+            outcome = await self._run_turn(session_id, text, key, files=files)
             return web.json_response(
                 convert.chat_response(session_id, outcome.reply, outcome.failure)
             )
-        return await self._chat_stream(request, session_id, text, key)
+        return await self._chat_stream(request, session_id, text, key, files)
 
     async def _chat_stream(
-        self, request: web.Request, session_id: str, text: str, key: str | None
+        self, request: web.Request, session_id: str, text: str, key: str | None, files: Files
     ) -> web.StreamResponse:
         def run(reply: LiveReply) -> Awaitable[TurnOutcome]:
-            return self._run_turn(session_id, text, key, reply=reply)
+            return self._run_turn(session_id, text, key, reply=reply, files=files)
 
         return await streaming.chat_stream(request, session_id, run, self.sse_keepalive_s)
 
@@ -412,6 +421,11 @@ class PeerAdapter:
         session_id = self._session(request, request.match_info["session_id"])
         rows = await self._intake.transcript(convert.conversation_key(session_id))
         return web.json_response(convert.transcript_json(rows))
+
+    async def _attachment(self, request: web.Request) -> web.Response:
+        session_id = self._session(request, request.match_info["session_id"])
+        key = convert.conversation_key(session_id)
+        return await attachment_response(self._intake, key, request.match_info["sha256"])
 
     async def _delete(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])
@@ -424,6 +438,10 @@ class PeerAdapter:
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
         parsed = convert.completion_request(await self._read_json(request))
+        text, files = parsed.text, None
+        if parsed.parts is not None:
+            text, files = content_parts(parsed.parts, self._max_file)
+            parsed = dataclasses.replace(parsed, text=text)
         key = request.headers.get("Idempotency-Key")
         header = request.headers.get("X-Botmux-Session")
         session_id = convert.completion_session(
@@ -435,7 +453,7 @@ class PeerAdapter:
             session_id = self._session(request, session_id)
         if not parsed.stream:
             outcome = await self._run_turn(
-                session_id, parsed.text, key, response_format=parsed.response_format
+                session_id, text, key, response_format=parsed.response_format, files=files
             )
             if outcome.failure is not None:
                 return streaming.completion_failure(outcome)
@@ -444,7 +462,7 @@ class PeerAdapter:
                     outcome.user_row_id, outcome.reply, parsed.model, outcome.usage
                 )
             )
-        return await self._stream(request, session_id, parsed, key)
+        return await self._stream(request, session_id, parsed, key, files)
 
     async def _stream(
         self,
@@ -452,10 +470,16 @@ class PeerAdapter:
         session_id: str,
         parsed: convert.CompletionRequest,
         key: str | None,
+        files: Files | None,
     ) -> web.StreamResponse:
         def run(reply: LiveReply) -> Awaitable[TurnOutcome]:
             return self._run_turn(
-                session_id, parsed.text, key, reply=reply, response_format=parsed.response_format
+                session_id,
+                parsed.text,
+                key,
+                reply=reply,
+                response_format=parsed.response_format,
+                files=files,
             )
 
         return await streaming.completion_stream(request, parsed, run, self.sse_keepalive_s)
