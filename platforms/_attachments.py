@@ -11,12 +11,16 @@ passes the limit, leaving the rest of the body unread.
 
 from __future__ import annotations
 
+import io
 from collections.abc import AsyncIterable
 
 from gateway.errors import AttachmentTooLarge, PlatformError
 from gateway.messages import AttachmentRef
 
 IMAGE, AUDIO, DOCUMENT = "image", "audio", "document"
+#: Downloads a platform runs at once: a body is held whole until the turn stored it, so this
+#: bounds what many users sending large files at the same moment cost (the others wait).
+MAX_DOWNLOADS = 4
 
 
 def kind_of(content_type: str) -> str:
@@ -44,15 +48,16 @@ def refuse_declared(ref: AttachmentRef, limit: int, size: int | None = None) -> 
 
 async def read_bounded(chunks: AsyncIterable[bytes], ref: AttachmentRef, *, limit: int) -> bytes:
     """The body ``chunks`` make, or ``AttachmentTooLarge`` as soon as it passes ``limit``
-    (the caller closes the response, so the rest is never read)."""
-    parts: list[bytes] = []
-    total = 0
+    (the caller closes the response, so the rest is never read).
+
+    Gathered in a ``BytesIO``, whose ``getvalue`` hands over its buffer without a copy: the
+    body is held once (joining a list of chunks would hold it twice at the end)."""
+    body = io.BytesIO()
     async for chunk in chunks:
-        total += len(chunk)
-        if total > limit:
+        if body.tell() + len(chunk) > limit:
             raise too_large(ref, limit)
-        parts.append(chunk)
-    return b"".join(parts)
+        body.write(chunk)
+    return body.getvalue()
 
 
 def refetchable(error: PlatformError) -> PlatformError:

@@ -17,11 +17,12 @@ and not a 4xx (an expired link, a deleted attachment).
 from __future__ import annotations
 
 import aiohttp
+import anyio
 import discord
 
 from gateway.errors import PlatformError
 from gateway.messages import AttachmentRef
-from platforms._attachments import read_bounded, refuse_declared
+from platforms._attachments import MAX_DOWNLOADS, read_bounded, refuse_declared
 from platforms.discord.errors import TRANSLATED, translate
 
 CHUNK_BYTES = 64 * 1024
@@ -73,7 +74,12 @@ async def fetch(ref: AttachmentRef, *, limit: int) -> bytes:
 
 class Fetching:
     """The outlet's ``fetch`` for :class:`~platforms.discord.adapter.DiscordAdapter` (a
-    mixin: the adapter's module is at its size limit)."""
+    mixin: the adapter's module is at its size limit), ``MAX_DOWNLOADS`` at a time."""
+
+    _downloads: anyio.CapacityLimiter | None = None
 
     async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
-        return await fetch(ref, limit=limit)
+        if self._downloads is None:
+            self._downloads = anyio.CapacityLimiter(MAX_DOWNLOADS)
+        async with self._downloads:
+            return await fetch(ref, limit=limit)

@@ -52,6 +52,7 @@ from gateway.messages import (
 )
 from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
+from platforms._attachments import MAX_DOWNLOADS
 from platforms._courier import Courier
 from platforms._notices import NoticeBox, send_notice
 from platforms._preview import Previews
@@ -101,6 +102,7 @@ class TelegramAdapter:
     ) -> None:
         self._config = config
         self._max_attachment_bytes = max_attachment_bytes  # picks a photo's size at admission
+        self._downloads = anyio.CapacityLimiter(MAX_DOWNLOADS)
         self._leases = leases  # several nodes: only the holder of "telegram:poller" polls
         self._intake = intake
         self._observe = observe
@@ -216,7 +218,10 @@ class TelegramAdapter:
     async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
         """An attachment's bytes: getFile, then its URL streamed within ``limit`` (``_files``)."""
         bot = self._running_bot()
-        return await _files.fetch(bot, ref, limit=limit, timeout_s=self._config.request_timeout_s)
+        async with self._downloads:  # MAX_DOWNLOADS at a time: each body is held whole
+            return await _files.fetch(
+                bot, ref, limit=limit, timeout_s=self._config.request_timeout_s
+            )
 
     async def _send_chunk(self, chunk: OutboxChunk) -> str:
         """Send one outbox chunk (for the courier); PTB's errors leave as PlatformError."""
