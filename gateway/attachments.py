@@ -31,7 +31,14 @@ from gateway.config import AgentConfig
 from gateway.documents import Unreadable, document_text, readable
 from gateway.errors import AttachmentTooLarge, GatewayError
 from gateway.events import AttachmentFetched, AttachmentHandled, Observe
-from gateway.messages import AttachmentRef, ChatMessage, Failure, StoredMessage, TurnResult
+from gateway.messages import (
+    ATTACHMENT_FAILURES,
+    AttachmentRef,
+    ChatMessage,
+    Failure,
+    StoredMessage,
+    TurnResult,
+)
 from gateway.ports import Outlet, Transcriber
 from gateway.store.base import Store
 from policy import classify_send
@@ -39,9 +46,7 @@ from policy import classify_send
 log = logging.getLogger(__name__)
 
 REF_PREFIX = "sha256:"
-TOO_LARGE = "too_large"
-UNSUPPORTED = "unsupported"
-NOT_CONFIGURED = "not_configured"
+TOO_LARGE, UNSUPPORTED, NOT_CONFIGURED = ATTACHMENT_FAILURES
 _RETRY_CAP_S = 5.0  # the longest a fetch's one retry waits for a Retry-After
 
 
