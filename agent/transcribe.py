@@ -14,12 +14,12 @@ from collections.abc import Callable
 from agent.clients import ClientPool
 from agent.errors import translate_openai_errors
 from gateway.config import ModelConfig
-from gateway.messages import AttachmentRef, Failure
+from gateway.messages import ATTACHMENT_FAILURES, AttachmentRef, Failure
 from policy.backoff import Backoff
 from policy.engine import ModelPolicy, Observe, TurnFailed
 
 #: The failure class of a voice note when no ``[transcription]`` is configured.
-NOT_CONFIGURED = "not_configured"
+NOT_CONFIGURED = ATTACHMENT_FAILURES[2]
 
 
 class Transcriber:

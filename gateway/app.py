@@ -212,7 +212,14 @@ class GatewayApp:
                     observe=observe,
                     clock=self.clock,
                     attachments=Attachments(
-                        store, outlets, transcriber, config.agent, observe=observe
+                        store,
+                        outlets,
+                        transcriber,
+                        config.agent,
+                        vision=any(
+                            e.sees_images for e in (config.model.chain if config.model else ())
+                        ),
+                        observe=observe,
                     ),
                 )
                 if config.store.shared:

@@ -31,7 +31,14 @@ from gateway.config import AgentConfig
 from gateway.documents import Unreadable, document_text, readable
 from gateway.errors import AttachmentTooLarge, GatewayError
 from gateway.events import AttachmentFetched, AttachmentHandled, Observe
-from gateway.messages import AttachmentRef, ChatMessage, Failure, StoredMessage, TurnResult
+from gateway.messages import (
+    ATTACHMENT_FAILURES,
+    AttachmentRef,
+    ChatMessage,
+    Failure,
+    StoredMessage,
+    TurnResult,
+)
 from gateway.ports import Outlet, Transcriber
 from gateway.store.base import Store
 from policy import classify_send
@@ -39,9 +46,7 @@ from policy import classify_send
 log = logging.getLogger(__name__)
 
 REF_PREFIX = "sha256:"
-TOO_LARGE = "too_large"
-UNSUPPORTED = "unsupported"
-NOT_CONFIGURED = "not_configured"
+TOO_LARGE, UNSUPPORTED, NOT_CONFIGURED = ATTACHMENT_FAILURES
 _RETRY_CAP_S = 5.0  # the longest a fetch's one retry waits for a Retry-After
 
 
@@ -151,9 +156,13 @@ class Attachments:
         transcriber: Transcriber,
         config: AgentConfig,
         *,
+        vision: bool = True,
         observe: Observe = lambda event: None,
     ) -> None:
         self._store = store
+        # Whether any model of the chain sees images: if none does, an image stays a
+        # reference (never loaded, never encoded) and the agent says it was not used.
+        self._vision = vision
         self._outlets = outlets
         self._transcriber = transcriber
         self._config = config
@@ -227,6 +236,8 @@ class Attachments:
     async def _use(self, row: StoredMessage, position: int, ref: AttachmentRef) -> _Used:
         if ref.kind == "image" and is_link(row.platform, ref):
             return _Used(ref, image=ref.source)
+        if ref.kind == "image" and ref.sha256 is not None and not self._vision:
+            return _Used(ref, image=image_ref(ref))
         if ref.kind != "image" and ref.text is not None:
             return _Used(ref)  # transcribed or read before this run
         if ref.kind == "audio" and not self._transcriber.configured:
@@ -243,7 +254,9 @@ class Attachments:
             return got
         ref, data = got.ref, got.data
         if ref.kind == "image":
-            return _Used(ref, image=data_url(ref.content_type, data))
+            return _Used(
+                ref, image=data_url(ref.content_type, data) if self._vision else image_ref(ref)
+            )
         if ref.kind == "audio":
             return await self._transcribe(row, position, ref, data)
         return await self._read(row, position, ref, data)

@@ -85,6 +85,9 @@ class ChunkState(StrEnum):
 
 #: The kinds of attachment botmux knows (SPEC section 9).
 ATTACHMENT_KINDS = ("image", "audio", "document")
+#: Failure classes of a turn whose attachments could not be used and that had nothing else
+#: to answer: over a limit, a type botmux cannot read, voice without ``[transcription]``.
+ATTACHMENT_FAILURES = ("too_large", "unsupported", "not_configured")
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,8 +32,8 @@ ALICE = 42
 # Two paragraphs, each longer than half of Discord's 2000 and Telegram's 4096 limits: the
 # reply is cut into several chunks, so "between chunks" is a real place.
 LONG = ("Lorem ipsum dolor sit amet. " * 90 + "\n\n") * 2 + "The end."
-# A text message never reaches the attachment fetch: that failpoint has its own tests, with
-# files (tests/test_attachment_crash.py).
+# A text message never fetches a file: the attachment failpoint has its own tests, with files
+# (the chat platforms', whose files are fetched; a peer's arrive inline and are never fetched).
 ATTACHMENT_POINTS = ("after_attachment_fetch",)
 POINTS = [p for p in EVENTS if p not in ATTACHMENT_POINTS]
 CHUNK_POINTS = ("after_send_before_record", "between_chunks")

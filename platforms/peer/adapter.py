@@ -38,7 +38,7 @@ from gateway.ports import Intake, Watch
 from platforms import _fetch
 from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.peer import convert, limits, streaming
-from platforms.peer._files import attachment_response
+from platforms.peer._files import BodyReader, attachment_response
 from platforms.peer.attachments import Files, chat_attachments, content_parts
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
@@ -106,6 +106,7 @@ class PeerAdapter:
     ) -> None:
         self._config = config
         self._max_file = max_attachment_bytes
+        self._bodies = BodyReader(config.max_body_bytes)
         self._intake = intake
         self._ready = ready
         self._metrics = metrics
@@ -297,8 +298,7 @@ class PeerAdapter:
         return b""
 
     async def _read_json(self, request: web.Request) -> Any:
-        raw = await request.read()
-        return convert.parse_json(raw)
+        return await self._bodies.json(request)
 
     async def _run_turn(
         self,
@@ -335,6 +335,8 @@ class PeerAdapter:
                 Inbound("peer", conversation, pmid, text, attachments=refs),
                 files.blobs if files else None,
             )
+            if files:
+                files.blobs.clear()  # stored: not held while the client waits for its turn
             row = admission.row
             if reply is not None:
                 reply.row = row.id
@@ -387,22 +389,24 @@ class PeerAdapter:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         session_id = self._session(request, request.match_info["session_id"])
-        ask = convert.chat_request(await self._read_json(request))
-        text = ask.text
+        async with self._bodies.turn(request):  # the body and its files are freed after it
+            ask = convert.chat_request(await self._read_json(request))
+            files = chat_attachments(ask.attachments, self._max_file)
+        text, stream = ask.text, ask.stream
+        del ask
         if text.startswith("/") and text[1:].split(" ", 1)[0] in CONTROL_COMMANDS:
             answer = await self._intake.command(
                 "peer", convert.conversation_key(session_id), text[1:].split(" ", 1)[0]
             )
             body = convert.chat_response(session_id, answer, None)
-            if not convert.wants_stream(ask.stream, request.headers.get("Accept", "")):
+            if not convert.wants_stream(stream, request.headers.get("Accept", "")):
                 return web.json_response(body)
             response = web.StreamResponse(headers=SSE_HEADERS)
             await response.prepare(request)
             await finish(response, convert.sse(body, "message"))
             return response
         key = request.headers.get("Idempotency-Key")
-        files = chat_attachments(ask.attachments, self._max_file)
-        if not convert.wants_stream(ask.stream, request.headers.get("Accept", "")):
+        if not convert.wants_stream(stream, request.headers.get("Accept", "")):
             outcome = await self._run_turn(session_id, text, key, files=files)
             return web.json_response(
                 convert.chat_response(session_id, outcome.reply, outcome.failure)
@@ -437,11 +441,12 @@ class PeerAdapter:
         return web.json_response({"session_id": session_id, "deleted": True, "messages": removed})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
-        parsed = convert.completion_request(await self._read_json(request))
-        text, files = parsed.text, None
-        if parsed.parts is not None:
-            text, files = content_parts(parsed.parts, self._max_file)
-            parsed = dataclasses.replace(parsed, text=text)
+        async with self._bodies.turn(request):  # the body and its files are freed after it
+            parsed = convert.completion_request(await self._read_json(request))
+            text, files = parsed.text, None
+            if parsed.parts is not None:
+                text, files = content_parts(parsed.parts, self._max_file)
+                parsed = dataclasses.replace(parsed, text=text, parts=None)
         key = request.headers.get("Idempotency-Key")
         header = request.headers.get("X-Botmux-Session")
         session_id = convert.completion_session(

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.messages import Failure, StoredMessage, Usage
+from gateway.messages import ATTACHMENT_FAILURES, Failure, StoredMessage, Usage
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
@@ -68,7 +68,7 @@ def platform_message_id(
     return pmid + " retry" if retry else pmid
 
 
-def parse_json(raw: bytes) -> Any:
+def parse_json(raw: bytes | bytearray) -> Any:
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -371,7 +371,12 @@ def sse(data: dict[str, Any], event: str | None = None) -> bytes:
 
 def completion_error_status(failure: Failure) -> int:
     """How a failed turn answers an OpenAI client: retryable upstream trouble is 503."""
-    if failure.reason in ("context_overflow", "bad_request", "content_filter"):
+    if failure.reason in (
+        "context_overflow",
+        "bad_request",
+        "content_filter",
+        *ATTACHMENT_FAILURES,
+    ):
         return 400
     if failure.retryable:
         return 503

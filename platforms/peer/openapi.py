@@ -42,7 +42,8 @@ _ERROR_RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     ),
     "405": ("The route does not take this method.", {"Allow": _ref("headers", "Allow")}),
     "413": (
-        "The body is over peer.max_body_bytes, or the message over gateway.max_message_chars.",
+        "The body is over peer.max_body_bytes, the message over gateway.max_message_chars,"
+        " or an attachment over agent.max_attachment_bytes (nothing was stored).",
         {},
     ),
     "415": ("No tokens set (loopback only) and a POST body that is not application/json.", {}),
@@ -155,6 +156,30 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_ref("parameters", "SessionId")],
                 "responses": {
                     "200": _json(_ref("schemas", "Transcript"), "The transcript."),
+                    **_errors("400", "503", *_COMMON),
+                },
+            }
+        },
+        "/api/sessions/{session_id}/attachments/{sha256}": {
+            "get": {
+                "operationId": "attachment",
+                "summary": "A stored attachment's bytes, with their content type (SPEC 9).",
+                "description": "The sha256 of a file the transcript lists for this session;"
+                " another session's file is not found through this one (404).",
+                "parameters": [
+                    _ref("parameters", "SessionId"),
+                    {
+                        "name": "sha256",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                    },
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The bytes.",
+                        "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+                    },
                     **_errors("400", "503", *_COMMON),
                 },
             }

@@ -1,17 +1,20 @@
-"""Memory under attachments (issue 15): N Telegram users each send a large file at once.
+"""Peak memory of the gateway under concurrent large uploads (SPEC 9's memory figure).
 
-The loopback Bot API runs in this (the load) process and serves the files; the real gateway
-process fetches them through its Telegram adapter (getFile, then the file URL, streamed
-within ``[agent] max_attachment_bytes``), stores them and asks the fake model (in this
-process too, answering "done"). The figure is the gateway's peak RSS (VmHWM from /proc) and its RSS before the
-files were sent, so the growth is what the attachments cost.
+Starts the fake model and the real gateway as processes, sends ``--uploads`` concurrent chat
+requests through the peer API, each with one ``--mib`` MiB image inline (base64), and prints
+the gateway's peak RSS (``VmHWM`` from /proc, the whole process) and how long it took. With
+``--vision`` the model sees images (each image then goes to the model as a data URL); without,
+the image is stored and the text answered.
 
-    .venv/bin/python -m tests.bench.attachments [users] [MiB] [document|image]
+    .venv/bin/python -m tests.bench.attachments --uploads 20 --mib 20 --vision
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import base64
+import json
 import os
 import subprocess
 import sys
@@ -19,74 +22,82 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.bench import _procs
-from tests.fakes.openai_server import ok, open_fake_model
-from tests.fakes.telegram_server import open_fake_telegram
+import aiohttp
+
+from tests.bench._procs import ROOT, fake_model, memory_kib, wait_http
 from tests.harness import free_port
 
 
-async def telegram_peak_rss(users: int, mib: int, kind: str) -> dict[str, float]:
-    size = mib * 1024 * 1024
-    async with open_fake_telegram() as tg, open_fake_model() as model:
-        model.default = lambda r: ok("done")
-        ids = list(range(1000, 1000 + users))
-        with tempfile.TemporaryDirectory() as tmp:
-            workdir = Path(tmp)
+async def run(uploads: int, mib: int, vision: bool) -> dict[str, object]:
+    data = base64.b64encode(os.urandom(mib << 20)).decode()
+    body = json.dumps(
+        {
+            "message": "what is it?",
+            "attachments": [{"name": "p.png", "content_type": "image/png", "data": data}],
+        }
+    ).encode()
+    del data
+    with tempfile.TemporaryDirectory() as tmp:
+        async with fake_model() as model:
             port = free_port()
-            config = workdir / "botmux.toml"
+            config = Path(tmp) / "botmux.toml"
             config.write_text(
-                f'[store]\npath = "{workdir}/botmux.db"\n'
-                f'[peer]\nlisten = "127.0.0.1:{port}"\n'
-                f'[model]\nbase_url = "{model.base_url}"\nmodel = "bench"\napi_keys = ["sk-bench"]\n'
-                'timeout_s = 60\ninput = ["text", "image"]\n'
-                "[gateway]\nmax_concurrent_turns = 1024\n"
-                f"[agent]\nmax_attachment_bytes = {size}\n"
+                f'[store]\npath = "{tmp}/botmux.db"\n'
+                f'[peer]\nlisten = "127.0.0.1:{port}"\nmax_body_bytes = {len(body) + 4096}\n'
+                f'[model]\nbase_url = "{model.url}"\nmodel = "bench"\napi_keys = ["sk-bench"]\n'
+                f"timeout_s = 120\n"
+                + ('input = ["text", "image"]\n' if vision else "")
+                + f"[agent]\nmax_attachment_bytes = {(mib << 20) + 1}\n"
                 '[log]\nlevel = "warning"\n'
-                f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-                f"allow_users = {ids}\npoll_timeout_s = 5\n"
             )
             popen = subprocess.Popen(  # noqa: ASYNC220 - a long-lived child
                 [sys.executable, "-m", "gateway", "run", "--config", str(config)],
-                cwd=_procs.ROOT,
-                env={**os.environ, "PYTHONPATH": str(_procs.ROOT)},
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
                 stderr=subprocess.DEVNULL,
             )
             try:
-                await _procs.wait_http(f"http://127.0.0.1:{port}/readyz")
-                for user in ids:  # warm up: one text turn per chat
-                    tg.inject_message(user, "warm up", user_id=user)
-                await tg.wait_until(lambda: len(tg.sent_messages()) == users)
-                before = _procs.memory_kib(popen.pid)["VmRSS"]
-                data = os.urandom(size)
+                url = f"http://127.0.0.1:{port}"
+                await wait_http(f"{url}/readyz")
+                before = memory_kib(popen.pid)
                 started = time.perf_counter()
-                for user in ids:
-                    if kind == "image":
-                        extra = tg.files.photo(data, caption="what is this?")
-                    else:
-                        extra = tg.files.document(data, file_name="big.txt", caption="summarise")
-                    tg.inject_message(user, user_id=user, extra=extra)
-                await tg.wait_until(
-                    lambda: sum(m.endswith("done") for m in tg.sent_messages()) == 2 * users
-                )
+                timeout = aiohttp.ClientTimeout(total=600)
+                async with aiohttp.ClientSession(timeout=timeout) as http:
+
+                    async def one(i: int) -> int:
+                        async with http.post(
+                            f"{url}/api/sessions/u{i}/chat",
+                            data=body,
+                            headers={"Content-Type": "application/json"},
+                        ) as r:
+                            await r.read()
+                            return r.status
+
+                    statuses = await asyncio.gather(*(one(i) for i in range(uploads)))
                 seconds = time.perf_counter() - started
-                peak = _procs.memory_kib(popen.pid)["VmHWM"]
+                after = memory_kib(popen.pid)
             finally:
                 popen.terminate()
                 popen.wait()
     return {
-        "users": users,
-        "file_mib": mib,
-        "rss_before_mib": before / 1024,
-        "peak_rss_mib": peak / 1024,
-        "seconds": seconds,
-        "downloads": len(tg.files.downloads),
-        "replies": sorted({text[:60] for text in tg.sent_messages()}),
+        "uploads": uploads,
+        "mib": mib,
+        "vision": vision,
+        "statuses": sorted(set(statuses)),
+        "seconds": round(seconds, 2),
+        "rss_idle_mib": round(before["VmRSS"] / 1024, 1),
+        "peak_rss_mib": round(after["VmHWM"] / 1024, 1),
     }
 
 
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--uploads", type=int, default=20)
+    parser.add_argument("--mib", type=int, default=20)
+    parser.add_argument("--vision", action="store_true")
+    args = parser.parse_args()
+    print(json.dumps(asyncio.run(run(args.uploads, args.mib, args.vision))))
+
+
 if __name__ == "__main__":
-    args = sys.argv[1:]
-    users = int(args[0]) if args else 20
-    mib = int(args[1]) if len(args) > 1 else 20
-    kind = args[2] if len(args) > 2 else "document"
-    print(asyncio.run(telegram_peak_rss(users, mib, kind)))
+    main()
