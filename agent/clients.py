@@ -80,6 +80,17 @@ class ClientPool:
             http_client=openai.DefaultAioHttpClient(timeout=endpoint.timeout_s),
         )
 
+    async def retire_except(self, keep: set[_Key]) -> None:
+        """Drop the clients not in ``keep`` (a reload removed their key or endpoint): those no
+        call borrows are closed now, the others when their last call returns."""
+        for key in [k for k in self._clients if k not in keep]:
+            entry = self._clients.pop(key)
+            if entry.borrowed:
+                entry.retired = True
+                self._retired.append(entry)
+            else:
+                await entry.client.close()
+
     async def aclose(self) -> None:
         entries = [*self._clients.values(), *self._retired]
         self._clients, self._retired = {}, []

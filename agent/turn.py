@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -54,6 +55,17 @@ def fit_history(history: Sequence[ChatMessage], budget: int) -> Sequence[ChatMes
     return history[start:]
 
 
+@dataclass(frozen=True, slots=True)
+class _Generation:
+    """One config's model side: a turn keeps the one it started with to its end, so a reload
+    (:meth:`Agent.reconfigure`) changes the next turn and never a running one."""
+
+    model: ModelConfig | None
+    config: AgentConfig
+    chain: tuple[ModelEndpoint, ...]
+    policy: ModelPolicy | None
+
+
 class Agent:
     def __init__(
         self,
@@ -64,27 +76,46 @@ class Agent:
         observe: Observe = lambda event: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._model = model
-        self._config = config
         self._clients = clients
         self._observe = observe
-        self._chain: tuple[ModelEndpoint, ...] = model.chain if model else ()
-        self._policy: ModelPolicy | None = None
+        self._clock = clock
+        self._gen = self._generation(model, config)
+
+    def _generation(self, model: ModelConfig | None, config: AgentConfig) -> _Generation:
+        chain: tuple[ModelEndpoint, ...] = model.chain if model else ()
+        policy = None
         if model is not None:
-            self._policy = ModelPolicy(
-                self._chain,
+            policy = ModelPolicy(
+                chain,
                 backoff=Backoff(model.backoff_base_s, model.backoff_cap_s),
                 retry_after_cap=model.retry_after_cap_s,
-                observe=observe,
-                clock=clock,
+                observe=self._observe,
+                clock=self._clock,
             )
+        return _Generation(model, config, chain, policy)
+
+    async def reconfigure(self, model: ModelConfig | None, config: AgentConfig) -> None:
+        """Use this model chain and agent config from the next turn on (a reload). Running
+        turns finish on the chain they started with; the clients of keys no longer configured
+        are closed once no call borrows them. Benched keys start unbenched (a new policy)."""
+        self._gen = self._generation(model, config)
+        await self._clients.retire_except(
+            {(e.base_url, key, e.timeout_s) for e in self._gen.chain for key in e.api_keys}
+        )
 
     def __repr__(self) -> str:
-        return f"<Agent model={self._model.model if self._model else None!r}>"
+        model = self._gen.model
+        return f"<Agent model={model.model if model else None!r}>"
 
     def build_messages(self, history: Sequence[ChatMessage], text: str) -> list[dict[str, str]]:
-        messages = [{"role": "system", "content": self._config.system_prompt}]
-        kept = fit_history(history, self._config.history_chars)
+        return self._build(self._gen.config, history, text)
+
+    @staticmethod
+    def _build(
+        config: AgentConfig, history: Sequence[ChatMessage], text: str
+    ) -> list[dict[str, str]]:
+        messages = [{"role": "system", "content": config.system_prompt}]
+        kept = fit_history(history, config.history_chars)
         messages.extend({"role": m.role, "content": m.content} for m in kept)
         messages.append({"role": "user", "content": text})
         return messages
@@ -192,17 +223,18 @@ class Agent:
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
     ) -> TurnResult:
-        if self._policy is None:
+        gen = self._gen  # this turn's, whatever a reload does meanwhile
+        if gen.policy is None:
             failure = classify(ModelNotConfigured("no model is configured"))
             return TurnResult(reply=failure_reply(failure), failure=failure)
-        messages = self.build_messages(history, text)
-        stream = watch.stream if watch is not None and self._config.stream else None
+        messages = self._build(gen.config, history, text)
+        stream = watch.stream if watch is not None and gen.config.stream else None
         response_format = watch.response_format if watch is not None else None
         attempts = itertools.count(1)
 
         async def call(index: int, api_key: str, *, rebuild: bool) -> tuple[str, Usage]:
             return await self.complete(
-                self._chain[index],
+                gen.chain[index],
                 api_key,
                 messages,
                 rebuild=rebuild,
@@ -213,7 +245,7 @@ class Agent:
             )
 
         try:
-            answer = await self._policy.run(conversation, call, turn=turn)
+            answer = await gen.policy.run(conversation, call, turn=turn)
         except TurnFailed as exc:
             return TurnResult(
                 reply=failure_reply(exc.failure),
@@ -230,12 +262,14 @@ class Agent:
         )
 
     def benched_keys(self) -> list[tuple[str, str, str, float]]:
-        return self._policy.benched_keys() if self._policy else []
+        policy = self._gen.policy
+        return policy.benched_keys() if policy else []
 
     def status(self) -> dict[str, Any]:
-        if self._policy is None:
+        policy = self._gen.policy
+        if policy is None:
             return {"model": None}
-        return self._policy.status()
+        return policy.status()
 
 
 def _piece(choices: Any) -> str:

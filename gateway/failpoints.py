@@ -35,6 +35,7 @@ from gateway.events import (
     AnswerCommitted,
     ChunkRecorded,
     ChunkSent,
+    ConfigReloaded,
     DiscordBackfilled,
     DuplicateIgnored,
     Event,
@@ -150,6 +151,7 @@ def place(event: Event) -> str | None:
             | TelegramNoticeFailed()
             | TelegramWebhookRefused()
             | DiscordBackfilled()
+            | ConfigReloaded()
         ):
             return None
         case _:

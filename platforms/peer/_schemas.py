@@ -326,4 +326,48 @@ SCHEMAS: dict[str, Any] = {
             "checks": {"type": "object", "additionalProperties": {"type": "boolean"}},
         },
     },
+    "ReloadRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "config": {
+                "type": "string",
+                "description": "With dry_run=1: a TOML config to compare instead of the file.",
+            }
+        },
+    },
+    "ReloadResult": {
+        "type": "object",
+        "required": ["outcome", "version", "source", "live", "restart", "errors", "reason"],
+        "additionalProperties": False,
+        "properties": {
+            "outcome": {"enum": ["applied", "unchanged", "refused", "invalid", "dry_run"]},
+            "version": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Reloads applied since start.",
+            },
+            "source": {"type": "string", "description": "The file read."},
+            "live": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Changed keys that apply to the next turn.",
+            },
+            "restart": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Changed keys that need a restart (any: nothing applies).",
+            },
+            "errors": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["key", "message"],
+                    "additionalProperties": False,
+                    "properties": {"key": {"type": "string"}, "message": {"type": "string"}},
+                },
+            },
+            "reason": {"type": "string"},
+        },
+    },
 }
