@@ -419,8 +419,8 @@ class ConfigReloaded:
     level: ClassVar[int] = WARNING
     result: Literal["applied", "unchanged", "refused", "invalid", "dry_run"]
     by: str
-    live: tuple[str, ...]
-    restart: tuple[str, ...]
+    live: str  # the changed keys that apply live, comma-separated
+    restart: str  # the changed keys that need a restart
     version: int
     reason: str
 

@@ -188,8 +188,8 @@ class Reloader:
             ConfigReloaded(
                 result=result.outcome,
                 by=by,
-                live=result.plan.live,
-                restart=result.plan.restart,
+                live=",".join(result.plan.live),
+                restart=",".join(result.plan.restart),
                 version=result.version,
                 reason=result.reason,
             )

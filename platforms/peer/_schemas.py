@@ -43,7 +43,7 @@ SCHEMAS: dict[str, Any] = {
                         " too_many_auth_failures, idempotency_key_reused, misdirected,"
                         " forbidden_origin, unsupported_media_type, unsupported_parameter"
                         " (tools, tool_choice, functions: botmux has none), model_not_found,"
-                        " draining, internal_error,"
+                        " draining, internal_error, reload_refused, config_invalid,"
                         " or a failure class of the turn.",
                     },
                     "status": {"type": "integer", "minimum": 400, "maximum": 599},
@@ -332,7 +332,7 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "config": {
                 "type": "string",
-                "description": "With dry_run=1: a TOML config to compare instead of the file.",
+                "description": "A TOML config to compare instead of the file (a dry run).",
             }
         },
     },
@@ -368,6 +368,10 @@ SCHEMAS: dict[str, Any] = {
                 },
             },
             "reason": {"type": "string"},
+            "error": {"description": "409 and 422: the error, as every route's (Error)."},
         },
     },
 }
+
+# A refused or invalid reload is an error like any (the same "error" member) and its plan.
+SCHEMAS["ReloadResult"]["properties"]["error"].update(SCHEMAS["Error"]["properties"]["error"])
