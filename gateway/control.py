@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ from gateway.config import Config
 
 if TYPE_CHECKING:
     from gateway.app import GatewayApp
+
+log = logging.getLogger("gateway")
 
 
 def run_dir(env: dict[str, str] | os._Environ[str] = os.environ) -> Path:
@@ -75,11 +78,16 @@ async def serve_with_run_file(app: GatewayApp) -> None:
     async with anyio.create_task_group() as tg:
         await tg.start(run)
         assert app.peer is not None and app.peer.port is not None
-        path = write_run_file(app.config, app.peer.port)
+        try:
+            path: Path | None = write_run_file(app.config, app.peer.port)
+        except OSError as exc:  # SIGHUP still reloads; the CLI tries the file's listen
+            path = None
+            log.warning("no run file for botmux reload", extra={"error": str(exc)})
         try:
             await done.wait()
         finally:
-            path.unlink(missing_ok=True)
+            if path is not None:
+                path.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,9 +47,8 @@ LIVE_KEYS: tuple[str, ...] = (
     "gateway.max_pending_total",
     "gateway.max_message_chars",
     "gateway.drain_timeout_s",
-    "gateway.queue_mode",  # SPEC 10, read by the session deps through the holder
-    "telegram.queue_mode",
-    "discord.queue_mode",
+    # SPEC 10's queue_mode keys go here once the session deps read them through the holder
+    # (``live.view(...)``, as history_messages): one line each.
     "telegram.allow_users",
     "telegram.allow_chats",
     "telegram.group_mode",

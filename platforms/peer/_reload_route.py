@@ -12,11 +12,24 @@ token) goes to the log.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from aiohttp import web
 
-from gateway.reload import ReloadResult
 from platforms.peer import convert
+
+
+class ReloadResult(Protocol):
+    """What a reload did (``gateway.reload.ReloadResult``; platforms do not import it)."""
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    def to_json(self) -> dict[str, Any]: ...
+
 
 #: The composition root's reload: (who asked, dry run, TOML to preview or None) -> what it did.
 Reload = Callable[[str, bool, str | None], Awaitable[ReloadResult]]
