@@ -7,7 +7,8 @@ package offers. Retries inside the client are off: retry and fallback belong to 
 Transport recovery replaces a client while other turns may still be using the old one, so
 clients are borrowed with :meth:`ClientPool.use`: a replaced client is closed only when the
 last call borrowing it returns. Many turns recovering at once share one rebuild: a client
-younger than ``REBUILD_AFTER_S`` is not replaced again.
+younger than ``REBUILD_AFTER_S`` is not replaced again. A reload that drops a key or an
+endpoint retires its clients the same way (:meth:`ClientPool.retire_except`).
 """
 
 from __future__ import annotations

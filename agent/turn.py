@@ -11,6 +11,10 @@ When someone watches the turn with a stream (SPEC 8) and ``[agent] stream`` is o
 streams (``stream_options.include_usage``) and each piece goes to that stream as it arrives.
 A failure before any piece was shown is the policy's as ever; once a piece of an attempt is
 binding (a peer client has it), a failure of that attempt ends the turn (``AnswerShown``).
+
+A reload (SPEC 13) hands the agent a new model chain and agent config
+(:meth:`Agent.reconfigure`): a turn reads both once, at its start, so running turns finish on
+what they started with and the next turn uses the new ones.
 """
 
 from __future__ import annotations

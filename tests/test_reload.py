@@ -314,3 +314,51 @@ async def test_sighup_and_botmux_reload_in_a_real_process(tmp_path: Path, model:
     )
     assert gone.returncode == 1 and "no gateway answers" in gone.stderr
     assert not list((tmp_path / "run").glob("*.json"))  # the run file went with the process
+
+
+async def test_peer_tokens_and_limits_change_live_and_the_route_names_who_asked(
+    tmp_path: Path, model: FakeModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    old, new = "peer-token-old-0000000001", "peer-token-new-0000000002"
+    tokens = f'tokens = [{{ token = "{old}", name = "ops" }}]\n'
+    text = config_text(tmp_path / "b.db", model.base_url).replace("[peer]\n", "[peer]\n" + tokens)
+    file = ConfigFile(tmp_path / "botmux.toml", text)
+    app = GatewayApp(file.read(), read=file.read)
+    auth_old, auth_new = {"Authorization": f"Bearer {old}"}, {"Authorization": f"Bearer {new}"}
+    async with anyio.create_task_group() as run, aiohttp.ClientSession() as http:
+        await run.start(app.run)
+        assert app.peer is not None
+        url = f"http://127.0.0.1:{app.peer.port}"
+        chat_url = f"{url}/api/sessions/t/chat"
+        # The admin route is behind the tokens like every route.
+        assert (await http.post(f"{url}/api/admin/reload", json={})).status == 401
+        wrong = {"Authorization": "Bearer not-a-token-of-this-gateway"}
+        assert (await http.post(f"{url}/api/admin/reload", json={}, headers=wrong)).status == 401
+
+        file.edit(old, new)  # the token replaced, its name kept
+        file.path.write_text(file.path.read_text() + "\n[gateway]\nmax_message_chars = 10\n")
+        r = await http.post(f"{url}/api/admin/reload", json={}, headers=auth_old)
+        body = await r.json()
+        assert r.status == 200 and body["outcome"] == "applied", body
+        assert body["live"] == ["peer.tokens", "gateway.max_message_chars"]
+        assert new not in json.dumps(body) and old not in json.dumps(body)
+
+        # The next request: the old token is gone, the new one works, the new limit holds.
+        assert (await http.post(chat_url, json={"message": "hi"}, headers=auth_old)).status == 401
+        r = await http.post(chat_url, json={"message": "hi"}, headers=auth_new)
+        assert r.status == 200 and (await r.json())["message"]["content"] == "echo: hi"
+        long = await http.post(chat_url, json={"message": "x" * 11}, headers=auth_new)
+        assert long.status == 413
+
+        # A refused reload answers 409 as an error, with the key named.
+        file.edit('listen = "127.0.0.1:0"', 'listen = "127.0.0.1:1"')
+        r = await http.post(f"{url}/api/admin/reload", json={}, headers=auth_new)
+        body = await r.json()
+        assert r.status == 409 and body["restart"] == ["peer.listen"], body
+        assert (
+            body["error"]["code"] == "reload_refused" and "peer.listen" in body["error"]["message"]
+        )
+        app.stop.set()
+    reloads = [r for r in caplog.records if r.getMessage() == "config_reloaded"]
+    assert [(r.result, r.by) for r in reloads] == [("applied", "ops"), ("refused", "ops")]  # type: ignore[attr-defined]
+    assert all(old not in r.__dict__.values() and new not in r.__dict__.values() for r in reloads)

@@ -249,3 +249,21 @@ async def test_reloading_an_unchanged_file_is_no_new_version(tmp_path: Path) -> 
 def test_the_loader_error_is_a_config_error() -> None:  # what Reloader catches
     with pytest.raises(ConfigError):
         cfg(bad=("allow_users = [1]", "allow_users = 1"))
+
+
+async def test_clients_of_keys_a_reload_removed_close_once_no_call_uses_them() -> None:
+    from agent import ClientPool
+    from gateway.config import ModelEndpoint
+
+    pool = ClientPool()
+    endpoint = ModelEndpoint(model="m", base_url="http://127.0.0.1:9/v1")
+    async with pool.use(endpoint, "sk-kept") as kept:
+        pass
+    async with pool.use(endpoint, "sk-busy") as busy:
+        async with pool.use(endpoint, "sk-idle") as idle:
+            pass
+        await pool.retire_except({(endpoint.base_url, "sk-kept", endpoint.timeout_s)})
+        assert idle.is_closed() and not busy.is_closed()  # a running turn keeps its client
+    assert busy.is_closed() and not kept.is_closed()
+    assert pool.statistics() == {"clients": 1, "built": 3, "retired": 0}
+    await pool.aclose()
