@@ -387,8 +387,7 @@ async def _scrape(config: Config) -> tuple[dict[str, object] | None, str | None]
     """The running gateway's /readyz body and /metrics text, when it answers."""
     import aiohttp
 
-    host = config.peer.host if config.peer.host not in ("0.0.0.0", "::") else "127.0.0.1"
-    base = f"http://{host}:{config.peer.port}"
+    base = control.local_url(config)
     headers = (
         {"Authorization": f"Bearer {config.peer.token_values[0]}"} if config.peer.tokens else {}
     )

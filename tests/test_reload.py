@@ -28,6 +28,7 @@ from gateway.config import parse_config
 from tests.fakes.openai_server import FakeModel, open_fake_model, streamed_text
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
 from tests.harness import ROOT, GatewayProcess, config_text, free_port
+from tests.test_peer_streaming import sse_events
 
 pytestmark = pytest.mark.anyio
 
@@ -59,21 +60,12 @@ async def sse_reply(http: aiohttp.ClientSession, url: str, session: str, text: s
     final: str | None = None
     async with http.post(f"{url}/api/sessions/{session}/chat", json=body) as r:
         assert r.status == 200, await r.text()
-        name, data = "message", ""
-        async for raw in r.content:
-            line = raw.decode().rstrip("\r\n")
-            if line.startswith("event: "):
-                name = line[7:]
-            elif line.startswith("data: "):
-                data = line[6:]
-            elif not line and data:
-                event = json.loads(data) if data != "[DONE]" else None
-                if name == "delta" and event is not None:
-                    deltas.append(event["content"])
-                elif name == "message" and event is not None:
-                    assert final is None  # one answer per turn
-                    final = event["message"]["content"]
-                name, data = "message", ""
+        async for name, event in sse_events(r):
+            if name == "delta":
+                deltas.append(event["content"])
+            elif name == "message":
+                assert final is None  # one answer per turn
+                final = event["message"]["content"]
     assert final is not None and "".join(deltas) == final
     return final
 
