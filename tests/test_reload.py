@@ -305,6 +305,11 @@ async def test_sighup_and_botmux_reload_in_a_real_process(tmp_path: Path, model:
         lambda: botmux("reload", "--config", str(file.path), env=env)
     )
     assert gone.returncode == 1 and "no gateway answers" in gone.stderr
+    nobody = f"127.0.0.1:{free_port()}"
+    check = await anyio.to_thread.run_sync(
+        lambda: botmux("check", "--config", str(file.path), "--against", nobody, env=env)
+    )
+    assert check.returncode == 1 and f"none answered at {nobody}" in check.stdout
     assert not list((tmp_path / "run").glob("*.json"))  # the run file went with the process
 
 
