@@ -1,7 +1,8 @@
 """The ``botmux`` command line (SPEC section 7).
 
-Exit codes: 0 clean stop, 2 bad config or usage, 1 anything else. ``--config PATH`` is
-accepted anywhere on the line, for every subcommand.
+Exit codes: 0 clean stop, 2 bad config or usage, 1 anything else (``reload``: 0 applied, 2
+refused or a bad file, 1 no gateway answered). ``--config PATH`` is accepted anywhere on the
+line, for every subcommand.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import signal
 import sys
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
@@ -108,13 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(config_arg)
     except ConfigError as exc:
-        for path, message in exc.errors:  # all of them: fix the file once, not once per key
-            print(
-                f"botmux: config error: {path}: {message}"
-                if path
-                else f"botmux: config error: {message}",
-                file=sys.stderr,
-            )
+        _config_errors(exc.errors)  # all of them: fix the file once, not once per key
         return EXIT_USAGE
     try:
         if args.command == "run":
@@ -141,6 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"botmux: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_USAGE
+
+
+def _config_errors(errors: Iterable[tuple[str | None, str | None]]) -> None:
+    for path, message in errors:
+        where = f"{path}: " if path else ""
+        print(f"botmux: config error: {where}{message}", file=sys.stderr)
 
 
 def _run(config: Config, config_arg: str | None = None) -> int:
@@ -329,14 +330,7 @@ async def _reload(config: Config) -> int:
         print("nothing was applied; the gateway runs on as it was", file=sys.stderr)
         return EXIT_USAGE
     if status == 422:
-        for error in body.get("errors") or []:
-            key, message = error.get("key"), error.get("message")
-            print(
-                f"botmux: config error: {key}: {message}"
-                if key
-                else f"botmux: config error: {message}",
-                file=sys.stderr,
-            )
+        _config_errors((e.get("key"), e.get("message")) for e in body.get("errors") or [])
         print("nothing was applied; the gateway runs on as it was", file=sys.stderr)
         return EXIT_USAGE
     print(f"botmux: reload: {_refusal(answer)}", file=sys.stderr)
