@@ -2,8 +2,9 @@
 Telegram; the config file is edited and re-read while turns run.
 
 In process: "reload under load" (twenty conversations streaming while the model key rotates
-and a Telegram allowlist grows), a refused ``[peer] listen`` change, a bad file. As a real
-process: SIGHUP and ``botmux reload`` with their exit codes, and ``botmux check``'s preview.
+and a Telegram allowlist grows), a refused ``[peer] listen`` change, a bad file, peer tokens
+and limits, a Discord guild allowed. As a real process: SIGHUP and ``botmux reload`` with
+their exit codes, and ``botmux check``'s preview.
 """
 
 from __future__ import annotations
@@ -359,3 +360,44 @@ async def test_peer_tokens_and_limits_change_live_and_the_route_names_who_asked(
     reloads = [r for r in caplog.records if r.getMessage() == "config_reloaded"]
     assert [(r.result, r.by) for r in reloads] == [("applied", "ops"), ("refused", "ops")]  # type: ignore[attr-defined]
     assert all(old not in r.__dict__.values() and new not in r.__dict__.values() for r in reloads)
+
+
+async def test_a_discord_guild_allowed_by_a_reload_is_answered(
+    tmp_path: Path, model: FakeModel
+) -> None:
+    from tests.test_discord_e2e import (
+        ALICE as DC_ALICE,
+    )
+    from tests.test_discord_e2e import (
+        DM_ID,
+        GUILD_ID,
+        OTHER_CHANNEL_ID,
+        OTHER_GUILD_ID,
+        discord_toml,
+        mention,
+        open_world,
+    )
+
+    async with open_world() as dc:
+        text = config_text(tmp_path / "b.db", model.base_url, extra=discord_toml(dc))
+        file = ConfigFile(tmp_path / "botmux.toml", text)
+        app = GatewayApp(file.read(), read=file.read)
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as run:
+                await run.start(app.run)
+                assert app.reloader is not None
+                await dc.inject_message(OTHER_CHANNEL_ID, mention("before"), author_id=DC_ALICE)
+                await dc.inject_message(DM_ID, "a DM after it", author_id=DC_ALICE)
+                await dc.wait_for_messages(DM_ID, 1)  # events go in order: "before" was seen
+                assert dc.sent_messages(OTHER_CHANNEL_ID) == []
+
+                file.edit(
+                    f"allow_guilds = [{GUILD_ID}]", f"allow_guilds = [{GUILD_ID}, {OTHER_GUILD_ID}]"
+                )
+                result = await app.reloader.reload("test")
+                assert (result.outcome, result.plan.live) == ("applied", ("discord.allow_guilds",))
+                await dc.inject_message(OTHER_CHANNEL_ID, mention("after"), author_id=DC_ALICE)
+                [reply] = await dc.wait_for_messages(OTHER_CHANNEL_ID, 1)
+                assert reply["content"] == "echo: after"
+                app.stop.set()
+    assert [r.last_user for r in model.requests] == ["a DM after it", "after"]
