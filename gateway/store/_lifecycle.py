@@ -110,6 +110,7 @@ class LifecycleMixin:
                 results.append(None)
                 continue
             db.execute("DELETE FROM outbox WHERE conversation = ?", (key,))
+            db.execute("DELETE FROM summaries WHERE conversation = ?", (key,))
             db.execute(
                 "DELETE FROM previews WHERE user_row_id IN"
                 " (SELECT id FROM messages WHERE conversation = ?)",

@@ -144,6 +144,16 @@ class RecordPreview(Write[None]):
     message_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class SaveSummary(Write[bool]):
+    """Store the conversation's summary (compaction, SPEC 11) if it covers more than the one
+    stored and nothing of it precedes a reset: whether it was stored."""
+
+    conversation: str
+    content: str
+    through: int
+
+
 StoreWrite = (
     AdmitRow
     | AnswerTurn
@@ -161,6 +171,7 @@ StoreWrite = (
     | PurgeConversation
     | DeleteConversation
     | RecordPreview
+    | SaveSummary
 )
 
 

@@ -112,6 +112,7 @@ class PgLifecycleMixin:
                 results[i] = None
                 continue
             await db.execute("DELETE FROM outbox WHERE conversation = $1", key)
+            await db.execute("DELETE FROM summaries WHERE conversation = $1", key)
             await db.execute(
                 "DELETE FROM previews WHERE user_row_id IN"
                 " (SELECT id FROM messages WHERE conversation = $1)",
