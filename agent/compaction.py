@@ -229,6 +229,8 @@ class CompactingRunner:
             count += 1
         if halve:
             count //= 2
+        if 1 < count < len(rows) and rows[count - 1].role == "user":
+            count -= 1  # end on an answer: the kept history starts with a question
         count = max(1, count) if rows else 0
         body = head + "".join(m.content for m in lines[:count])
         messages = [

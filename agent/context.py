@@ -22,7 +22,7 @@ from gateway.config import ModelEndpoint
 from gateway.messages import ChatMessage
 
 DEFAULT_CHARS_PER_TOKEN = 4.0
-#: How far one report moves the ratio toward its own (1.0 would trust the last one only).
+#: How far each later report moves the ratio toward its own (1.0: trust the last one only).
 LEARN_RATE = 0.5
 #: Ratios outside these are not text (a provider reporting nonsense) and are not learnt.
 MIN_RATIO, MAX_RATIO = 0.5, 16.0
@@ -79,8 +79,10 @@ class Calibration:
         seen = chars / prompt_tokens
         if not MIN_RATIO <= seen <= MAX_RATIO:
             return
-        current = self.ratio(endpoint)
-        self._ratios[endpoint_key(endpoint)] = current + LEARN_RATE * (seen - current)
+        key = endpoint_key(endpoint)
+        current = self._ratios.get(key)
+        # The first report replaces the default (a guess, not a measurement).
+        self._ratios[key] = seen if current is None else current + LEARN_RATE * (seen - current)
         self._reports += 1
 
     def statistics(self) -> dict[tuple[str, str], float]:
