@@ -22,7 +22,14 @@ from gateway.config import ModelEndpoint
 from gateway.events import ContextCompacted, Event, PolicyDecided
 from gateway.messages import ChatMessage, Inbound, TurnResult
 from gateway.store.sqlite import open_sqlite_store
-from tests.fakes.openai_server import FakeModel, Ok, Request, open_fake_model, server_error
+from tests.fakes.openai_server import (
+    FakeModel,
+    Ok,
+    Request,
+    open_fake_model,
+    rate_limited,
+    server_error,
+)
 from tests.harness import make_config, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -127,6 +134,28 @@ async def test_a_forced_overflow_is_trimmed_and_tried_once_more(tmp_path: Path) 
     assert 'botmux_policy_decisions_total{decision="trim",reason="context_overflow"} 1.0' in (
         metrics
     )
+
+
+async def test_each_endpoint_gets_a_request_built_for_its_own_window(tmp_path: Path) -> None:
+    async with open_fake_model() as fake:
+        extra = (
+            f"{FAST}context_tokens = {LIMIT}\nmax_output_tokens = {OUT}\n"
+            f'\n[[model.fallbacks]]\nbase_url = "{fake.base_url}"\nmodel = "gpt-small"\n'
+            "context_tokens = 1200\nmax_output_tokens = 200\n"
+        )
+        config = make_config(tmp_path / "b.db", fake.base_url, model_extra=extra)
+        async with running_gateway(config) as (_, url), aiohttp.ClientSession() as http:
+            for i in range(8):
+                await chat(http, url, long_text(i))
+            fake.script(rate_limited(retry_after=120), model="gpt-test")
+            before = len(fake.requests)
+            body = await chat(http, url, long_text(8))
+    assert body["failure"] is None
+    primary, small = fake.requests[before:]
+    assert (primary.model, small.model) == ("gpt-test", "gpt-small")
+    assert len(small.messages) < len(primary.messages)
+    assert fake.prompt_tokens(small) + 200 <= 1200 < fake.prompt_tokens(primary) + 200
+    assert small.max_tokens == 200
 
 
 async def test_a_message_that_alone_cannot_fit_gets_an_honest_reply(tmp_path: Path) -> None:
