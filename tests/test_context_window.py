@@ -19,9 +19,11 @@ from agent import Agent, ClientPool
 from agent.compaction import INSTRUCTION, CompactingRunner
 from agent.context import DEFAULT_CHARS_PER_TOKEN, Calibration, fit
 from gateway.config import ModelEndpoint
+from gateway.errors import ProviderError
 from gateway.events import ContextCompacted, Event, PolicyDecided
 from gateway.messages import ChatMessage, Inbound, TurnResult
 from gateway.store.sqlite import open_sqlite_store
+from policy import classify
 from tests.fakes.openai_server import (
     FakeModel,
     Ok,
@@ -187,6 +189,30 @@ async def test_new_clears_the_summary(tmp_path: Path) -> None:
             assert await store.summary("peer:long") is None
     (fresh,) = fake.requests[before:]
     assert [m["role"] for m in fresh.messages] == ["system", "user"]  # no summary, no history
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "kind", "message"),
+    [
+        (400, "context_length_exceeded", "invalid_request_error", "maximum context length"),
+        (400, None, None, "This model's maximum context length is 4096 tokens. However, ..."),
+        (400, None, "invalid_request_error", "prompt is too long: 210000 tokens > 200000"),
+        (400, None, "exceed_context_size_error", "the request exceeds the available context"),
+        (400, None, None, "The input token count (1200000) exceeds the maximum number of tokens"),
+        (413, None, None, "Please reduce the length of the messages."),
+    ],
+)
+def test_providers_context_errors_are_context_overflow(
+    status: int, code: str | None, kind: str | None, message: str
+) -> None:
+    failure = classify(ProviderError(message, status=status, code=code, type=kind))
+    assert (failure.reason, failure.retryable) == ("context_overflow", False)
+
+
+def test_a_tokens_per_minute_limit_is_not_an_overflow() -> None:
+    message = "Request too large for gpt-4o on tokens per min (TPM): Limit 30000, Requested 50000."
+    failure = classify(ProviderError(message, status=429, code="rate_limit_exceeded"))
+    assert failure.reason == "rate_limit"
 
 
 # -- the parts, on a real store and the real agent --------------------------------------------
