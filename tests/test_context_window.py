@@ -9,6 +9,7 @@ and the summary in the store, and ``/status``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from gateway.config import ModelEndpoint
 from gateway.errors import ProviderError
 from gateway.events import ContextCompacted, Event, PolicyDecided
 from gateway.messages import ChatMessage, Inbound, TurnResult
+from gateway.store.postgres import open_postgres_store
 from gateway.store.sqlite import open_sqlite_store
 from policy import classify
 from tests.fakes.openai_server import (
@@ -258,7 +260,18 @@ async def test_the_agent_learns_from_prompt_tokens_and_fits_the_next_request(
     assert agent.status()["context"]["peer:c"][1] == 2900
 
 
-async def test_a_failed_summary_never_fails_the_turn(tmp_path: Path) -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Any]:
+    """Compaction on each backend (its store methods are tested on both in test_summary_store)."""
+    if request.param == "sqlite":
+        return lambda: open_sqlite_store(str(tmp_path / "s.db"))
+    url = request.getfixturevalue("postgres_url")
+    return lambda: open_postgres_store(url, node="n1")
+
+
+async def test_a_failed_summary_never_fails_the_turn(
+    tmp_path: Path, open_store: Callable[[], Any]
+) -> None:
     async with open_fake_model() as fake:
         fake.enforce_context(LIMIT)
         config = window_config(tmp_path, fake)
@@ -266,7 +279,7 @@ async def test_a_failed_summary_never_fails_the_turn(tmp_path: Path) -> None:
         clients = ClientPool()
         agent = Agent(config.model, config.agent, clients, observe=events.append)
         key = "peer:f"
-        async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+        async with open_store() as store:
             runner = CompactingRunner(
                 agent, store, 40, history_chars=200_000, observe=events.append
             )
@@ -286,7 +299,9 @@ async def test_a_failed_summary_never_fails_the_turn(tmp_path: Path) -> None:
     assert fake.prompt_tokens(fake.requests[-1]) + OUT <= LIMIT  # the turn still fit
 
 
-async def test_a_summary_folds_the_rows_that_left_and_is_sent_first(tmp_path: Path) -> None:
+async def test_a_summary_folds_the_rows_that_left_and_is_sent_first(
+    tmp_path: Path, open_store: Callable[[], Any]
+) -> None:
     async with open_fake_model() as fake:
         fake.enforce_context(LIMIT)
         summarising(fake)
@@ -295,7 +310,7 @@ async def test_a_summary_folds_the_rows_that_left_and_is_sent_first(tmp_path: Pa
         clients = ClientPool()
         agent = Agent(config.model, config.agent, clients, observe=events.append)
         key = "peer:g"
-        async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+        async with open_store() as store:
             runner = CompactingRunner(
                 agent, store, 40, history_chars=200_000, observe=events.append
             )
