@@ -22,7 +22,15 @@ from agent.context import DEFAULT_CHARS_PER_TOKEN, Calibration, fit
 from gateway.config import ModelEndpoint
 from gateway.errors import ProviderError
 from gateway.events import ContextCompacted, Event, PolicyDecided
-from gateway.messages import ChatMessage, Inbound, TurnResult
+from gateway.messages import (
+    AttemptFailed,
+    ChatMessage,
+    Inbound,
+    ReplyDelta,
+    StreamEvent,
+    TurnResult,
+)
+from gateway.ports import Watch
 from gateway.store.postgres import open_postgres_store
 from gateway.store.sqlite import open_sqlite_store
 from policy import classify
@@ -260,6 +268,37 @@ async def test_the_agent_learns_from_prompt_tokens_and_fits_the_next_request(
     assert agent.status()["context"]["peer:c"][1] == 2900
 
 
+class Shown:
+    """A viewer that can be shown a correction (a chat preview): never binding."""
+
+    binding = False
+
+    def __init__(self) -> None:
+        self.events: list[StreamEvent] = []
+
+    def put(self, event: StreamEvent) -> None:
+        self.events.append(event)
+
+
+async def test_a_streamed_overflow_is_trimmed_and_streams_the_retry(tmp_path: Path) -> None:
+    async with open_fake_model() as fake:
+        fake.enforce_context(3000, chars_per_token=2)
+        config = window_config(tmp_path, fake, limit=3000, out=100)
+        clients = ClientPool()
+        agent = Agent(config.model, config.agent, clients)
+        history = [ChatMessage("user" if i % 2 == 0 else "assistant", "z" * 1000) for i in range(8)]
+        shown = Shown()
+        try:
+            result = await agent.run_turn("peer:s", history, "q" * 10, watch=Watch(shown))
+        finally:
+            await clients.aclose()
+    assert result.failure is None and fake.overflowed == [0] and len(fake.requests) == 2
+    assert all(r.stream for r in fake.requests)
+    assert shown.events[0] == AttemptFailed(1, "context_overflow")
+    assert {e.attempt for e in shown.events[1:] if isinstance(e, ReplyDelta)} == {2}
+    assert "".join(e.text for e in shown.events if isinstance(e, ReplyDelta)) == result.reply
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Any]:
     """Compaction on each backend (its store methods are tested on both in test_summary_store)."""
@@ -267,6 +306,13 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], A
         return lambda: open_sqlite_store(str(tmp_path / "s.db"))
     url = request.getfixturevalue("postgres_url")
     return lambda: open_postgres_store(url, node="n1")
+
+
+async def seed(store: Any, key: str, turns: int = 12) -> None:
+    """Answered turns of ~2,400 characters each: too many for the window."""
+    for i in range(turns):
+        row = (await store.admit(Inbound("peer", key, f"m{i}", long_text(i)))).row
+        await store.answer(row, TurnResult(reply="r" * 1200, model="m"), ["r"])
 
 
 async def test_a_failed_summary_never_fails_the_turn(
@@ -283,9 +329,7 @@ async def test_a_failed_summary_never_fails_the_turn(
             runner = CompactingRunner(
                 agent, store, 40, history_chars=200_000, observe=events.append
             )
-            for i in range(12):  # answered rows, too many for the window
-                row = (await store.admit(Inbound("peer", key, f"m{i}", long_text(i)))).row
-                await store.answer(row, TurnResult(reply="r" * 1200, model="m"), ["r"])
+            await seed(store, key)
             fake.script(server_error())  # the summary call (max_retries = 1: no retry)
             try:
                 result = await runner.run_turn(key, [], "the question")
@@ -314,9 +358,7 @@ async def test_a_summary_folds_the_rows_that_left_and_is_sent_first(
             runner = CompactingRunner(
                 agent, store, 40, history_chars=200_000, observe=events.append
             )
-            for i in range(12):
-                row = (await store.admit(Inbound("peer", key, f"m{i}", long_text(i)))).row
-                await store.answer(row, TurnResult(reply="r" * 1200, model="m"), ["r"])
+            await seed(store, key)
             try:
                 await runner.run_turn(key, [], "the question")
             finally:
