@@ -389,3 +389,32 @@ def test_fit_keeps_the_newest_rows_from_a_question() -> None:
     assert halved == 4  # of the ten that fit, the newer half from a question
     assert fit(rows, fixed_chars=50, history_chars=10_000, budget=0, ratio=4.0)[0] == 10
     assert fit(rows, fixed_chars=50, history_chars=250, budget=0, ratio=4.0)[0] == 2
+
+
+async def test_without_a_token_bound_rows_past_history_messages_are_folded(
+    tmp_path: Path,
+) -> None:
+    async with open_fake_model() as fake:
+        summarising(fake)
+        config = make_config(tmp_path / "b.db", fake.base_url, model_extra=FAST)
+        clients = ClientPool()
+        agent = Agent(config.model, config.agent, clients)
+        key = "peer:h"
+        async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+            runner = CompactingRunner(agent, store, 6, history_chars=200_000)
+            await seed(store, key)  # 24 rows, 6 may be sent
+            try:
+                await runner.run_turn(key, [], "one")
+                await runner.run_turn(key, [], "two")  # nothing more left: no summary call
+            finally:
+                await clients.aclose()
+            summary = await store.summary(key)
+    assert summary is not None
+    assert [is_summary(r) for r in fake.requests] == [True, False, False]
+    assert summary.content in fake.requests[1].messages[1]["content"]
+    # Folded down to half of history_messages, from a question.
+    roles = [m["role"] for m in fake.requests[1].messages]
+    assert roles == ["system", "system", "user", "assistant", "user"]
+    # The read reaches history_messages + SLACK (16) rows back: the two oldest of these 24,
+    # stored before compaction was on, are beyond it and left out of the summary.
+    assert runner.statistics() == {"compactions": 1, "failed": 0, "rows": 20}
