@@ -1,0 +1,304 @@
+"""``/v1/responses`` (Open Responses, SPEC 12) end to end: the real gateway and store, the
+real ``openai`` client and raw aiohttp, the fake model."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import openai
+import pytest
+
+from gateway.config import Config, parse_config
+from tests.fakes.openai_server import Usage, ok, open_fake_model, streamed
+from tests.harness import config_text, make_config, running_gateway
+
+pytestmark = pytest.mark.anyio
+
+TOKEN_A = "token-a-0123456789abcdef0123"
+TOKEN_B = "token-b-fedcba9876543210fedc"
+
+
+def rows(db: Path) -> list[tuple[str, str, str]]:
+    with sqlite3.connect(db) as conn:
+        return list(
+            conn.execute("SELECT conversation, role, content FROM messages ORDER BY id").fetchall()
+        )
+
+
+def client(url: str, token: str = "none") -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=token, max_retries=0)
+
+
+def two_tokens(tmp_path: Path, model_url: str) -> Config:
+    listen = 'listen = "127.0.0.1:0"\n'
+    text = config_text(tmp_path / "b.db", model_url).replace(
+        listen,
+        listen
+        + f'[[peer.tokens]]\ntoken = "{TOKEN_A}"\nname = "team-a"\nsessions = ["a-*"]\n'
+        + f'[[peer.tokens]]\ntoken = "{TOKEN_B}"\nname = "team-b"\nsessions = ["*"]\n',
+    )
+    return parse_config(text, source="test", env={})
+
+
+async def test_create_follow_up_retrieve_delete_with_the_openai_client(tmp_path: Path) -> None:
+    db = tmp_path / "b.db"
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(db, fake.base_url)) as (_, url),
+    ):
+        fake.script(ok("Paris.", usage=Usage(11, 2)))
+        c = client(url)
+        first = await c.responses.create(
+            model="botmux", input="Capital of France?", instructions="Answer in one word."
+        )
+        assert first.id.startswith("resp_")
+        assert first.status == "completed"
+        assert first.output_text == "Paris."
+        assert first.output[0].type == "message"
+        assert first.usage is not None
+        assert (first.usage.input_tokens, first.usage.output_tokens) == (11, 2)
+        assert first.usage.total_tokens == 13
+        # The instructions reached the model as a system message of that call only.
+        assert [(m["role"], m["content"]) for m in fake.requests[0].messages[1:]] == [
+            ("system", "Answer in one word."),
+            ("user", "Capital of France?"),
+        ]
+        second = await c.responses.create(
+            model="botmux",
+            input=[{"type": "message", "role": "user", "content": "And of Italy?"}],
+            previous_response_id=first.id,
+        )
+        assert second.output_text == "echo: And of Italy?"
+        assert second.previous_response_id == first.id
+        # The follow-up is the same conversation: the model saw the earlier turn, not the
+        # earlier call's instructions.
+        assert [(m["role"], m["content"]) for m in fake.requests[1].messages[1:]] == [
+            ("user", "Capital of France?"),
+            ("assistant", "Paris."),
+            ("user", "And of Italy?"),
+        ]
+        got = await c.responses.retrieve(second.id)
+        assert got.id == second.id and got.status == "completed"
+        assert got.output_text == "echo: And of Italy?"
+        assert got.previous_response_id == first.id
+        assert got.conversation is not None and got.conversation.id == second.conversation.id
+        deleted = await c.responses.delete(first.id)
+        assert deleted is None  # the client returns nothing for a 200 delete
+        with pytest.raises(openai.NotFoundError):
+            await c.responses.retrieve(first.id)
+        with pytest.raises(openai.NotFoundError):
+            await c.responses.delete(first.id)
+        # The conversation's other turn stays, and the model no longer sees the deleted one.
+        assert (await c.responses.retrieve(second.id)).output_text == "echo: And of Italy?"
+        third = await c.responses.create(input="Spain?", previous_response_id=second.id)
+        assert third.output_text == "echo: Spain?"
+        assert [m["content"] for m in fake.requests[2].messages[1:]] == [
+            "And of Italy?",
+            "echo: And of Italy?",
+            "Spain?",
+        ]
+        await c.close()
+    assert [(role, content) for _, role, content in rows(db)] == [
+        ("user", "And of Italy?"),
+        ("assistant", "echo: And of Italy?"),
+        ("user", "Spain?"),
+        ("assistant", "echo: Spain?"),
+    ]
+
+
+async def test_retrieve_after_a_restart(tmp_path: Path) -> None:
+    db = tmp_path / "b.db"
+    async with open_fake_model() as fake:
+        async with running_gateway(make_config(db, fake.base_url)) as (_, url):
+            c = client(url)
+            made = await c.responses.create(input="remember me", conversation="kept")
+            await c.close()
+        async with running_gateway(make_config(db, fake.base_url)) as (_, url):
+            c = client(url)
+            got = await c.responses.retrieve(made.id)
+            await c.close()
+    assert got.output_text == "echo: remember me"
+    assert got.conversation is not None and got.conversation.id == "kept"
+    assert len(fake.requests) == 1
+
+
+async def test_streamed_response_events_in_order(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url)) as (_, url),
+    ):
+        fake.script(streamed("Hel", "lo ", "there", usage=Usage(5, 3)))
+        c = client(url)
+        stream = await c.responses.create(input="hi", stream=True)
+        events = [event async for event in stream]
+        got = await c.responses.retrieve(events[-1].response.id)  # type: ignore[union-attr]
+        await c.close()
+    kinds = [e.type for e in events]
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert [e.delta for e in events if e.type == "response.output_text.delta"] == [  # type: ignore[union-attr]
+        "Hel",
+        "lo ",
+        "there",
+    ]
+    completed = events[-1].response  # type: ignore[union-attr]
+    assert completed.output_text == "Hello there"
+    assert completed.usage is not None and completed.usage.total_tokens == 8
+    assert events[0].response.id == completed.id  # type: ignore[union-attr]
+    assert got.output_text == "Hello there"
+
+
+async def test_a_failure_after_the_first_piece_is_response_failed(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url)) as (_, url),
+        aiohttp.ClientSession() as http,
+    ):
+        fake.script(streamed("partial ", "answer", cut_after=1))
+        r = await http.post(f"{url}/v1/responses", json={"input": "hi", "stream": True})
+        assert r.status == 200
+        events = [
+            json.loads(line[6:])
+            for line in (await r.text()).splitlines()
+            if line.startswith("data: ")
+        ]
+    assert [e["type"] for e in events][:5] == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+    ]
+    assert events[-1]["type"] == "response.failed"
+    failed = events[-1]["response"]
+    assert failed["status"] == "failed"
+    assert failed["error"]["code"] == "connection"
+    assert [e["sequence_number"] for e in events] == list(range(len(events)))
+
+
+async def test_idempotency_key_same_body_is_the_same_response(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url)) as (_, url),
+        aiohttp.ClientSession() as http,
+    ):
+        headers = {"Idempotency-Key": "r-1"}
+        body = {"input": "once"}
+        first = await (await http.post(f"{url}/v1/responses", json=body, headers=headers)).json()
+        again = await (await http.post(f"{url}/v1/responses", json=body, headers=headers)).json()
+        streamed_again = await http.post(
+            f"{url}/v1/responses", json={**body, "stream": True}, headers=headers
+        )
+        text = await streamed_again.text()
+        other = await http.post(f"{url}/v1/responses", json={"input": "twice"}, headers=headers)
+        other_body = await other.json()
+    assert first["id"] == again["id"]
+    assert again["output"][0]["content"][0]["text"] == "echo: once"
+    assert first["id"] in text and "response.completed" in text
+    assert other.status == 422 and other_body["error"]["code"] == "idempotency_key_reused"
+    assert len(fake.requests) == 1
+
+
+BAD: list[tuple[Any, int, str]] = [
+    ("not json", 400, "invalid_json"),
+    ([], 400, "bad_request"),
+    ({}, 400, "bad_request"),
+    ({"input": 5}, 400, "bad_request"),
+    ({"input": ""}, 400, "bad_request"),
+    ({"input": []}, 400, "bad_request"),
+    ({"input": [{"role": "assistant", "content": "x"}]}, 400, "bad_request"),
+    ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, 400, ""),
+    ({"input": [{"type": "function_call_output", "output": "x"}]}, 400, ""),
+    ({"input": "x", "stream": "yes"}, 400, "bad_request"),
+    ({"input": "x", "model": 3}, 400, "bad_request"),
+    ({"input": "x", "instructions": ["a"]}, 400, "bad_request"),
+    ({"input": "x", "tools": [{"type": "function", "name": "f"}]}, 400, "unsupported_parameter"),
+    ({"input": "x", "background": True}, 400, "unsupported_parameter"),
+    ({"input": "x", "metadata": {"k": 1}}, 400, "bad_request"),
+    ({"input": "x", "conversation": "bad id!"}, 400, "bad_session_id"),
+    ({"input": "x", "conversation": {"id": 7}}, 400, "bad_request"),
+    ({"input": "x", "previous_response_id": "resp_1_" + "0" * 24}, 404, "not_found"),
+    ({"input": "x", "previous_response_id": "resp_" + "9" * 5000}, 404, "not_found"),
+    ({"input": "x", "previous_response_id": 12}, 400, "bad_request"),
+    (
+        {"input": "x", "previous_response_id": "resp_1_x", "conversation": "c"},
+        400,
+        "bad_request",
+    ),
+]
+
+
+async def test_bad_input_is_an_openai_error_and_stores_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "b.db"
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(db, fake.base_url)) as (_, url),
+        aiohttp.ClientSession() as http,
+    ):
+        for body, status, code in BAD:
+            data = body if isinstance(body, str) else json.dumps(body)
+            r = await http.post(
+                f"{url}/v1/responses", data=data, headers={"Content-Type": "application/json"}
+            )
+            error = (await r.json())["error"]
+            assert r.status == status, body
+            assert error["message"] and error["type"] == error["code"]
+            assert not code or error["code"] == code, (body, error)
+        for resp_id in ("nope", "resp_1_" + "0" * 24, "resp_" + "1" * 3000, "msg_1_" + "0" * 24):
+            for method in ("GET", "DELETE"):
+                r = await http.request(method, f"{url}/v1/responses/{resp_id}")
+                assert r.status == 404
+                assert (await r.json())["error"]["code"] == "not_found"
+        c = client(url)
+        with pytest.raises(openai.BadRequestError) as refused:
+            await c.responses.create(
+                input="x", tools=[{"type": "function", "name": "f", "parameters": {}}]
+            )
+        await c.close()
+    assert "tools" in str(refused.value)
+    assert fake.requests == []
+    assert rows(db) == []
+
+
+async def test_another_tokens_responses_are_not_found(tmp_path: Path) -> None:
+    async with open_fake_model() as fake:
+        async with running_gateway(two_tokens(tmp_path, fake.base_url)) as (_, url):
+            a, b = client(url, TOKEN_A), client(url, TOKEN_B)
+            anon = await a.responses.create(input="a's own")
+            named = await a.responses.create(input="a's named", conversation="a-room")
+            assert (await a.responses.retrieve(anon.id)).output_text == "echo: a's own"
+            # B reaches every session by its globs, yet cannot read, delete or continue A's
+            # responses: their ids are minted for A's token.
+            for resp_id in (anon.id, named.id):
+                with pytest.raises(openai.NotFoundError):
+                    await b.responses.retrieve(resp_id)
+                with pytest.raises(openai.NotFoundError):
+                    await b.responses.delete(resp_id)
+                with pytest.raises(openai.NotFoundError):
+                    await b.responses.create(input="hijack", previous_response_id=resp_id)
+            # A cannot name a session outside its globs.
+            with pytest.raises(openai.NotFoundError):
+                await a.responses.create(input="x", conversation="b-room")
+            # A can continue its own anonymous conversation.
+            more = await a.responses.create(input="more", previous_response_id=anon.id)
+            assert more.conversation is not None and anon.conversation is not None
+            assert more.conversation.id == anon.conversation.id
+            await a.close()
+            await b.close()
+    assert [r.last_user for r in fake.requests] == ["a's own", "a's named", "more"]
