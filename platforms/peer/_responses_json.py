@@ -27,8 +27,14 @@ from platforms.peer.convert import (
 
 #: ``resp_<user row id>_<MAC>``; the message item of a response is ``msg_`` with the same tail.
 _ID = re.compile(r"^(?:resp|msg)_([1-9][0-9]{0,17})_([0-9a-f]{24})$")
-#: Request fields refused (botmux answers with its own agent, without tools or background runs).
-UNSUPPORTED = ("tools", "tool_choice", "background", "prompt", "conversation_items")
+#: Request fields botmux cannot honour (it answers with its own agent, without tools or
+#: background runs), refused unless they ask for nothing: the values allowed for each.
+UNSUPPORTED: dict[str, tuple[object, ...]] = {
+    "tools": ([],),
+    "tool_choice": ("none", "auto"),
+    "background": (False,),
+    "prompt": (),
+}
 _ROLES_IGNORED = ("assistant",)
 _INSTRUCTION_ROLES = ("system", "developer")
 
@@ -121,14 +127,14 @@ def _input(value: Any) -> tuple[str, list[str]]:
             raise BadRequest("each input message needs a string 'role'")
         text = _content(item.get("content"))
         if role == "user":
-            user = text
+            user = _clean_text(text, "a user message")
         elif role in _INSTRUCTION_ROLES:
             system.append(_clean_text(text, f"a {role} message"))
         elif role not in _ROLES_IGNORED:
             raise BadRequest("an input message's role is user, assistant, system or developer")
     if user is None:
         raise BadRequest('"input" has no user message')
-    return _clean_text(user, "the last user message"), system
+    return user, system
 
 
 def _optional(body: dict[str, Any], name: str, kind: type | tuple[type, ...], what: str) -> Any:
@@ -176,9 +182,12 @@ def response_request(body: Any) -> ResponseRequest:
     if "input" not in body:
         raise BadRequest('"input" is required', param="input")
     text, system = _input(body["input"])
-    for name in UNSUPPORTED:
+    for name, harmless in UNSUPPORTED.items():
         value = body.get(name)
-        if value is not None and value != [] and value is not False and value != "none":
+        # By type too: 0 == False and 0.0 == False in Python, not in JSON.
+        if value is not None and not any(
+            type(value) is type(ok) and value == ok for ok in harmless
+        ):
             raise BadRequest(
                 f'"{name}" is not supported: botmux answers with its own agent, without tools',
                 code="unsupported_parameter",
