@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from gateway.config import Config, parse_config
-from tests.fakes.openai_server import Usage, ok, open_fake_model, streamed
+from tests.fakes.openai_server import Usage, ok, open_fake_model, streamed, unauthorized
 from tests.harness import config_text, make_config, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -302,3 +302,58 @@ async def test_another_tokens_responses_are_not_found(tmp_path: Path) -> None:
             await a.close()
             await b.close()
     assert [r.last_user for r in fake.requests] == ["a's own", "a's named", "more"]
+
+
+async def test_a_response_in_progress_reads_so_and_cannot_be_deleted(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url)) as (_, url),
+        aiohttp.ClientSession() as http,
+    ):
+        fake.script(streamed("first ", "second", hold_after=1))
+        c = client(url)
+        stream = await c.responses.create(
+            input="slow", stream=True, conversation={"id": "named-room"}
+        )
+        events = aiter(stream)
+        created = await anext(events)
+        assert created.type == "response.created"
+        resp_id = created.response.id
+        r = await http.get(f"{url}/v1/responses/{resp_id}")
+        running = await r.json()
+        assert running["status"] == "in_progress" and running["output"] == []
+        assert running["conversation"] == {"id": "named-room"}
+        r = await http.delete(f"{url}/v1/responses/{resp_id}")
+        assert r.status == 409 and (await r.json())["error"]["code"] == "in_progress"
+        fake.release_streams()
+        rest = [event.type async for event in events]
+        assert rest[-1] == "response.completed"
+        r = await http.delete(f"{url}/v1/responses/{resp_id}")
+        assert await r.json() == {"id": resp_id, "object": "response", "deleted": True}
+        r = await http.get(f"{url}/api/sessions/named-room/messages")
+        assert (await r.json())["messages"] == []
+        await c.close()
+
+
+async def test_a_failed_turn_is_an_openai_error_and_reads_as_failed(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url)) as (_, url),
+        aiohttp.ClientSession() as http,
+    ):
+        fake.script(streamed("partial", cut_after=1))
+        r = await http.post(
+            f"{url}/v1/responses", json={"input": "hi", "stream": True, "conversation": "f"}
+        )
+        text = await r.text()
+        fake.script(unauthorized())
+        c = client(url)
+        with pytest.raises(openai.APIStatusError) as failed:
+            await c.responses.create(input="again", conversation="f")
+        await c.close()
+        resp_id = json.loads(text.split("data: ", 2)[1].split("\n")[0])["response"]["id"]
+        stored = await (await http.get(f"{url}/v1/responses/{resp_id}")).json()
+    assert failed.value.status_code == 502
+    assert isinstance(failed.value.body, dict) and failed.value.body["code"] == "auth"
+    assert stored["status"] == "failed" and stored["error"]["code"] == "connection"
+    assert stored["output"] == []
