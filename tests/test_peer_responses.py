@@ -53,8 +53,13 @@ async def test_create_follow_up_retrieve_delete_with_the_openai_client(tmp_path:
         fake.script(ok("Paris.", usage=Usage(11, 2)))
         c = client(url)
         first = await c.responses.create(
-            model="botmux", input="Capital of France?", instructions="Answer in one word."
+            model="botmux",
+            input="Capital of France?",
+            instructions="Answer in one word.",
+            store=True,
+            metadata={"ticket": "T-1"},
         )
+        assert first.metadata == {"ticket": "T-1"}
         assert first.id.startswith("resp_")
         assert first.status == "completed"
         assert first.output_text == "Paris."
@@ -173,11 +178,10 @@ async def test_a_failure_after_the_first_piece_is_response_failed(tmp_path: Path
         fake.script(streamed("partial ", "answer", cut_after=1))
         r = await http.post(f"{url}/v1/responses", json={"input": "hi", "stream": True})
         assert r.status == 200
-        events = [
-            json.loads(line[6:])
-            for line in (await r.text()).splitlines()
-            if line.startswith("data: ")
-        ]
+        text = await r.text()
+    events = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: ")]
+    names = [line[7:] for line in text.splitlines() if line.startswith("event: ")]
+    assert names == [e["type"] for e in events]  # each event: line names its data's type
     assert [e["type"] for e in events][:5] == [
         "response.created",
         "response.in_progress",

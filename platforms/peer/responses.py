@@ -207,6 +207,11 @@ def _settled(
     return "completed", reply.content, usage, None
 
 
+def _where(resp_id: str) -> dict[str, Any]:
+    """Where a text event belongs: the one output item's one content part."""
+    return {"item_id": rj.item_id(resp_id), "output_index": 0, "content_index": 0}
+
+
 def _event(kind: str, seq: int, **fields: Any) -> bytes:
     data = {"type": kind, "sequence_number": seq, **fields}
     return b"event: " + kind.encode() + b"\ndata: " + json.dumps(data).encode() + b"\n\n"
@@ -236,7 +241,7 @@ async def _stream(
     def opening(row: int, created: dict[str, Any]) -> bytes:
         nonlocal resp_id
         resp_id = rj.response_id(row, scope)
-        where = {"item_id": rj.item_id(resp_id), "output_index": 0, "content_index": 0}
+        where = _where(resp_id)
         return (
             emit("response.created", response=created)
             + emit("response.in_progress", response=created)
@@ -249,8 +254,7 @@ async def _stream(
         )
 
     def delta(piece: str) -> bytes:
-        where = {"item_id": rj.item_id(resp_id), "output_index": 0, "content_index": 0}
-        return emit("response.output_text.delta", delta=piece, logprobs=[], **where)
+        return emit("response.output_text.delta", delta=piece, logprobs=[], **_where(resp_id))
 
     def encode(pieces: list[str]) -> bytes:
         head = b""
@@ -280,7 +284,7 @@ async def _stream(
         return response
     tail = b"" if reply.written else encode([outcome.reply])  # not streamed: all at once
     done = rj.response_json(view(outcome, "completed"))
-    where = {"item_id": rj.item_id(resp_id), "output_index": 0, "content_index": 0}
+    where = _where(resp_id)
     tail += emit("response.output_text.done", text=outcome.reply, logprobs=[], **where)
     tail += emit("response.content_part.done", part=rj.output_text(outcome.reply), **where)
     tail += emit("response.output_item.done", output_index=0, item=done["output"][0])
