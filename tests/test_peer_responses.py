@@ -361,3 +361,37 @@ async def test_a_failed_turn_is_an_openai_error_and_reads_as_failed(tmp_path: Pa
     assert isinstance(failed.value.body, dict) and failed.value.body["code"] == "auth"
     assert stored["status"] == "failed" and stored["error"]["code"] == "connection"
     assert stored["output"] == []
+
+
+async def test_two_nodes_on_postgres_serve_each_others_responses(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """A response made on node A is read, continued and deleted through node B: it is rows."""
+
+    def node(name: str) -> Config:
+        cluster = f'[cluster]\nnode_id = "{name}"\nlease_s = 5\nheartbeat_s = 1\n'
+        text = config_text(tmp_path / f"{name}.db", fake.base_url, store_url=postgres_url)
+        return parse_config(text + cluster, source="test", env={})
+
+    async with open_fake_model() as fake:
+        async with (
+            running_gateway(node("a")) as (_, url_a),
+            running_gateway(node("b")) as (_, url_b),
+        ):
+            a, b = client(url_a), client(url_b)
+            made = await a.responses.create(input="on a", conversation="shared-room")
+            got = await b.responses.retrieve(made.id)
+            assert got.output_text == "echo: on a" and got.status == "completed"
+            more = await b.responses.create(input="on b", previous_response_id=made.id)
+            assert more.output_text == "echo: on b"
+            await b.responses.delete(made.id)
+            with pytest.raises(openai.NotFoundError):
+                await a.responses.retrieve(made.id)
+            assert (await a.responses.retrieve(more.id)).previous_response_id is None
+            await a.close()
+            await b.close()
+    assert [m["content"] for m in fake.requests[1].messages[1:]] == [
+        "on a",
+        "echo: on a",
+        "on b",
+    ]
