@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
 import openai
 import pytest
 
 from gateway.config import Config, parse_config
-from tests.fakes.openai_server import Usage, ok, open_fake_model, streamed, unauthorized
+from tests.fakes.openai_server import Hold, Usage, ok, open_fake_model, streamed, unauthorized
 from tests.harness import config_text, make_config, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -395,3 +396,33 @@ async def test_two_nodes_on_postgres_serve_each_others_responses(
         "echo: on a",
         "on b",
     ]
+
+
+async def test_a_stopped_turn_is_a_cancelled_response(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url)) as (_, url),
+        aiohttp.ClientSession() as http,
+        anyio.create_task_group() as tg,
+    ):
+        fake.script(Hold(ok("never")))
+        answers: list[dict[str, Any]] = []
+
+        async def create() -> None:
+            body = {"input": "long one", "conversation": "stop-me"}
+            answers.append(await (await http.post(f"{url}/v1/responses", json=body)).json())
+
+        tg.start_soon(create)
+        await fake.wait_for_requests(1)
+        r = await http.post(f"{url}/api/sessions/stop-me/chat", json={"message": "/stop"})
+        assert r.status == 200
+    (stopped,) = answers
+    assert stopped["status"] == "cancelled" and stopped["output"] == []
+    assert stopped["error"]["code"] == "cancelled"
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url)) as (_, url),
+        aiohttp.ClientSession() as http,
+    ):
+        stored = await (await http.get(f"{url}/v1/responses/{stopped['id']}")).json()
+    assert stored["status"] == "cancelled" and stored["error"]["code"] == "cancelled"

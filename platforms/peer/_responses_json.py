@@ -16,7 +16,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.messages import Failure, Usage
+from gateway.messages import STOPPED_REPLY, Failure, TurnOutcome, Usage
 from platforms.peer.convert import (
     MODEL_NAME,
     BadRequest,
@@ -236,7 +236,7 @@ class ResponseView:
     session_id: str
     created_at: float
     model: str
-    status: str  # in_progress, completed, failed
+    status: str  # in_progress, completed, failed, cancelled (stopped: /stop)
     text: str = ""
     usage: Usage | None = None
     failure: Failure | None = None
@@ -267,6 +267,8 @@ def response_json(view: ResponseView) -> dict[str, Any]:
     error = None
     if view.failure is not None:
         error = {"code": view.failure.reason, "message": view.text}
+    elif view.status == "cancelled":
+        error = {"code": "cancelled", "message": view.text}
     usage = None
     if view.usage is not None:
         usage = {
@@ -309,3 +311,12 @@ def deleted_json(resp_id: str) -> dict[str, Any]:
 
 def now() -> float:
     return time.time()
+
+
+def outcome_status(outcome: TurnOutcome) -> str:
+    """How a turn's outcome reads as a response: failed, cancelled (stopped), or completed."""
+    if outcome.failure is not None:
+        return "failed"
+    if outcome.reply == STOPPED_REPLY and not outcome.usage.total_tokens:
+        return "cancelled"
+    return "completed"

@@ -9,7 +9,8 @@ message of that turn only: they are not stored, so the conversation's history do
 them (and a turn resumed after a restart runs without them). A response's id names its user
 row (``_responses_json.response_id``), so ``GET`` reads it back from the rows on any node,
 after any restart; ``DELETE`` removes the turn's rows (user row, reply, outbox, preview) and
-keeps the conversation's other turns.
+keeps the conversation's other turns. A failed turn answers as the chat completions route
+does (its status and class); a turn stopped by ``/stop`` is a ``cancelled`` response.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from gateway.messages import Failure, MessageState, StoredMessage, TurnOutcome, Usage
+from gateway.messages import STOPPED_REPLY, Failure, MessageState, StoredMessage, TurnOutcome, Usage
 from gateway.ports import Intake
 from platforms.peer import _responses_json as rj
 from platforms.peer import convert, streaming
@@ -149,7 +150,7 @@ class ResponsesRoutes:
             outcome = await run(None)
             if outcome.failure is not None:
                 return streaming.completion_failure(outcome)
-            return web.json_response(rj.response_json(view(outcome, "completed")))
+            return web.json_response(rj.response_json(view(outcome, rj.outcome_status(outcome))))
         return await _stream(request, self._host.sse_keepalive_s, scope, run, view)
 
     async def retrieve(self, request: web.Request) -> web.Response:
@@ -196,7 +197,7 @@ def _settled(
     if row.state == MessageState.PENDING:
         return "in_progress", "", None, None
     if row.state == MessageState.CANCELLED:
-        return "cancelled", "", None, None
+        return "cancelled", STOPPED_REPLY, None, None
     if reply is None:
         failure = Failure("purged", False, detail="dropped by an operator")
         return "failed", "the message was dropped before it ran", None, failure
@@ -277,9 +278,9 @@ async def _stream(
         await finish(response, emit("error", code=body["code"], message=body["message"]))
         return response
     assert outcome is not None
-    if outcome.failure is not None:
+    if (status := rj.outcome_status(outcome)) != "completed":  # failed, or stopped
         head = b"" if resp_id else encode([])  # headers out on a keep-alive: open it first
-        failed = rj.response_json(view(outcome, "failed"))
+        failed = rj.response_json(view(outcome, status))
         await finish(response, head + emit("response.failed", response=failed))
         return response
     tail = b"" if reply.written else encode([outcome.reply])  # not streamed: all at once
