@@ -121,7 +121,13 @@ async def test_retrieve_after_a_restart(tmp_path: Path) -> None:
     async with open_fake_model() as fake:
         async with running_gateway(make_config(db, fake.base_url)) as (_, url):
             c = client(url)
-            made = await c.responses.create(input="remember me", conversation="kept")
+            made = await c.responses.create(
+                input=[
+                    {"role": "developer", "content": "Be terse."},
+                    {"role": "user", "content": [{"type": "input_text", "text": "remember me"}]},
+                ],
+                conversation="kept",
+            )
             await c.close()
         async with running_gateway(make_config(db, fake.base_url)) as (_, url):
             c = client(url)
@@ -129,6 +135,11 @@ async def test_retrieve_after_a_restart(tmp_path: Path) -> None:
             await c.close()
     assert got.output_text == "echo: remember me"
     assert got.conversation is not None and got.conversation.id == "kept"
+    # The short-form items: the developer message reached the model as a system message.
+    assert [(m["role"], m["content"]) for m in fake.requests[0].messages[1:]] == [
+        ("system", "Be terse."),
+        ("user", "remember me"),
+    ]
     assert len(fake.requests) == 1
 
 
@@ -426,3 +437,18 @@ async def test_a_stopped_turn_is_a_cancelled_response(tmp_path: Path) -> None:
     ):
         stored = await (await http.get(f"{url}/v1/responses/{stopped['id']}")).json()
     assert stored["status"] == "cancelled" and stored["error"]["code"] == "cancelled"
+
+
+async def test_the_openai_stream_helper_accumulates_the_answer(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url)) as (_, url),
+    ):
+        fake.script(streamed("one ", "two ", "three"))
+        c = client(url)
+        async with c.responses.stream(model="botmux", input="count") as stream:
+            deltas = [e.delta async for e in stream if e.type == "response.output_text.delta"]
+            final = await stream.get_final_response()
+        await c.close()
+    assert deltas == ["one ", "two ", "three"]
+    assert final.output_text == "one two three" and final.status == "completed"
