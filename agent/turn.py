@@ -196,6 +196,8 @@ class Agent:
             failure = classify(ModelNotConfigured("no model is configured"))
             return TurnResult(reply=failure_reply(failure), failure=failure)
         messages = self.build_messages(history, text)
+        if watch is not None and watch.instructions:
+            messages.insert(1, {"role": "system", "content": watch.instructions})
         stream = watch.stream if watch is not None and self._config.stream else None
         response_format = watch.response_format if watch is not None else None
         attempts = itertools.count(1)

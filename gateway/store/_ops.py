@@ -144,6 +144,15 @@ class RecordPreview(Write[None]):
     message_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class DeleteTurn(Write[bool | None]):
+    """Remove one answered turn (``DELETE /v1/responses/{id}``): the user row, its replies,
+    their outbox chunks and preview; the conversation's other rows stay. True: deleted,
+    False: the turn is still pending (nothing removed), None: no such user row."""
+
+    user_row_id: int
+
+
 StoreWrite = (
     AdmitRow
     | AnswerTurn
@@ -161,6 +170,7 @@ StoreWrite = (
     | PurgeConversation
     | DeleteConversation
     | RecordPreview
+    | DeleteTurn
 )
 
 
