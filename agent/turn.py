@@ -106,15 +106,17 @@ class Agent:
         text: str,
         *,
         summary: str | None = None,
+        instructions: str | None = None,
         halve: bool = False,
         share: float = 1.0,
     ) -> tuple[Messages, Window]:
         """The request to ``endpoint``: what of ``history`` fits its window (``share`` of it:
-        compaction asks what would fit in part of it), and the window as built."""
+        compaction asks what would fit in part of it), and the window as built.
+        ``instructions``: this turn's extra system message (``/v1/responses``)."""
         system = self._config.system_prompt
         budget = prompt_budget(endpoint)
         ratio = self.calibration.ratio(endpoint)
-        fixed = len(system) + len(text)
+        fixed = len(system) + len(text) + len(instructions or "")
         fits = not budget or math.ceil(fixed / ratio) <= budget
         note = SUMMARY_PREFIX + summary if summary else None
         if note and budget and math.ceil((fixed + len(note)) / ratio) > budget:
@@ -130,6 +132,8 @@ class Agent:
             halve=halve,
         )
         messages = [{"role": "system", "content": system}]
+        if instructions:
+            messages.append({"role": "system", "content": instructions})
         if note:
             messages.append({"role": "system", "content": note})
         messages.extend(
@@ -252,7 +256,8 @@ class Agent:
         if self._policy is None:
             failure = classify(ModelNotConfigured("no model is configured"))
             return TurnResult(reply=failure_reply(failure), failure=failure)
-        windows = [self.build(e, (), text)[1] for e in self._chain]
+        instructions = watch.instructions if watch is not None else None
+        windows = [self.build(e, (), text, instructions=instructions)[1] for e in self._chain]
         if not any(w.fits for w in windows):
             return self._too_long(conversation, turn, windows[0])
         stream = watch.stream if watch is not None and self._config.stream else None
@@ -263,7 +268,9 @@ class Agent:
             index: int, api_key: str, *, rebuild: bool, trimmed: bool
         ) -> tuple[str, Usage]:
             endpoint = self._chain[index]
-            messages, window = self.build(endpoint, history, text, summary=summary, halve=trimmed)
+            messages, window = self.build(
+                endpoint, history, text, summary=summary, instructions=instructions, halve=trimmed
+            )
             self._sent(conversation, window)
             reply, usage = await self.complete(
                 endpoint,

@@ -276,6 +276,24 @@ class GatewayIntake:
             )
         return removed
 
+    async def delete_turn(self, user_row_id: int, *, by: str) -> bool | None:
+        """Remove one settled turn (``DELETE /v1/responses/{id}``), keeping the rest of its
+        conversation: True; False while it is pending; None when there is no such row. The
+        actor reads its history from the store again, so the model no longer sees it."""
+        row = await self._store.message(user_row_id)
+        deleted = await self._store.delete_turn(user_row_id)
+        if deleted and row is not None:
+            if self._router.get(row.conversation) is not None:
+                self._send_control(row.conversation, ResetContext(reload=True))
+            log.warning(
+                "turn deleted",
+                extra={"conversation": row.conversation, "turn": user_row_id, "by": by},
+            )
+        return deleted
+
+    async def message(self, row_id: int) -> StoredMessage | None:
+        return await self._store.message(row_id)
+
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         return await self._store.reply_to(user_row_id)
 

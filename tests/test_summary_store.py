@@ -88,3 +88,13 @@ async def test_deleting_the_conversation_deletes_its_summary(open_store: Opener)
         again = await answered(store, "peer:a", 1)  # a new conversation of the same key
         assert await store.summary("peer:a") is None
         assert await store.save_summary("peer:a", "new", again[1])
+
+
+async def test_deleting_a_folded_turn_deletes_the_summary_holding_it(open_store: Opener) -> None:
+    async with open_store() as store:
+        ids = await answered(store, "peer:a", 3)
+        assert await store.save_summary("peer:a", "s", ids[3])
+        assert await store.delete_turn(ids[4])  # after the summary: it stays
+        assert await store.summary("peer:a") is not None
+        assert await store.delete_turn(ids[2])  # folded into it: its text must not outlive it
+        assert await store.summary("peer:a") is None

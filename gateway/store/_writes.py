@@ -14,6 +14,7 @@ from gateway.store._ops import (
     ApprovePairing,
     CancelTurn,
     DeleteConversation,
+    DeleteTurn,
     ExpireChunks,
     FailChunk,
     MarkDelivered,
@@ -86,6 +87,9 @@ class QueuedWrites:
 
     async def delete_conversation(self, conversation: str) -> int | None:
         return await self._group.submit(DeleteConversation(conversation))
+
+    async def delete_turn(self, user_row_id: int) -> bool | None:
+        return await self._group.submit(DeleteTurn(user_row_id))
 
     async def _delete_expired(
         self, keys: Sequence[str], idle_before: float, anonymous_before: float

@@ -165,6 +165,11 @@ class Store(Protocol):
         """Remove the conversation, its rows and its outbox: the rows removed, None if absent."""
         ...
 
+    async def delete_turn(self, user_row_id: int) -> bool | None:
+        """Remove one settled turn (its user row, replies, outbox, preview): True; False
+        while it is pending (nothing removed); None when there is no such user row."""
+        ...
+
     async def expire_conversations(self, idle_before: float, anonymous_before: float) -> list[str]:
         """Delete conversations with nothing pending last active before ``idle_before``, and
         anonymous peer ones (``peer:anon-*``) before ``anonymous_before`` (epoch seconds)."""

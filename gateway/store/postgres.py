@@ -46,6 +46,7 @@ from gateway.store._ops import (
     ApprovePairing,
     CancelTurn,
     DeleteConversation,
+    DeleteTurn,
     ExpireChunks,
     ExpireInFlight,
     FailChunk,
@@ -214,6 +215,8 @@ class PostgresStore(
                 return await self._apply_purge(db, only(PurgeConversation, run))
             case DeleteConversation():
                 return await self._apply_delete(db, only(DeleteConversation, run))
+            case DeleteTurn():
+                return await self._apply_delete_turn(db, only(DeleteTurn, run))
             case RecordPreview():
                 ops = only(RecordPreview, run)
                 await db.execute(

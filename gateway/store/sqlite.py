@@ -47,6 +47,7 @@ from gateway.store._ops import (
     ApprovePairing,
     CancelTurn,
     DeleteConversation,
+    DeleteTurn,
     ExpireChunks,
     ExpireInFlight,
     FailChunk,
@@ -298,6 +299,8 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin):
                 return self._apply_purge(db, only(PurgeConversation, run))
             case DeleteConversation():
                 return self._apply_delete(db, only(DeleteConversation, run))
+            case DeleteTurn():
+                return self._apply_delete_turn(db, only(DeleteTurn, run))
             case RecordPreview():
                 now = self._clock()
                 db.executemany(
