@@ -192,6 +192,7 @@ class GatewayIntake:
         for line in status.get("lines", []):
             lines.append(str(line))
         lines.append(f"Queued turns here: {queued}")
+        lines.append(_context_line(status.get("context", {}).get(conversation)))
         if stats is not None and stats.last_fell_back:
             lines.append(f"The last turn fell back to {stats.last_model}.")
         return "\n".join(lines)
@@ -304,3 +305,14 @@ class GatewayIntake:
 
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         return await self._store.transcript(conversation)
+
+
+def _context_line(used: tuple[int, int] | None) -> str:
+    """The context the conversation's last request used (SPEC 11), as the agent estimated it."""
+    if used is None:
+        return "Context: no request yet"
+    tokens, window = used
+    if not window:
+        return f"Context: ~{tokens} tokens in the last request (no token bound)"
+    share = 100 * tokens // window
+    return f"Context: ~{tokens} of {window} prompt tokens in the last request ({share}%)"

@@ -110,6 +110,7 @@ class LifecycleMixin:
                 results.append(None)
                 continue
             db.execute("DELETE FROM outbox WHERE conversation = ?", (key,))
+            db.execute("DELETE FROM summaries WHERE conversation = ?", (key,))
             db.execute(
                 "DELETE FROM previews WHERE user_row_id IN"
                 " (SELECT id FROM messages WHERE conversation = ?)",
@@ -131,6 +132,12 @@ class LifecycleMixin:
             if not found or found[0][0] == "pending":
                 results.append(None if not found else False)
                 continue
+            # A compaction summary that folded this turn in would keep its text: it goes too.
+            db.execute(
+                "DELETE FROM summaries WHERE through >= ? AND conversation ="
+                " (SELECT conversation FROM messages WHERE id = ?)",
+                (op.user_row_id, op.user_row_id),
+            )
             db.execute("DELETE FROM outbox WHERE user_row_id = ?", (op.user_row_id,))
             db.execute("DELETE FROM previews WHERE user_row_id = ?", (op.user_row_id,))
             db.execute("DELETE FROM messages WHERE user_row_id = ?", (op.user_row_id,))

@@ -153,6 +153,16 @@ class DeleteTurn(Write[bool | None]):
     user_row_id: int
 
 
+@dataclass(frozen=True, slots=True)
+class SaveSummary(Write[bool]):
+    """Store the conversation's summary (compaction, SPEC 11) if it covers more than the one
+    stored and nothing of it precedes a reset: whether it was stored."""
+
+    conversation: str
+    content: str
+    through: int
+
+
 StoreWrite = (
     AdmitRow
     | AnswerTurn
@@ -171,6 +181,7 @@ StoreWrite = (
     | DeleteConversation
     | RecordPreview
     | DeleteTurn
+    | SaveSummary
 )
 
 

@@ -112,6 +112,7 @@ class PgLifecycleMixin:
                 results[i] = None
                 continue
             await db.execute("DELETE FROM outbox WHERE conversation = $1", key)
+            await db.execute("DELETE FROM summaries WHERE conversation = $1", key)
             await db.execute(
                 "DELETE FROM previews WHERE user_row_id IN"
                 " (SELECT id FROM messages WHERE conversation = $1)",
@@ -141,6 +142,12 @@ class PgLifecycleMixin:
             if state is None or state == "pending":
                 results.append(None if state is None else False)
                 continue
+            # A compaction summary that folded this turn in would keep its text: it goes too.
+            await db.execute(
+                "DELETE FROM summaries WHERE conversation = $1 AND through >= $2",
+                row["conversation"],
+                op.user_row_id,
+            )
             await db.execute("DELETE FROM outbox WHERE user_row_id = $1", op.user_row_id)
             await db.execute("DELETE FROM previews WHERE user_row_id = $1", op.user_row_id)
             await db.execute("DELETE FROM messages WHERE user_row_id = $1", op.user_row_id)

@@ -25,6 +25,7 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SaveSummary,
 )
 from gateway.store._writer import GroupWriter
 
@@ -77,6 +78,9 @@ class QueuedWrites:
 
     async def record_preview(self, user_row_id: int, message_id: str) -> None:
         await self._group.submit(RecordPreview(user_row_id, message_id))
+
+    async def save_summary(self, conversation: str, content: str, through: int) -> bool:
+        return await self._group.submit(SaveSummary(conversation, content, through))
 
     async def purge(self, conversation: str) -> int:
         return await self._group.submit(PurgeConversation(conversation))

@@ -15,6 +15,7 @@ from gateway.messages import (
     Admission,
     Backlog,
     ConversationInfo,
+    ConversationSummary,
     Inbound,
     OutboxChunk,
     PairingCode,
@@ -91,6 +92,15 @@ class Store(Protocol):
 
     async def history(self, conversation: str, limit: int) -> list[StoredMessage]:
         """The newest ``limit`` answered rows (user and assistant) since the last reset."""
+        ...
+
+    async def summary(self, conversation: str) -> ConversationSummary | None:
+        """The conversation's compaction summary since the last reset, if any (SPEC 11)."""
+        ...
+
+    async def save_summary(self, conversation: str, content: str, through: int) -> bool:
+        """Store the summary of the history rows up to ``through``, replacing an older one;
+        refused (False) when a newer one is stored or a reset came after ``through``."""
         ...
 
     async def transcript(self, conversation: str) -> list[StoredMessage]:

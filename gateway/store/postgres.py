@@ -58,6 +58,7 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SaveSummary,
     StoreWrite,
     only,
 )
@@ -74,6 +75,8 @@ from gateway.store._pg_lifecycle import PgLifecycleMixin
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_reads import MSG_COLUMNS, PgReadsMixin, to_message
 from gateway.store._pg_schema import migrate
+from gateway.store._pg_summaries import PgSummariesMixin
+from gateway.store._summaries import DELETE as DELETE_SUMMARY
 from gateway.store._writer import GroupWriter
 from gateway.store._writes import QueuedWrites
 
@@ -92,7 +95,13 @@ def channel(node: str) -> str:
 
 
 class PostgresStore(
-    QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin, PgLifecycleMixin, PgAnswersMixin
+    QueuedWrites,
+    PgReadsMixin,
+    PgPairingMixin,
+    LeasesMixin,
+    PgLifecycleMixin,
+    PgAnswersMixin,
+    PgSummariesMixin,
 ):
     """The :class:`~gateway.store.base.Store` on PostgreSQL; see :func:`open_postgres_store`."""
 
@@ -218,6 +227,8 @@ class PostgresStore(
                     [op.message_id for op in ops],
                     self._clock(),
                 )
+            case SaveSummary():
+                return await self._apply_save_summary(db, only(SaveSummary, run))
             case unknown:
                 assert_never(unknown)
         return [None] * len(run)
@@ -393,6 +404,7 @@ class PostgresStore(
                 " WHERE key = $1",
                 op.conversation,
             )
+            await db.execute(DELETE_SUMMARY.format("$1"), op.conversation)
         return [None] * len(ops)
 
     async def _apply_delivered(
