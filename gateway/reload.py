@@ -35,7 +35,10 @@ from gateway.live import LiveConfig
 LIVE_KEYS: tuple[str, ...] = (
     "model",  # the whole chain: endpoints, keys, fallbacks, backoff (the agent rebuilds it)
     "model.*",
-    "agent.*",  # system_prompt, history_messages, history_chars, stream
+    "agent.system_prompt",
+    "agent.history_messages",  # (not with compaction on: see _AT_START)
+    "agent.history_chars",
+    "agent.stream",
     "peer.tokens",
     "peer.auth_fail_limit",
     "peer.auth_fail_window_s",
@@ -70,6 +73,14 @@ LIVE_KEYS: tuple[str, ...] = (
     "discord.streaming",
     "discord.stream_interval_s",
 )
+
+
+#: Live keys that a part reads only at start in some configurations: there they need a restart.
+#: (The compacting runner is built once, with the history bounds of the start.)
+_AT_START: dict[str, Callable[[Config], bool]] = {
+    "agent.history_messages": lambda c: c.agent.compaction != "off",
+    "agent.history_chars": lambda c: c.agent.compaction != "off",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +123,8 @@ def changed_keys(old: Any, new: Any, prefix: str = "") -> list[str]:
 def plan_reload(old: Config, new: Config) -> ReloadPlan:
     """What replacing ``old`` by ``new`` in a running gateway would change, key by key."""
     keys = changed_keys(old, new)
-    return ReloadPlan(
-        live=tuple(k for k in keys if is_live(k)),
-        restart=tuple(k for k in keys if not is_live(k)),
-    )
+    live = [k for k in keys if is_live(k) and not (k in _AT_START and _AT_START[k](old))]
+    return ReloadPlan(live=tuple(live), restart=tuple(k for k in keys if k not in live))
 
 
 Outcome = Literal["applied", "unchanged", "refused", "invalid", "dry_run"]

@@ -127,6 +127,13 @@ def test_what_needs_a_restart(old: str, new: str, key: str) -> None:
     assert p == ReloadPlan(restart=(key,)) and not p.applicable
 
 
+def test_compaction_and_the_history_bounds_it_was_built_with_need_a_restart() -> None:
+    on = BASE.replace("[agent]\n", '[agent]\ncompaction = "summary"\n')
+    assert plan_reload(cfg(), cfg(on)) == ReloadPlan(restart=("agent.compaction",))
+    fewer = on.replace("[agent]\n", "[agent]\nhistory_messages = 4\n")
+    assert plan_reload(cfg(on), cfg(fewer)) == ReloadPlan(restart=("agent.history_messages",))
+
+
 def test_a_platform_section_that_appears_or_goes_needs_a_restart() -> None:
     without = BASE[: BASE.index("[telegram]")] + BASE[BASE.index("[discord]") :]
     assert plan_reload(cfg(), cfg(without)) == ReloadPlan(restart=("telegram",))
