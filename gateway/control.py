@@ -58,11 +58,24 @@ def write_run_file(config: Config, port: int) -> Path:
 
 
 def read_run_file(source: str) -> dict[str, Any] | None:
+    """The run file of the gateway running with ``source``; None without one, or when its
+    process is gone (a kill -9 leaves the file: its port may be another's by now)."""
     try:
         data = json.loads(run_file(source).read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("url"), str) else None
+    if not isinstance(data, dict) or not isinstance(data.get("url"), str):
+        return None
+    pid = data.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)  # signal 0: only whether it exists
+    except ProcessLookupError:
+        return None
+    except (PermissionError, OSError):
+        pass  # alive, someone else's user: still the gateway that wrote it
+    return data
 
 
 async def serve_with_run_file(app: GatewayApp) -> None:
