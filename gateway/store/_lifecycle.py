@@ -143,6 +143,7 @@ class LifecycleMixin:
             db.execute("DELETE FROM outbox WHERE user_row_id = ?", (op.user_row_id,))
             db.execute("DELETE FROM previews WHERE user_row_id = ?", (op.user_row_id,))
             db.execute("DELETE FROM messages WHERE user_row_id = ?", (op.user_row_id,))
+            delete_attachments(db, "", user_row_id=op.user_row_id)
             db.execute("DELETE FROM messages WHERE id = ?", (op.user_row_id,))
             results.append(True)
         return results

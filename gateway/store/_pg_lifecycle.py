@@ -153,6 +153,7 @@ class PgLifecycleMixin:
             await db.execute("DELETE FROM outbox WHERE user_row_id = $1", op.user_row_id)
             await db.execute("DELETE FROM previews WHERE user_row_id = $1", op.user_row_id)
             await db.execute("DELETE FROM messages WHERE user_row_id = $1", op.user_row_id)
+            await delete_attachments(db, "", user_row_id=op.user_row_id)
             await db.execute("DELETE FROM messages WHERE id = $1", op.user_row_id)
             results.append(True)
         return results
