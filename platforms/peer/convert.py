@@ -68,7 +68,7 @@ def platform_message_id(
     return pmid + " retry" if retry else pmid
 
 
-def parse_json(raw: bytes | bytearray) -> Any:
+def parse_json(raw: bytes | bytearray | str) -> Any:
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
