@@ -84,6 +84,7 @@ STORE_BUSY = "I could not do that just now: please try again in a moment."
 
 class DiscordAdapter(LiveSection[DiscordConfig]):
     platform = convert.PLATFORM
+    fetch = _fetch.unsupported  # replaced by the platform's download (attachfetch)
 
     def __init__(
         self,
@@ -179,8 +180,6 @@ class DiscordAdapter(LiveSection[DiscordConfig]):
     async def wait_delivered(self) -> None:
         await self._courier.wait_idle()
         await self._notices.wait_idle()
-
-    fetch = _fetch.unsupported  # replaced by the platform's download (attachfetch)
 
     def watching(self, row: StoredMessage) -> Watch | None:
         """A preview message of the answer while the model writes it (``_stream``)."""
