@@ -242,9 +242,11 @@ class GatewayApp:
                         store,
                         outlets,
                         transcriber,
-                        config.agent,
-                        vision=any(
-                            e.sees_images for e in (config.model.chain if config.model else ())
+                        live.view(lambda c: c.agent),
+                        vision=live.view(
+                            lambda c: (
+                                any(e.sees_images for e in c.model.chain) if c.model else False
+                            )
                         ),
                         observe=observe,
                     ),
