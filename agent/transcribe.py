@@ -61,7 +61,7 @@ class Transcriber:
             return Failure(NOT_CONFIGURED, False, detail="no [transcription] is configured")
         upload = (ref.name or "audio", data, ref.content_type or "application/octet-stream")
 
-        async def call(index: int, api_key: str, *, rebuild: bool) -> str:
+        async def call(index: int, api_key: str, *, rebuild: bool, trimmed: bool) -> str:
             endpoint = self._chain[index]
             async with self._clients.use(endpoint, api_key, rebuild=rebuild) as client:
                 with translate_openai_errors(endpoint.model):

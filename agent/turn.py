@@ -1,23 +1,33 @@
 """The model turn: build the context, call the model, return the reply.
 
-The context is the configured system prompt, the conversation's answered history, and the new
-user message (once: the pending row is never also in the history). The history is bounded by
-``[agent] history_chars`` (SPEC section 11): the oldest rows are left out until its content
-fits, so one huge message is not billed again on every later turn; and every request carries
-the endpoint's ``max_output_tokens`` as ``max_tokens``. Calls go through
-``policy``'s caller, which owns retries, credential rotation and fallback.
+The context is the configured system prompt, the compaction summary if any, the conversation's
+answered history, and the new user message (once: the pending row is never also in the
+history). It is built per endpoint of the chain (:mod:`agent.context`, SPEC section 11): the
+oldest rows are left out until it fits the endpoint's ``context_tokens`` (estimated, calibrated
+by the ``prompt_tokens`` each answered call reports) and ``[agent] history_chars``, so one huge
+message is not billed again on every later turn; every request carries the endpoint's
+``max_output_tokens`` as ``max_tokens``. A new message that alone cannot fit any endpoint is
+answered honestly without a model call. Calls go through ``policy``'s caller, which owns
+retries, credential rotation, fallback and the one trimmed retry after a context overflow.
 
 When someone watches the turn with a stream (SPEC 8) and ``[agent] stream`` is on, the model
 streams (``stream_options.include_usage``) and each piece goes to that stream as it arrives.
 A failure before any piece was shown is the policy's as ever; once a piece of an attempt is
 binding (a peer client has it), a failure of that attempt ends the turn (``AnswerShown``).
+
+A reload (SPEC 13) hands the agent a new model chain and agent config
+(:meth:`Agent.reconfigure`): a turn reads both once, at its start, so running turns finish on
+what they started with and the next turn uses the new ones.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -28,32 +38,44 @@ from openai.types.chat import ChatCompletion
 
 from agent import _sse
 from agent.clients import ClientPool
+from agent.context import SUMMARY_PREFIX, Calibration, Window, fit, prompt_budget, prompt_chars
 from agent.errors import translate_openai_errors
 from gateway.config import AgentConfig, ModelConfig, ModelEndpoint
 from gateway.errors import GatewayError, ModelNotConfigured
-from gateway.events import ModelTokensUsed
-from gateway.messages import AttemptFailed, ChatMessage, ReplyDelta, TurnResult, Usage
+from gateway.events import ModelTokensUsed, PolicyDecided
+from gateway.messages import (
+    AttemptFailed,
+    ChatMessage,
+    Failure,
+    ReplyDelta,
+    TurnResult,
+    Usage,
+    platform_of,
+)
 from gateway.ports import ReplyStream, Watch
 from policy import classify, failure_reply
 from policy.backoff import Backoff
+from policy.classify import CONTEXT_OVERFLOW
 from policy.engine import AnswerShown, ModelPolicy, Observe, TurnFailed
+from policy.replies import too_long_reply
 
 _OPTIONS: Any = {"security": {"bearer_auth": True}}
+#: Conversations whose last request ``/status`` can show (the least recent are forgotten).
+CONTEXT_SEEN = 4096
+Messages = list[dict[str, Any]]  # content: a string, or text and image_url parts (SPEC 9)
 #: What the reply says when a turn had images and no model of the chain can see them.
 IMAGES_UNSEEN = "(this model cannot see images; the image was not used)"
 
 
-def fit_history(history: Sequence[ChatMessage], budget: int) -> Sequence[ChatMessage]:
-    """The newest rows whose content fits in ``budget`` characters, starting with a user
-    message (an answer without its question would mislead the model)."""
-    used = 0
-    start = len(history)
-    while start > 0 and used + len(history[start - 1].content) <= budget:
-        start -= 1
-        used += len(history[start].content)
-    while start < len(history) and history[start].role != "user":
-        start += 1
-    return history[start:]
+@dataclass(frozen=True, slots=True)
+class _Generation:
+    """One config's model side: a turn keeps the one it started with to its end, so a reload
+    (:meth:`Agent.reconfigure`) changes the next turn and never a running one."""
+
+    model: ModelConfig | None
+    config: AgentConfig
+    chain: tuple[ModelEndpoint, ...]
+    policy: ModelPolicy | None
 
 
 class Agent:
@@ -66,48 +88,113 @@ class Agent:
         observe: Observe = lambda event: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._model = model
-        self._config = config
         self._clients = clients
         self._observe = observe
-        self._chain: tuple[ModelEndpoint, ...] = model.chain if model else ()
-        self._policy: ModelPolicy | None = None
+        self._clock = clock
+        self.calibration = Calibration()
+        # conversation -> (estimated prompt tokens of its last request, that endpoint's window)
+        self._context: OrderedDict[str, tuple[int, int]] = OrderedDict()
+        self._gen = self._generation(model, config)
+
+    def _generation(self, model: ModelConfig | None, config: AgentConfig) -> _Generation:
+        chain: tuple[ModelEndpoint, ...] = model.chain if model else ()
+        policy = None
         if model is not None:
-            self._policy = ModelPolicy(
-                self._chain,
+            policy = ModelPolicy(
+                chain,
                 backoff=Backoff(model.backoff_base_s, model.backoff_cap_s),
                 retry_after_cap=model.retry_after_cap_s,
-                observe=observe,
-                clock=clock,
+                observe=self._observe,
+                clock=self._clock,
             )
+        return _Generation(model, config, chain, policy)
+
+    async def reconfigure(self, model: ModelConfig | None, config: AgentConfig) -> None:
+        """Use this model chain and agent config from the next turn on (a reload). Running
+        turns finish on the chain they started with; the clients of keys no longer configured
+        are closed once no call borrows them. Benched keys start unbenched (a new policy)."""
+        self._gen = self._generation(model, config)
+        await self._clients.retire_except(
+            {(e.base_url, key, e.timeout_s) for e in self._gen.chain for key in e.api_keys}
+        )
 
     def __repr__(self) -> str:
-        return f"<Agent model={self._model.model if self._model else None!r}>"
+        model = self._gen.model
+        return f"<Agent model={model.model if model else None!r}>"
 
-    def build_messages(
+    @property
+    def chain(self) -> tuple[ModelEndpoint, ...]:
+        return self._gen.chain
+
+    @property
+    def policy(self) -> ModelPolicy | None:
+        return self._gen.policy
+
+    @property
+    def _config(self) -> AgentConfig:
+        return self._gen.config
+
+    def build(
         self,
+        endpoint: ModelEndpoint,
         history: Sequence[ChatMessage],
         text: str,
-        images: Sequence[str] = (),
         *,
-        vision: bool = False,
-    ) -> list[dict[str, Any]]:
-        """The request's messages; with ``vision`` (the model sees images), the new message's
-        ``images`` and the history's resolved ones as ``image_url`` parts beside the text."""
-        messages: list[dict[str, Any]] = [{"role": "system", "content": self._config.system_prompt}]
-        kept = fit_history(history, self._config.history_chars)
+        summary: str | None = None,
+        instructions: str | None = None,
+        halve: bool = False,
+        share: float = 1.0,
+        config: AgentConfig | None = None,
+        images: Sequence[str] = (),
+    ) -> tuple[Messages, Window]:
+        """The request to ``endpoint``: what of ``history`` fits its window (``share`` of it:
+        compaction asks what would fit in part of it), and the window as built.
+        ``instructions``: this turn's extra system message (``/v1/responses``); ``config``:
+        the turn's agent config (else the current one). ``images``: the new message's, sent
+        as ``image_url`` parts (with the history's resolved ones) to a model that sees them."""
+        config = config or self._config
+        vision = endpoint.sees_images
+        system = config.system_prompt
+        budget = prompt_budget(endpoint)
+        ratio = self.calibration.ratio(endpoint)
+        fixed = len(system) + len(text) + len(instructions or "")
+        fits = not budget or math.ceil(fixed / ratio) <= budget
+        note = SUMMARY_PREFIX + summary if summary else None
+        if note and budget and math.ceil((fixed + len(note)) / ratio) > budget:
+            note = None  # it cannot fit beside the message: left out of this request
+        if note:
+            fixed += len(note)
+        kept, tokens = fit(
+            history,
+            fixed_chars=fixed,
+            history_chars=int(config.history_chars * share),
+            budget=int(budget * share),
+            ratio=ratio,
+            halve=halve,
+        )
+        messages: Messages = [{"role": "system", "content": system}]
+        if instructions:
+            messages.append({"role": "system", "content": instructions})
+        if note:
+            messages.append({"role": "system", "content": note})
         messages.extend(
             {"role": m.role, "content": _content(m.content, m.images if vision else ())}
-            for m in kept
+            for m in history[len(history) - kept :]
         )
         messages.append({"role": "user", "content": _content(text, images if vision else ())})
-        return messages
+        return messages, Window(kept, len(history), tokens, budget, note is not None, fits)
+
+    def _sent(self, conversation: str, window: Window) -> None:
+        self._context[conversation] = (window.tokens, window.budget)
+        self._context.move_to_end(conversation)
+        while len(self._context) > CONTEXT_SEEN:
+            self._context.popitem(last=False)
 
     async def complete(
         self,
         endpoint: ModelEndpoint,
         api_key: str,
-        messages: list[dict[str, Any]],
+        messages: Messages,
         *,
         rebuild: bool = False,
         before_call: Callable[[], None] | None = None,
@@ -205,36 +292,60 @@ class Agent:
         turn: int = 0,
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
+        summary: str | None = None,
         images: Sequence[str] = (),
     ) -> TurnResult:
-        if self._policy is None:
+        """``summary``: the conversation's compaction summary, sent before the history.
+        ``images``: a turn with images skips the models that cannot see them; when none
+        can, the text is answered and the reply says so (SPEC 9)."""
+        gen = self._gen  # this turn's, whatever a reload does meanwhile
+        if gen.policy is None:
             failure = classify(ModelNotConfigured("no model is configured"))
             return TurnResult(reply=failure_reply(failure), failure=failure)
-        # A turn with images skips the models that cannot see them; when none can, the
-        # text is answered and the reply says so (SPEC 9).
-        sees = [e.sees_images for e in self._chain]
+        instructions = watch.instructions if watch is not None else None
+        windows = [
+            self.build(e, (), text, instructions=instructions, config=gen.config)[1]
+            for e in gen.chain
+        ]
+        if not any(w.fits for w in windows):
+            return self._too_long(conversation, turn, windows[0], gen.chain[0])
+        sees = [e.sees_images for e in gen.chain]
         unseen = bool(images) and not any(sees)
         usable = sees if images and not unseen else None
-        plain = self.build_messages(history, text)
-        seeing = self.build_messages(history, text, images, vision=True) if any(sees) else plain
-        stream = watch.stream if watch is not None and self._config.stream else None
+        stream = watch.stream if watch is not None and gen.config.stream else None
         response_format = watch.response_format if watch is not None else None
         attempts = itertools.count(1)
 
-        async def call(index: int, api_key: str, *, rebuild: bool) -> tuple[str, Usage]:
-            return await self.complete(
-                self._chain[index],
+        async def call(
+            index: int, api_key: str, *, rebuild: bool, trimmed: bool
+        ) -> tuple[str, Usage]:
+            endpoint = gen.chain[index]
+            messages, window = self.build(
+                endpoint,
+                history,
+                text,
+                summary=summary,
+                instructions=instructions,
+                halve=trimmed,
+                config=gen.config,
+                images=images,
+            )
+            self._sent(conversation, window)
+            reply, usage = await self.complete(
+                endpoint,
                 api_key,
-                seeing if sees[index] else plain,
+                messages,
                 rebuild=rebuild,
                 before_call=before_call,
                 stream=stream,
                 attempt=next(attempts),
                 response_format=response_format,
             )
+            self.calibration.learn(endpoint, prompt_chars(messages), usage.prompt_tokens)
+            return reply, usage
 
         try:
-            answer = await self._policy.run(conversation, call, turn=turn, usable=usable)
+            answer = await gen.policy.run(conversation, call, turn=turn, usable=usable)
         except TurnFailed as exc:
             return TurnResult(
                 reply=failure_reply(exc.failure),
@@ -251,13 +362,32 @@ class Agent:
             fell_back=answer.fell_back,
         )
 
+    def _too_long(
+        self, conversation: str, turn: int, window: Window, endpoint: ModelEndpoint
+    ) -> TurnResult:
+        """The message alone does not fit any model's window: an honest reply, no call."""
+        self._observe(
+            PolicyDecided(
+                conversation,
+                platform_of(conversation),
+                turn,
+                "give_up",
+                endpoint.model,
+                CONTEXT_OVERFLOW,
+            )
+        )
+        failure = Failure(CONTEXT_OVERFLOW, False, detail="the message alone exceeds the window")
+        return TurnResult(reply=too_long_reply(window.tokens, window.budget), failure=failure)
+
     def benched_keys(self) -> list[tuple[str, str, str, float]]:
-        return self._policy.benched_keys() if self._policy else []
+        policy = self._gen.policy
+        return policy.benched_keys() if policy else []
 
     def status(self) -> dict[str, Any]:
-        if self._policy is None:
+        policy = self._gen.policy
+        if policy is None:
             return {"model": None}
-        return self._policy.status()
+        return {**policy.status(), "context": self._context}
 
 
 def _content(text: str, images: Sequence[str]) -> str | list[dict[str, Any]]:

@@ -21,7 +21,7 @@ import base64
 import dataclasses
 import hashlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -154,14 +154,15 @@ class Attachments:
         store: Store,
         outlets: Mapping[str, Outlet],
         transcriber: Transcriber,
-        config: AgentConfig,
+        config: Callable[[], AgentConfig],
         *,
-        vision: bool = True,
+        vision: Callable[[], bool] = lambda: True,
         observe: Observe = lambda event: None,
     ) -> None:
         self._store = store
         # Whether any model of the chain sees images: if none does, an image stays a
         # reference (never loaded, never encoded) and the agent says it was not used.
+        # Both are read at each turn: a reload (SPEC 13) may change the limits or the chain.
         self._vision = vision
         self._outlets = outlets
         self._transcriber = transcriber
@@ -169,14 +170,14 @@ class Attachments:
         self._observe = observe
 
     def __repr__(self) -> str:
-        return f"<Attachments max_bytes={self._config.max_attachment_bytes}>"
+        return f"<Attachments max_bytes={self._config().max_attachment_bytes}>"
 
     async def prepare(self, row: StoredMessage, history: list[ChatMessage]) -> TurnInput:
         """The turn's input for ``row`` (pending), its attachments fetched and used."""
         recent = await self._recent_images(history)
         if not row.attachments:
             return TurnInput(row.content, recent)
-        cap = self._config.max_attachments
+        cap = self._config().max_attachments
         notices: list[str] = []
         if len(row.attachments) > cap:
             names = ", ".join(ref.name for ref in row.attachments[cap:])
@@ -200,7 +201,7 @@ class Attachments:
     async def _recent_images(self, history: list[ChatMessage]) -> list[ChatMessage]:
         """The history with the images of its last ``history_images`` user turns resolved
         (data URLs) and every older image left out."""
-        keep = self._config.history_images
+        keep = self._config().history_images
         turns = [i for i, m in enumerate(history) if m.role == "user"]
         recent = set(turns[-keep:]) if keep else set()
         out = list(history)
@@ -236,7 +237,7 @@ class Attachments:
     async def _use(self, row: StoredMessage, position: int, ref: AttachmentRef) -> _Used:
         if ref.kind == "image" and is_link(row.platform, ref):
             return _Used(ref, image=ref.source)
-        if ref.kind == "image" and ref.sha256 is not None and not self._vision:
+        if ref.kind == "image" and ref.sha256 is not None and not self._vision():
             return _Used(ref, image=image_ref(ref))
         if ref.kind != "image" and ref.text is not None:
             return _Used(ref)  # transcribed or read before this run
@@ -255,7 +256,7 @@ class Attachments:
         ref, data = got.ref, got.data
         if ref.kind == "image":
             return _Used(
-                ref, image=data_url(ref.content_type, data) if self._vision else image_ref(ref)
+                ref, image=data_url(ref.content_type, data) if self._vision() else image_ref(ref)
             )
         if ref.kind == "audio":
             return await self._transcribe(row, position, ref, data)
@@ -265,7 +266,7 @@ class Attachments:
         self, row: StoredMessage, position: int, ref: AttachmentRef
     ) -> _Fetched | _Used:
         """The attachment's bytes: from the store, else fetched and stored first."""
-        limit = self._config.max_attachment_bytes
+        limit = self._config().max_attachment_bytes
         if ref.sha256 is not None:
             data = await self._store.blob(ref.sha256)
             if data is not None:
@@ -331,7 +332,7 @@ class Attachments:
     async def _read(
         self, row: StoredMessage, position: int, ref: AttachmentRef, data: bytes
     ) -> _Used:
-        limit = self._config.max_document_chars
+        limit = self._config().max_document_chars
         try:
             text, cut = await anyio.to_thread.run_sync(
                 document_text, ref.name, ref.content_type, data, limit

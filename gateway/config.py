@@ -153,6 +153,8 @@ class ModelEndpoint:
     timeout_s: Annotated[float, Gt(0)] = 60.0
     max_retries: Annotated[int, Gt(0)] = 3
     max_output_tokens: Annotated[int, Gt(0)] = 4096  # sent as the request's max_tokens
+    # context: the model's window in tokens (prompt + max_output_tokens); 0: no token bound.
+    context_tokens: Annotated[int, Ge(0)] = 0
     # What the model takes in (SPEC 9): a turn with images skips models without "image".
     input: Annotated[tuple[Annotated[str, _one_of("text", "image")], ...], rule(_has_text)] = (
         "text",
@@ -181,6 +183,7 @@ class ModelConfig(ModelEndpoint):
             timeout_s=self.timeout_s,
             max_retries=self.max_retries,
             max_output_tokens=self.max_output_tokens,
+            context_tokens=self.context_tokens,
             input=self.input,
         )
         return (primary, *self.fallbacks)
@@ -196,6 +199,8 @@ class AgentConfig:
     history_chars: Annotated[int, Gt(0)] = 200_000
     # Stream from the model when the turn has somewhere to show the growing text (SPEC 8).
     stream: bool = True
+    # context: rows leaving the window are folded by the model into one stored summary.
+    compaction: Annotated[str, _one_of("off", "summary")] = "off"
     # Attachments (SPEC 9): the largest file fetched, how many per message, how many recent
     # turns' images are sent again with the history, and a document's inlined text.
     max_attachment_bytes: Annotated[int, Gt(0)] = 20 * 1024 * 1024

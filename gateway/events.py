@@ -217,7 +217,9 @@ class ModelTokensUsed:
     completion_tokens: int
 
 
-Decision = Literal["retry", "rotate", "bench", "recover", "fallback", "wait_bench", "give_up"]
+Decision = Literal[
+    "retry", "rotate", "bench", "recover", "fallback", "wait_bench", "give_up", "trim"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +244,20 @@ class PolicyDecided:
     seconds: float | None = None
     key: str | None = None
     benched_for_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextCompacted:
+    """Compaction (SPEC 11, ``[agent] compaction = "summary"``) folded ``rows`` history rows
+    that left the window into the conversation's summary (``outcome`` "ok"), or its model
+    call failed with the class ``reason`` and the turn went on without it ("failed")."""
+
+    name: ClassVar[str] = "context_compacted"
+    level: ClassVar[int] = INFO
+    conversation: str
+    outcome: Literal["ok", "failed"]
+    rows: int
+    reason: str  # the failure class, "" when ok
 
 
 # -- delivery ---------------------------------------------------------------------------------
@@ -436,6 +452,26 @@ class DiscordBackfilled:
     truncated: bool  # as many as backfill_messages: older ones may be missing
 
 
+# -- operations -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigReloaded:
+    """A reload of the config file was asked for (SIGHUP, ``botmux reload``, the admin API):
+    ``result`` applied, unchanged, refused (a restart key changed: nothing applied), invalid
+    (the file did not load: nothing applied) or dry_run. ``by``: ``signal`` or the peer
+    token's name, never a token. Keys are named, values never."""
+
+    name: ClassVar[str] = "config_reloaded"
+    level: ClassVar[int] = WARNING
+    result: Literal["applied", "unchanged", "refused", "invalid", "dry_run"]
+    by: str
+    live: str  # the changed keys that apply live, comma-separated
+    restart: str  # the changed keys that need a restart
+    version: int
+    reason: str
+
+
 Event = (
     MessageAdmitted
     | DuplicateIgnored
@@ -451,6 +487,7 @@ Event = (
     | ModelCalled
     | ModelTokensUsed
     | PolicyDecided
+    | ContextCompacted
     | ChunkSent
     | ChunkRecorded
     | SendRetried
@@ -470,6 +507,7 @@ Event = (
     | DiscordBackfilled
     | AttachmentFetched
     | AttachmentHandled
+    | ConfigReloaded
 )
 Observe = Callable[[Event], None]
 

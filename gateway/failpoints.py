@@ -38,6 +38,8 @@ from gateway.events import (
     AttachmentHandled,
     ChunkRecorded,
     ChunkSent,
+    ConfigReloaded,
+    ContextCompacted,
     DiscordBackfilled,
     DuplicateIgnored,
     Event,
@@ -146,6 +148,7 @@ def place(event: Event) -> str | None:
             | FirstTokenShown()
             | ModelTokensUsed()
             | PolicyDecided()
+            | ContextCompacted()
             | SendRetried()
             | SendFailed()
             | StoreCommitted()
@@ -162,6 +165,7 @@ def place(event: Event) -> str | None:
             | TelegramWebhookRefused()
             | DiscordBackfilled()
             | AttachmentHandled()
+            | ConfigReloaded()
         ):
             return None
         case _:

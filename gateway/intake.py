@@ -18,6 +18,7 @@ from typing import Any, Literal
 import anyio
 
 from gateway.backlog import DEFAULT_CAPS, BacklogGate, Caps
+from gateway.config import GatewayConfig
 from gateway.errors import ConversationClosed, MailboxFull, MessageTooLong, Overloaded
 from gateway.events import DuplicateIgnored, MessageAdmitted, MessageRefused, Observe
 from gateway.messages import (
@@ -69,6 +70,7 @@ class GatewayIntake:
         elsewhere: Callable[[str, str], Awaitable[bool]] | None = None,
         caps: Caps = DEFAULT_CAPS,
         max_message_chars: int = 32_000,
+        live: Callable[[], GatewayConfig] | None = None,  # a reload's limits, read at use
     ) -> None:
         # Several nodes: send a control command to the node running the conversation (True
         # when another node holds it and was told).
@@ -79,9 +81,18 @@ class GatewayIntake:
         self._runner = runner
         self._observe = observe
         self._accepting = True
-        self._gate = BacklogGate(store, caps)
-        self._max_chars = max_message_chars
+        fixed = GatewayConfig(
+            max_pending_per_conversation=caps.per_conversation,
+            max_pending_total=caps.total,
+            max_message_chars=max_message_chars,
+        )
+        self._live = live or (lambda: fixed)
+        self._gate = BacklogGate(store, caps, live=self._caps)
         self._stats = {"admitted": 0, "duplicates": 0, "refused": 0}
+
+    def _caps(self) -> Caps:
+        g = self._live()
+        return Caps(per_conversation=g.max_pending_per_conversation, total=g.max_pending_total)
 
     def __repr__(self) -> str:
         return f"<GatewayIntake accepting={self._accepting} {self._stats}>"
@@ -99,12 +110,13 @@ class GatewayIntake:
     async def admit(self, inbound: Inbound, blobs: Mapping[str, bytes] | None = None) -> Admission:
         if not self._accepting:
             raise ConversationClosed("botmux is shutting down")
-        if len(inbound.text) > self._max_chars:
+        max_chars = self._live().max_message_chars
+        if len(inbound.text) > max_chars:
             self._refused(inbound, "too_long")
             raise MessageTooLong(
                 f"the message has {len(inbound.text)} characters, more than"
-                f" max_message_chars = {self._max_chars}",
-                limit=self._max_chars,
+                f" max_message_chars = {max_chars}",
+                limit=max_chars,
                 length=len(inbound.text),
             )
         try:
@@ -192,6 +204,7 @@ class GatewayIntake:
         for line in status.get("lines", []):
             lines.append(str(line))
         lines.append(f"Queued turns here: {queued}")
+        lines.append(_context_line(status.get("context", {}).get(conversation)))
         if stats is not None and stats.last_fell_back:
             lines.append(f"The last turn fell back to {stats.last_model}.")
         return "\n".join(lines)
@@ -275,6 +288,24 @@ class GatewayIntake:
             )
         return removed
 
+    async def delete_turn(self, user_row_id: int, *, by: str) -> bool | None:
+        """Remove one settled turn (``DELETE /v1/responses/{id}``), keeping the rest of its
+        conversation: True; False while it is pending; None when there is no such row. The
+        actor reads its history from the store again, so the model no longer sees it."""
+        row = await self._store.message(user_row_id)
+        deleted = await self._store.delete_turn(user_row_id)
+        if deleted and row is not None:
+            if self._router.get(row.conversation) is not None:
+                self._send_control(row.conversation, ResetContext(reload=True))
+            log.warning(
+                "turn deleted",
+                extra={"conversation": row.conversation, "turn": user_row_id, "by": by},
+            )
+        return deleted
+
+    async def message(self, row_id: int) -> StoredMessage | None:
+        return await self._store.message(row_id)
+
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         return await self._store.reply_to(user_row_id)
 
@@ -289,3 +320,14 @@ class GatewayIntake:
 
     async def attachment(self, conversation: str, sha256: str) -> tuple[str, bytes] | None:
         return await self._store.attachment_bytes(conversation, sha256)
+
+
+def _context_line(used: tuple[int, int] | None) -> str:
+    """The context the conversation's last request used (SPEC 11), as the agent estimated it."""
+    if used is None:
+        return "Context: no request yet"
+    tokens, window = used
+    if not window:
+        return f"Context: ~{tokens} tokens in the last request (no token bound)"
+    share = 100 * tokens // window
+    return f"Context: ~{tokens} of {window} prompt tokens in the last request ({share}%)"

@@ -21,6 +21,8 @@ from gateway.events import (
     AttachmentHandled,
     ChunkRecorded,
     ChunkSent,
+    ConfigReloaded,
+    ContextCompacted,
     DiscordBackfilled,
     DuplicateIgnored,
     Event,
@@ -128,6 +130,12 @@ class Metrics:
         self.model_calls = Counter(
             "botmux_model_calls", "Model calls", ["model", "outcome", "reason"], registry=r
         )
+        self.compactions = Counter(
+            "botmux_context_compactions",
+            "Compaction summaries of rows that left the context window (outcome: ok, failed)",
+            ["outcome", "reason"],
+            registry=r,
+        )
         self.benched = Gauge(
             "botmux_credential_benched_seconds",
             "Seconds until a benched key comes back (+Inf: until restart)",
@@ -191,6 +199,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.config_reloads = Counter(
+            "botmux_config_reloads",
+            "Config reloads: applied, unchanged, refused, invalid, dry_run",
+            ["result"],
+            registry=r,
+        )
 
     def observe(self, event: Event) -> None:
         """The one sink for runtime events (intake, session actors, policy, couriers)."""
@@ -228,6 +242,8 @@ class Metrics:
                 self.decisions.labels("rerun", reason).inc()
             case PolicyDecided(decision=decision, reason=reason):
                 self.decisions.labels(decision, reason).inc()
+            case ContextCompacted(outcome=outcome, reason=reason):
+                self.compactions.labels(outcome, reason).inc()
             case SendRetried(platform=platform, reason=reason):
                 self.deliveries.labels(platform, "retry", reason).inc()
             case SendFailed(platform=platform, reason=reason):
@@ -253,6 +269,8 @@ class Metrics:
             case DiscordBackfilled(reason=reason, messages=messages):
                 self.discord_backfills.labels(reason).inc()
                 self.discord_backfilled.labels(reason).inc(messages)
+            case ConfigReloaded(result=result):
+                self.config_reloads.labels(result).inc()
             case _:
                 assert_never(event)
 

@@ -70,7 +70,10 @@ class StopTurn:
 
 @dataclass(frozen=True, slots=True)
 class ResetContext:
-    """Forget the cached history (``/new``); the store was reset already."""
+    """Forget the cached history (``/new``); the store was reset already. ``reload``: read
+    it from the store again at the next turn (rows of it were deleted)."""
+
+    reload: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +206,12 @@ class SessionDeps:
     holds_now: Callable[[str], bool] | None = None
     # The turn's attachment step (SPEC 9); None: rows are their text alone.
     attachments: Attachments | None = None
+    # A reload's [agent] history_messages, read at each turn (else history_messages).
+    history_live: Callable[[], int] | None = None
+
+    @property
+    def history_limit(self) -> int:
+        return self.history_messages if self.history_live is None else self.history_live()
 
 
 class SessionActor:
@@ -339,8 +348,8 @@ class SessionActor:
                     case StopTurn():
                         if self._turn_scope is not None:
                             self._turn_scope.cancel()
-                    case ResetContext():
-                        self._history = []
+                    case ResetContext(reload=reload):
+                        self._history = None if reload else []
                     case LoadPending():
                         await self._load_pending()
                     case _:
@@ -536,15 +545,16 @@ class SessionActor:
 
     async def _load_history(self) -> list[ChatMessage]:
         if self._history is None:
-            rows = await self._deps.store.history(self.key, self._deps.history_messages)
+            rows = await self._deps.store.history(self.key, self._deps.history_limit)
             self._history = [history_message(r) for r in rows]
         return list(self._history)
 
     def _remember(self, asked: ChatMessage, reply: str) -> None:
-        assert self._history is not None
+        if self._history is None:  # to be read from the store again (ResetContext reload)
+            return
         self._history.append(asked)
         self._history.append(ChatMessage("assistant", reply))
-        excess = len(self._history) - self._deps.history_messages
+        excess = len(self._history) - self._deps.history_limit
         if excess > 0:
             del self._history[:excess]
 

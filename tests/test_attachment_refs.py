@@ -141,7 +141,7 @@ async def test_a_photo_in_a_group_is_answered_only_when_addressed(tg: FakeTelegr
 def telegram_adapter(tg: FakeTelegram, intake: HeldIntake, **keys: Any) -> TelegramAdapter:
     config = TelegramConfig(token=tg.token, api_base=tg.origin, poll_timeout_s=5, **keys)
     events: list[Event] = []
-    return TelegramAdapter(config, intake, observe=events.append, max_attachment_bytes=50_000)
+    return TelegramAdapter(config, intake, observe=events.append, attachment_limit=lambda: 50_000)
 
 
 async def test_telegram_admits_a_photo_with_its_caption_once(tg: FakeTelegram) -> None:

@@ -97,3 +97,12 @@ async def test_inline_bytes_are_stored_at_admission_content_addressed(
         assert await store.delete_conversation("peer:b") == 2
         assert await store.blob(SHA) is None
         assert await store.transcript("peer:b") == []
+
+
+async def test_deleting_one_turn_takes_its_files_along(open_store: Opener) -> None:
+    async with open_store() as store:
+        a = (await store.admit(with_files("m1", photo_ref(SHA)), {SHA: PHOTO})).row
+        await store.answer(a, TurnResult(reply="a cat"), ["a cat"])
+        assert await store.delete_turn(a.id) is True
+        assert await store.blob(SHA) is None
+        assert await store.attachment_bytes("peer:a", SHA) is None

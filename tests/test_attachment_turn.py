@@ -91,7 +91,7 @@ def attachments(
 ) -> Attachments:
     agent = AgentConfig(max_attachment_bytes=LIMIT, **config)  # type: ignore[arg-type]
     observe = events.append if events is not None else (lambda event: None)
-    return Attachments(store, {"telegram": files}, NoVoice(), agent, observe=observe)
+    return Attachments(store, {"telegram": files}, NoVoice(), lambda: agent, observe=observe)
 
 
 async def admit(store: SqliteStore, *refs: AttachmentRef, text: str = "look") -> StoredMessage:

@@ -406,3 +406,28 @@ async def test_an_attachment_is_scoped_to_its_token_and_deleted_with_its_session
     with sqlite3.connect(tmp_path / "b.db") as db:
         assert db.execute("SELECT COUNT(*) FROM blobs").fetchall() == [(0,)]
         assert db.execute("SELECT COUNT(*) FROM attachments").fetchall() == [(0,)]
+
+
+async def test_on_postgresql_an_image_is_stored_as_bytea_and_served(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    photo = {"name": "cat.png", "content_type": "image/png", "data": b64(PHOTO)}
+    async with open_fake_model() as fake:
+        text = config_text(
+            tmp_path / "b.db",
+            fake.base_url,
+            store_url=postgres_url,
+            model_extra='input = ["text", "image"]\n',
+        )
+        cfg = parse_config(text, source="test", env={})
+        async with running_gateway(cfg) as (_, url), aiohttp.ClientSession() as http:
+            status, body = await chat(
+                http, url, "pg", {"message": "and this?", "attachments": [photo]}
+            )
+            assert status == 200 and body["failure"] is None
+            async with http.get(f"{url}/api/sessions/pg/attachments/{PHOTO_SHA}") as r:
+                assert r.status == 200 and await r.read() == PHOTO
+            async with http.get(f"{url}/api/sessions/pg/messages") as r:
+                (user, _) = (await r.json())["messages"]
+    assert user["attachments"][0]["sha256"] == PHOTO_SHA
+    assert image_urls(fake.requests[0]) == [f"data:image/png;base64,{b64(PHOTO)}"]

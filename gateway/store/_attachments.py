@@ -133,16 +133,22 @@ class AttachmentsMixin:
         return [None] * len(ops)
 
 
-def delete_attachments(db: sqlite3.Connection, conversation: str) -> None:
-    """A deleted conversation's references, and the blobs no other row refers to."""
+def delete_attachments(
+    db: sqlite3.Connection, conversation: str, *, user_row_id: int | None = None
+) -> None:
+    """A deleted conversation's references (or one user row's), and the blobs no other row
+    refers to."""
+    where, key = (
+        ("user_row_id", user_row_id) if user_row_id is not None else ("conversation", conversation)
+    )
     shas = [
         r[0]
         for r in db.execute(
-            "SELECT DISTINCT sha256 FROM attachments WHERE conversation = ? AND sha256 IS NOT NULL",
-            (conversation,),
+            f"SELECT DISTINCT sha256 FROM attachments WHERE {where} = ? AND sha256 IS NOT NULL",
+            (key,),
         ).fetchall()
     ]
-    db.execute("DELETE FROM attachments WHERE conversation = ?", (conversation,))
+    db.execute(f"DELETE FROM attachments WHERE {where} = ?", (key,))
     db.executemany(
         "DELETE FROM blobs WHERE sha256 = ?"
         " AND NOT EXISTS (SELECT 1 FROM attachments WHERE sha256 = blobs.sha256)",

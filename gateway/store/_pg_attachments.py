@@ -80,16 +80,23 @@ class PgAttachmentsMixin:
         return [None] * len(ops)
 
 
-async def delete_attachments(db: asyncpg.Connection, conversation: str) -> None:
-    """A deleted conversation's references, and the blobs no other row refers to."""
-    shas = await db.fetch(
-        "DELETE FROM attachments WHERE conversation = $1 AND sha256 IS NOT NULL RETURNING sha256",
-        conversation,
-    )
-    await db.execute("DELETE FROM attachments WHERE conversation = $1", conversation)
+async def delete_attachments(
+    db: asyncpg.Connection, conversation: str, *, user_row_id: int | None = None
+) -> None:
+    """A deleted conversation's references (or one user row's), and the blobs no other row
+    refers to."""
+    if user_row_id is not None:
+        rows = await db.fetch(
+            "DELETE FROM attachments WHERE user_row_id = $1 RETURNING sha256", user_row_id
+        )
+    else:
+        rows = await db.fetch(
+            "DELETE FROM attachments WHERE conversation = $1 RETURNING sha256", conversation
+        )
+    shas = sorted({r[0] for r in rows if r[0] is not None})
     if shas:
         await db.execute(
             "DELETE FROM blobs b WHERE b.sha256 = ANY($1::text[])"
             " AND NOT EXISTS (SELECT 1 FROM attachments a WHERE a.sha256 = b.sha256)",
-            sorted({r[0] for r in shas}),
+            shas,
         )

@@ -83,6 +83,15 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  REAL NOT NULL
     );
     """,
+    # context: the one compaction summary of each conversation (SPEC 11).
+    """
+    CREATE TABLE summaries (
+        conversation TEXT PRIMARY KEY,
+        content      TEXT NOT NULL,
+        through      INTEGER NOT NULL,
+        updated_at   REAL NOT NULL
+    );
+    """,
     # 5 (attachments, SPEC 9): each user row's attachment references, in order, and the
     # bytes fetched, content-addressed, shared by every row that sent the same file.
     """

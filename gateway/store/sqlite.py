@@ -48,6 +48,7 @@ from gateway.store._ops import (
     ApprovePairing,
     CancelTurn,
     DeleteConversation,
+    DeleteTurn,
     ExpireChunks,
     ExpireInFlight,
     FailChunk,
@@ -60,12 +61,15 @@ from gateway.store._ops import (
     ResetConversation,
     RevokeUser,
     SaveAttachment,
+    SaveSummary,
     StoreWrite,
     only,
 )
 from gateway.store._pairing import PairingMixin
 from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._schema import MIGRATIONS
+from gateway.store._summaries import DELETE as DELETE_SUMMARY
+from gateway.store._summaries import SummariesMixin
 from gateway.store._writer import GroupWriter
 from gateway.store._writes import QueuedWrites
 
@@ -110,7 +114,7 @@ def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
     )
 
 
-class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, AttachmentsMixin):
+class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin, AttachmentsMixin):
     """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
 
     def __init__(
@@ -297,6 +301,8 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, AttachmentsMixin):
                 return self._apply_purge(db, only(PurgeConversation, run))
             case DeleteConversation():
                 return self._apply_delete(db, only(DeleteConversation, run))
+            case DeleteTurn():
+                return self._apply_delete_turn(db, only(DeleteTurn, run))
             case RecordPreview():
                 now = self._clock()
                 db.executemany(
@@ -305,6 +311,8 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, AttachmentsMixin):
                     [(op.user_row_id, op.message_id, now) for op in only(RecordPreview, run)],
                 )
                 return [None] * len(run)
+            case SaveSummary():
+                return self._apply_save_summary(db, only(SaveSummary, run))
             case SaveAttachment():
                 return self._apply_save_attachment(db, only(SaveAttachment, run))
             case unknown:
@@ -454,6 +462,7 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, AttachmentsMixin):
             " (SELECT COALESCE(MAX(id), 0) FROM messages WHERE conversation = ?) WHERE key = ?",
             [(op.conversation, op.conversation) for op in ops],
         )
+        db.executemany(DELETE_SUMMARY.format("?"), [(op.conversation,) for op in ops])
         return [None] * len(ops)
 
     def _apply_delivered(self, db: sqlite3.Connection, ops: list[MarkDelivered]) -> list[None]:

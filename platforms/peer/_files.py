@@ -49,7 +49,12 @@ class BodyReader:
             body += chunk
             if len(body) > self._max:
                 raise web.HTTPRequestEntityTooLarge(max_size=self._max, actual_size=len(body))
-        return parse_json(body)
+        try:  # the text alone while it is parsed: the buffer goes first
+            text = body.decode("utf-8")
+        except UnicodeDecodeError:
+            return parse_json(body)  # json finds another encoding, or says why not
+        body = bytearray()
+        return parse_json(text)
 
 
 async def attachment_response(intake: Intake, conversation: str, sha256: str) -> web.Response:

@@ -101,7 +101,8 @@ def chat_attachments(value: Any, max_bytes: int) -> Files:
             )
         name = _string(item.get("name"), f"{what}.name")[:255]
         content_type = _string(item.get("content_type", ""), f"{what}.content_type", empty=True)
-        data = _string(item.get("data"), f"{what}.data")
+        # Taken out of the request (not copied): the text is freed once decoded.
+        data = _string(item.pop("data", None), f"{what}.data")
         files.add(kind_of(content_type), name, content_type.lower(), data)
     return files
 
@@ -116,7 +117,7 @@ def content_parts(content: list[Any], max_bytes: int) -> tuple[str, Files]:
             texts.append(_string(part.get("text"), "a text content part's 'text'", empty=True))
         elif kind == "image_url":
             image = part.get("image_url")
-            url = image.get("url") if isinstance(image, dict) else None
+            url = image.pop("url", None) if isinstance(image, dict) else None
             url = _string(url, "an image_url part's 'image_url.url'")
             if _HTTPS.fullmatch(url):
                 files.link(url)
@@ -137,7 +138,7 @@ def content_parts(content: list[Any], max_bytes: int) -> tuple[str, Files]:
             form = audio.get("format")
             if not isinstance(form, str) or form not in _AUDIO_TYPES:
                 raise BadRequest("input_audio.format must be wav or mp3", code="bad_attachment")
-            data = _string(audio.get("data"), "input_audio.data")
+            data = _string(audio.pop("data", None), "input_audio.data")
             files.add("audio", f"audio-{i + 1}.{form}", _AUDIO_TYPES[form], data)
         else:
             raise BadRequest(

@@ -68,7 +68,7 @@ def platform_message_id(
     return pmid + " retry" if retry else pmid
 
 
-def parse_json(raw: bytes | bytearray) -> Any:
+def parse_json(raw: bytes | bytearray | str) -> Any:
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -371,12 +371,9 @@ def sse(data: dict[str, Any], event: str | None = None) -> bytes:
 
 def completion_error_status(failure: Failure) -> int:
     """How a failed turn answers an OpenAI client: retryable upstream trouble is 503."""
-    if failure.reason in (
-        "context_overflow",
-        "bad_request",
-        "content_filter",
-        *ATTACHMENT_FAILURES,
-    ):
+    if failure.reason in ATTACHMENT_FAILURES:  # valid, but nothing in it could be used
+        return 422
+    if failure.reason in ("context_overflow", "bad_request", "content_filter"):
         return 400
     if failure.retryable:
         return 503

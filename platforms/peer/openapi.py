@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from platforms.peer import _responses_schema
 from platforms.peer._schemas import IDEMPOTENCY_KEY, SCHEMAS, SESSION_ID
 from platforms.peer._schemas import ref as _ref
 from platforms.peer.convert import MODEL_NAME
@@ -41,6 +42,7 @@ _ERROR_RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
         {},
     ),
     "405": ("The route does not take this method.", {"Allow": _ref("headers", "Allow")}),
+    "409": ("The response is still in progress (DELETE /v1/responses/{id}).", {}),
     "413": (
         "The body is over peer.max_body_bytes, the message over gateway.max_message_chars,"
         " or an attachment over agent.max_attachment_bytes (nothing was stored).",
@@ -49,7 +51,9 @@ _ERROR_RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "415": ("No tokens set (loopback only) and a POST body that is not application/json.", {}),
     "421": ("No tokens set (loopback only) and a Host that is not a loopback name.", {}),
     "422": (
-        "This Idempotency-Key was used in this session with another message; use a new key.",
+        "This Idempotency-Key was used in this session with another message; use a new key."
+        " (/v1/chat/completions also: nothing in the message could be used, its attachments"
+        " too large, of a type botmux cannot read, or voice without [transcription].)",
         {},
     ),
     "429": (
@@ -215,6 +219,7 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        **_responses_schema.paths(_errors, _COMMON),
         "/v1/models": {
             "get": {
                 "operationId": "models",
@@ -286,6 +291,35 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/api/admin/reload": {
+            "post": {
+                "operationId": "adminReload",
+                "summary": "Re-read the config file the gateway started with (SPEC 13): keys"
+                " that apply live change the next turn; a changed key that needs a restart"
+                " refuses the whole file (409), a file that does not load too (422).",
+                "parameters": [
+                    {
+                        "name": "dry_run",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"enum": ["0", "1", "true", "false", "yes", "no"]},
+                        "description": "1: only say what a reload would change.",
+                    }
+                ],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("schemas", "ReloadRequest")}},
+                },
+                "responses": {
+                    "200": _json(
+                        _ref("schemas", "ReloadResult"), "Applied, unchanged, or dry run."
+                    ),
+                    "409": _json(_ref("schemas", "ReloadResult"), "Refused: needs a restart."),
+                    "422": _json(_ref("schemas", "ReloadResult"), "The file does not load."),
+                    **_errors("400", "413", "415", *_COMMON),
+                },
+            }
+        },
         "/openapi.json": {
             "get": {
                 "operationId": "openapi",
@@ -311,7 +345,7 @@ def build_openapi(*, auth: bool, version: str = "0.1.0") -> dict[str, Any]:
         },
         "paths": _paths(),
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": SCHEMAS | _responses_schema.SCHEMAS,
             "parameters": _PARAMETERS,
             "headers": _HEADERS,
             "responses": {

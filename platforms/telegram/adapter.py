@@ -54,6 +54,7 @@ from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
 from platforms._attachments import MAX_DOWNLOADS
 from platforms._courier import Courier
+from platforms._live import LiveSection
 from platforms._notices import NoticeBox, send_notice
 from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
@@ -88,7 +89,7 @@ class SendNotice:
     reply_to: int | None = None
 
 
-class TelegramAdapter:
+class TelegramAdapter(LiveSection[TelegramConfig]):
     platform = PLATFORM
 
     def __init__(
@@ -98,10 +99,11 @@ class TelegramAdapter:
         *,
         observe: Observe,
         leases: Leases | None = None,
-        max_attachment_bytes: int = convert.BOT_API_DOWNLOAD_LIMIT,
+        live: Callable[[], TelegramConfig] | None = None,  # a reload's section
+        attachment_limit: Callable[[], int] = lambda: convert.BOT_API_DOWNLOAD_LIMIT,
     ) -> None:
-        self._config = config
-        self._max_attachment_bytes = max_attachment_bytes  # picks a photo's size at admission
+        self._use_config(config, live)
+        self._attachment_limit = attachment_limit  # [agent] max_attachment_bytes, now
         self._downloads = anyio.CapacityLimiter(MAX_DOWNLOADS)
         self._leases = leases  # several nodes: only the holder of "telegram:poller" polls
         self._intake = intake
@@ -497,7 +499,7 @@ class TelegramAdapter:
             return Verdict.ACK
 
     async def _admit(self, update: Update) -> Verdict:
-        incoming = convert.read(update, self._me, self._group_mode(), self._max_attachment_bytes)
+        incoming = convert.read(update, self._me, self._group_mode(), self._attachment_limit())
         if incoming is None:
             self._stats["ignored"] += 1
             return Verdict.ACK
