@@ -97,6 +97,7 @@ class CompactingRunner:
         turn: int = 0,
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
+        images: Sequence[str] = (),
     ) -> TurnResult:
         summary: str | None = None
         if self._agent.chain and self._limit > 0:
@@ -112,6 +113,7 @@ class CompactingRunner:
             before_call=before_call,
             watch=watch,
             summary=summary,
+            images=images,
         )
 
     async def _prepare(

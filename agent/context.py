@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.config import ModelEndpoint
 from gateway.messages import ChatMessage
@@ -89,9 +90,13 @@ class Calibration:
         return dict(self._ratios)
 
 
-def prompt_chars(messages: Sequence[dict[str, str]]) -> int:
-    """The characters of text a request's messages carry (what the estimate counts)."""
-    return sum(len(m["content"]) for m in messages)
+def prompt_chars(messages: Sequence[dict[str, Any]]) -> int:
+    """The characters of text a request's messages carry (what the estimate counts); of a
+    message given as parts (SPEC 9), its text parts."""
+    return sum(
+        len(c) if isinstance(c, str) else sum(len(p.get("text", "")) for p in c)
+        for c in (m["content"] for m in messages)
+    )
 
 
 def fit(

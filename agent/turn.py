@@ -62,7 +62,9 @@ from policy.replies import too_long_reply
 _OPTIONS: Any = {"security": {"bearer_auth": True}}
 #: Conversations whose last request ``/status`` can show (the least recent are forgotten).
 CONTEXT_SEEN = 4096
-Messages = list[dict[str, str]]
+Messages = list[dict[str, Any]]  # content: a string, or text and image_url parts (SPEC 9)
+#: What the reply says when a turn had images and no model of the chain can see them.
+IMAGES_UNSEEN = "(this model cannot see images; the image was not used)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,12 +145,15 @@ class Agent:
         halve: bool = False,
         share: float = 1.0,
         config: AgentConfig | None = None,
+        images: Sequence[str] = (),
     ) -> tuple[Messages, Window]:
         """The request to ``endpoint``: what of ``history`` fits its window (``share`` of it:
         compaction asks what would fit in part of it), and the window as built.
         ``instructions``: this turn's extra system message (``/v1/responses``); ``config``:
-        the turn's agent config (else the current one)."""
+        the turn's agent config (else the current one). ``images``: the new message's, sent
+        as ``image_url`` parts (with the history's resolved ones) to a model that sees them."""
         config = config or self._config
+        vision = endpoint.sees_images
         system = config.system_prompt
         budget = prompt_budget(endpoint)
         ratio = self.calibration.ratio(endpoint)
@@ -167,15 +172,16 @@ class Agent:
             ratio=ratio,
             halve=halve,
         )
-        messages = [{"role": "system", "content": system}]
+        messages: Messages = [{"role": "system", "content": system}]
         if instructions:
             messages.append({"role": "system", "content": instructions})
         if note:
             messages.append({"role": "system", "content": note})
         messages.extend(
-            {"role": m.role, "content": m.content} for m in history[len(history) - kept :]
+            {"role": m.role, "content": _content(m.content, m.images if vision else ())}
+            for m in history[len(history) - kept :]
         )
-        messages.append({"role": "user", "content": text})
+        messages.append({"role": "user", "content": _content(text, images if vision else ())})
         return messages, Window(kept, len(history), tokens, budget, note is not None, fits)
 
     def _sent(self, conversation: str, window: Window) -> None:
@@ -188,7 +194,7 @@ class Agent:
         self,
         endpoint: ModelEndpoint,
         api_key: str,
-        messages: list[dict[str, str]],
+        messages: Messages,
         *,
         rebuild: bool = False,
         before_call: Callable[[], None] | None = None,
@@ -287,8 +293,11 @@ class Agent:
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
         summary: str | None = None,
+        images: Sequence[str] = (),
     ) -> TurnResult:
-        """``summary``: the conversation's compaction summary, sent before the history."""
+        """``summary``: the conversation's compaction summary, sent before the history.
+        ``images``: a turn with images skips the models that cannot see them; when none
+        can, the text is answered and the reply says so (SPEC 9)."""
         gen = self._gen  # this turn's, whatever a reload does meanwhile
         if gen.policy is None:
             failure = classify(ModelNotConfigured("no model is configured"))
@@ -300,6 +309,9 @@ class Agent:
         ]
         if not any(w.fits for w in windows):
             return self._too_long(conversation, turn, windows[0], gen.chain[0])
+        sees = [e.sees_images for e in gen.chain]
+        unseen = bool(images) and not any(sees)
+        usable = sees if images and not unseen else None
         stream = watch.stream if watch is not None and gen.config.stream else None
         response_format = watch.response_format if watch is not None else None
         attempts = itertools.count(1)
@@ -316,6 +328,7 @@ class Agent:
                 instructions=instructions,
                 halve=trimmed,
                 config=gen.config,
+                images=images,
             )
             self._sent(conversation, window)
             reply, usage = await self.complete(
@@ -332,7 +345,7 @@ class Agent:
             return reply, usage
 
         try:
-            answer = await gen.policy.run(conversation, call, turn=turn)
+            answer = await gen.policy.run(conversation, call, turn=turn, usable=usable)
         except TurnFailed as exc:
             return TurnResult(
                 reply=failure_reply(exc.failure),
@@ -341,8 +354,9 @@ class Agent:
                 shown=isinstance(exc.__cause__, AnswerShown),
             )
         reply, usage = answer.value
+        reply = reply or "(the model returned an empty reply)"
         return TurnResult(
-            reply=reply or "(the model returned an empty reply)",
+            reply=f"{IMAGES_UNSEEN}\n\n{reply}" if unseen else reply,
             model=answer.model,
             usage=usage,
             fell_back=answer.fell_back,
@@ -374,6 +388,17 @@ class Agent:
         if policy is None:
             return {"model": None}
         return {**policy.status(), "context": self._context}
+
+
+def _content(text: str, images: Sequence[str]) -> str | list[dict[str, Any]]:
+    """A message's content: its text, or with images the text part and one ``image_url``
+    part each (only resolved ones: a ``sha256:`` reference is an image not re-sent)."""
+    urls = [u for u in images if u.startswith(("data:", "https://", "http://"))]
+    if not urls:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    parts.extend({"type": "image_url", "image_url": {"url": u}} for u in urls)
+    return parts
 
 
 def _piece(choices: Any) -> str:

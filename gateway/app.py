@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 import anyio
 
 from agent import Agent, ClientPool, CompactingRunner
+from agent.transcribe import Transcriber
+from gateway.attachments import Attachments
 from gateway.backlog import Caps
 from gateway.config import Config
 from gateway.events import Event, Observe, log_line
@@ -109,7 +111,14 @@ def build_adapters(
 
         tg_live = live.view(lambda c: c.telegram or telegram)
         adapters.append(
-            TelegramAdapter(telegram, intake, observe=observe, leases=leases, live=tg_live)
+            TelegramAdapter(
+                telegram,
+                intake,
+                observe=observe,
+                leases=leases,
+                live=tg_live,
+                attachment_limit=live.view(lambda c: c.agent.max_attachment_bytes),
+            )
         )
     if (discord := config.discord) is not None:
         from platforms.discord import DiscordAdapter
@@ -203,6 +212,7 @@ class GatewayApp:
         observe = Observer(self.metrics, self.failpoints)
         clients = ClientPool()
         agent = Agent(config.model, config.agent, clients, observe=observe, clock=self.clock)
+        transcriber = Transcriber(config.transcription, clients, observe=observe, clock=self.clock)
         limiter = anyio.CapacityLimiter(config.gateway.max_concurrent_turns)
 
         async def apply(old: Config, new: Config) -> None:
@@ -235,6 +245,18 @@ class GatewayApp:
                     mailbox_size=config.gateway.mailbox_size,
                     observe=observe,
                     clock=self.clock,
+                    attachments=Attachments(
+                        store,
+                        outlets,
+                        transcriber,
+                        live.view(lambda c: c.agent),
+                        vision=live.view(
+                            lambda c: (
+                                any(e.sees_images for e in c.model.chain) if c.model else False
+                            )
+                        ),
+                        observe=observe,
+                    ),
                 )
                 if config.store.shared:
                     # Session actors ask the cluster (built below) before each model call.
@@ -281,6 +303,7 @@ class GatewayApp:
                     ready=self.readiness,
                     metrics=render_metrics,
                     clock=self.clock,
+                    max_attachment_bytes=config.agent.max_attachment_bytes,
                     live=live.view(lambda c: c.peer),
                     reload=lambda by, dry, text: reloader.reload(by, dry_run=dry, text=text),
                 )

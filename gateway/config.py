@@ -101,6 +101,10 @@ def _network(value: Any) -> str | None:
     return None
 
 
+def _has_text(value: Any) -> str | None:
+    return None if "text" in value else 'must include "text"'
+
+
 def _webhook_secret(value: Any) -> str | None:
     if re.fullmatch(r"[A-Za-z0-9_-]{0,256}", value):
         return None
@@ -151,6 +155,14 @@ class ModelEndpoint:
     max_output_tokens: Annotated[int, Gt(0)] = 4096  # sent as the request's max_tokens
     # context: the model's window in tokens (prompt + max_output_tokens); 0: no token bound.
     context_tokens: Annotated[int, Ge(0)] = 0
+    # What the model takes in (SPEC 9): a turn with images skips models without "image".
+    input: Annotated[tuple[Annotated[str, _one_of("text", "image")], ...], rule(_has_text)] = (
+        "text",
+    )
+
+    @property
+    def sees_images(self) -> bool:
+        return "image" in self.input
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +184,7 @@ class ModelConfig(ModelEndpoint):
             max_retries=self.max_retries,
             max_output_tokens=self.max_output_tokens,
             context_tokens=self.context_tokens,
+            input=self.input,
         )
         return (primary, *self.fallbacks)
 
@@ -188,6 +201,12 @@ class AgentConfig:
     stream: bool = True
     # context: rows leaving the window are folded by the model into one stored summary.
     compaction: Annotated[str, _one_of("off", "summary")] = "off"
+    # Attachments (SPEC 9): the largest file fetched, how many per message, how many recent
+    # turns' images are sent again with the history, and a document's inlined text.
+    max_attachment_bytes: Annotated[int, Gt(0)] = 20 * 1024 * 1024
+    max_attachments: Annotated[int, Ge(0)] = 10
+    history_images: Annotated[int, Ge(0)] = 2
+    max_document_chars: Annotated[int, Gt(0)] = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +395,9 @@ class Config:
     telegram: TelegramConfig | None = None
     discord: DiscordConfig | None = None
     cluster: ClusterConfig = ClusterConfig()
+    # Voice and audio (SPEC 9): an OpenAI-compatible /v1/audio/transcriptions endpoint, with
+    # [model]'s shape (api_keys pool, fallbacks, retries); absent: voice is not configured.
+    transcription: ModelConfig | None = None
     source: str = field(default="(embedded defaults)", metadata={"internal": True})
 
     def secrets(self) -> tuple[str, ...]:
@@ -384,8 +406,8 @@ class Config:
         password = re.match(r"^[a-z]+://[^:/@]+:([^@]+)@", self.store.url)
         if password:
             found.append(password.group(1))
-        if self.model is not None:
-            for endpoint in self.model.chain:
+        for chain in (self.model, self.transcription):
+            for endpoint in chain.chain if chain is not None else ():
                 found.extend(endpoint.api_keys)
         for platform in (self.telegram, self.discord):
             if platform is not None:

@@ -21,7 +21,8 @@ decisions: deciding what is retryable is ``policy.classify``'s job alone.
     │   ├── ProviderTimeout       no answer in time
     │   └── ProviderUnreachable   connection refused, reset, dropped (broken by the peer)
     ├── ModelNotConfigured        no model endpoint at all: tell the operator how to add one
-    └── PlatformError             a chat platform refused or failed a send
+    ├── PlatformError             a chat platform refused or failed a send
+    └── AttachmentTooLarge        an attachment is over [agent] max_attachment_bytes (name, limit)
 """
 
 from __future__ import annotations
@@ -178,3 +179,15 @@ class PlatformError(GatewayError):
         self.retry_after = retry_after
         self.ambiguous = ambiguous
         self.idempotent = idempotent
+
+
+class AttachmentTooLarge(GatewayError):
+    """An attachment is larger than ``[agent] max_attachment_bytes``: ``name`` is the file's
+    name as the user sent it, ``limit`` the limit in bytes. Raised before fetching when the
+    platform said the size, else as soon as the download passes the limit (never more than
+    ``limit`` bytes are held)."""
+
+    def __init__(self, message: str, *, name: str, limit: int) -> None:
+        super().__init__(message)
+        self.name = name
+        self.limit = limit

@@ -165,6 +165,37 @@ class FirstTokenShown:
 
 
 @dataclass(frozen=True, slots=True)
+class AttachmentFetched:
+    """A turn fetched an attachment's bytes and stored them (SPEC 9): no model call yet."""
+
+    name: ClassVar[str] = "attachment_fetched"
+    level: ClassVar[int] = INFO
+    conversation: str
+    platform: str
+    row: int
+    kind: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentHandled:
+    """A turn did one step with one attachment (SPEC 9): ``step`` ``fetch`` (it failed:
+    a fetched one is :class:`AttachmentFetched`), ``transcribe`` or ``read`` (a document's
+    text); ``outcome`` ``ok`` or the failure class (``too_large``, ``not_configured``,
+    ``unsupported``, ``unreadable``, a policy class)."""
+
+    name: ClassVar[str] = "attachment"
+    level: ClassVar[int] = INFO
+    conversation: str
+    platform: str
+    row: int
+    kind: str
+    step: Literal["fetch", "transcribe", "read"]
+    outcome: str
+    size: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class ModelCalled:
     """One model request ended."""
 
@@ -474,6 +505,8 @@ Event = (
     | TelegramNoticeFailed
     | TelegramWebhookRefused
     | DiscordBackfilled
+    | AttachmentFetched
+    | AttachmentHandled
     | ConfigReloaded
 )
 Observe = Callable[[Event], None]

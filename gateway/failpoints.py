@@ -20,6 +20,7 @@ a failpoint can be armed at.
 | ``after_answer_commit`` | ``answer_committed`` | reply and outbox committed, nothing sent |
 | ``after_send_before_record`` | ``chunk_sent`` | the platform took a chunk, not yet recorded |
 | ``between_chunks`` | ``chunk_recorded`` | one chunk recorded delivered, the next not sent |
+| ``after_attachment_fetch`` | ``attachment_fetched`` | a file's bytes stored, no model call |
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from typing import assert_never
 from gateway.errors import ConfigError
 from gateway.events import (
     AnswerCommitted,
+    AttachmentFetched,
+    AttachmentHandled,
     ChunkRecorded,
     ChunkSent,
     ConfigReloaded,
@@ -75,6 +78,7 @@ EVENTS = {
     "after_answer_commit": "answer_committed",
     "after_send_before_record": "chunk_sent",
     "between_chunks": "chunk_recorded",
+    "after_attachment_fetch": "attachment_fetched",
 }
 ENV = "BOTMUX_FAILPOINT"
 _SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
@@ -122,7 +126,14 @@ class Failpoints:
 def place(event: Event) -> str | None:
     """The event name a failpoint can be armed at (a value of ``EVENTS``), if this is one."""
     match event:
-        case MessageAdmitted() | TurnStarted() | AnswerCommitted() | ChunkSent() | ChunkRecorded():
+        case (
+            MessageAdmitted()
+            | TurnStarted()
+            | AnswerCommitted()
+            | ChunkSent()
+            | ChunkRecorded()
+            | AttachmentFetched()
+        ):
             return event.name
         case ModelCalled(outcome=outcome):
             return event.name if outcome == "ok" else None
@@ -153,6 +164,7 @@ def place(event: Event) -> str | None:
             | TelegramNoticeFailed()
             | TelegramWebhookRefused()
             | DiscordBackfilled()
+            | AttachmentHandled()
             | ConfigReloaded()
         ):
             return None

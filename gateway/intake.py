@@ -12,7 +12,7 @@ Before anything is stored, a message is bounded (SPEC section 14): longer than
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -107,7 +107,7 @@ class GatewayIntake:
     def stop_accepting(self) -> None:
         self._accepting = False
 
-    async def admit(self, inbound: Inbound) -> Admission:
+    async def admit(self, inbound: Inbound, blobs: Mapping[str, bytes] | None = None) -> Admission:
         if not self._accepting:
             raise ConversationClosed("botmux is shutting down")
         max_chars = self._live().max_message_chars
@@ -128,7 +128,7 @@ class GatewayIntake:
             raise
         added = True  # until admit says: the gate's counts are upper bounds (a hang-up, say)
         try:
-            admission = await self._store.admit(inbound)
+            admission = await self._store.admit(inbound, blobs)
             added = not admission.duplicate
         finally:
             self._gate.release(reservation, added=added)
@@ -317,6 +317,9 @@ class GatewayIntake:
 
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         return await self._store.transcript(conversation)
+
+    async def attachment(self, conversation: str, sha256: str) -> tuple[str, bytes] | None:
+        return await self._store.attachment_bytes(conversation, sha256)
 
 
 def _context_line(used: tuple[int, int] | None) -> str:

@@ -83,6 +83,36 @@ class ChunkState(StrEnum):
     FAILED = "failed"  # the platform refused it for good
 
 
+#: The kinds of attachment botmux knows (SPEC section 9).
+ATTACHMENT_KINDS = ("image", "audio", "document")
+#: Failure classes of a turn whose attachments could not be used and that had nothing else
+#: to answer: over a limit, a type botmux cannot read, voice without ``[transcription]``.
+ATTACHMENT_FAILURES = ("too_large", "unsupported", "not_configured")
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentRef:
+    """A file that came with a message (SPEC section 9): what admission stores with the user
+    row, before any byte of it is fetched.
+
+    ``kind`` is ``"image"``, ``"audio"`` or ``"document"``; ``name`` the file name as the user
+    sent it (``"photo.jpg"`` when the platform has none); ``content_type`` its MIME type
+    (``""`` when unknown); ``size`` its length in bytes when the platform says it before
+    fetching; ``source`` the platform's handle (Telegram file_id, Discord attachment URL;
+    ``""`` for inline peer data). ``sha256`` is set once the bytes are in the store.
+    """
+
+    kind: str
+    name: str
+    content_type: str
+    size: int | None
+    source: str
+    sha256: str | None = None
+    # What botmux made of the bytes, once (a voice note's transcript, a document's text),
+    # kept on the row so that a re-run or a later turn never transcribes or extracts again.
+    text: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Inbound:
     """One platform message, ready for admission.
@@ -98,6 +128,7 @@ class Inbound:
     text: str
     sender: str = ""
     reply_target: str = ""
+    attachments: tuple[AttachmentRef, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +149,7 @@ class StoredMessage:
     # assistant rows: the model's token counts for the answer (None: not reported, or older)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    attachments: tuple[AttachmentRef, ...] = ()  # user rows: in the order they were sent
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,10 +167,15 @@ class Admission:
 
 @dataclass(frozen=True, slots=True)
 class ChatMessage:
-    """One message of the model's context (system, user or assistant)."""
+    """One message of the model's context (system, user or assistant).
+
+    ``images``: sent beside the text as ``image_url`` parts to a model that sees images (a
+    data URL or an https URL each); a reference ``sha256:<hex>:<content type>`` is one the
+    turn has not resolved (an older turn's image): it is never sent (SPEC 9)."""
 
     role: str
     content: str
+    images: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from gateway.events import (
     AnswerCommitted,
+    AttachmentFetched,
+    AttachmentHandled,
     ChunkRecorded,
     ChunkSent,
     ConfigReloaded,
@@ -185,6 +187,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.attachments = Counter(
+            "botmux_attachments",
+            "Attachments: fetched, transcribed, read; by outcome (ok or the failure class)",
+            ["platform", "kind", "step", "outcome"],
+            registry=r,
+        )
         self.discord_backfilled = Counter(
             "botmux_discord_backfilled_messages",
             "Discord: messages read back by backfills",
@@ -254,6 +262,10 @@ class Metrics:
                 | TelegramWebhookRefused()
             ):
                 self.telegram.labels(event.name.removeprefix("telegram_")).inc()
+            case AttachmentFetched(platform=platform, kind=kind):
+                self.attachments.labels(platform, kind, "fetch", "ok").inc()
+            case AttachmentHandled(platform=platform, kind=kind, step=step, outcome=outcome):
+                self.attachments.labels(platform, kind, step, outcome).inc()
             case DiscordBackfilled(reason=reason, messages=messages):
                 self.discord_backfills.labels(reason).inc()
                 self.discord_backfilled.labels(reason).inc(messages)

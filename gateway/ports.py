@@ -17,7 +17,9 @@ from anyio.abc import TaskStatus
 
 from gateway.messages import (
     Admission,
+    AttachmentRef,
     ChatMessage,
+    Failure,
     Inbound,
     StoredMessage,
     StreamEvent,
@@ -57,6 +59,21 @@ class Watch:
     instructions: str | None = None
 
 
+class Transcriber(Protocol):
+    """Voice and audio to text (``[transcription]``, SPEC 9), under the failure policy."""
+
+    @property
+    def configured(self) -> bool:
+        """Whether a transcription endpoint is configured at all."""
+        ...
+
+    async def transcribe(
+        self, conversation: str, ref: AttachmentRef, data: bytes, *, turn: int = 0
+    ) -> str | Failure:
+        """The transcript of ``data``, or the class of the failure for good."""
+        ...
+
+
 class TurnRunner(Protocol):
     """Runs one model turn (the agent, under the failure policy)."""
 
@@ -69,8 +86,10 @@ class TurnRunner(Protocol):
         turn: int = 0,
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
+        images: Sequence[str] = (),
     ) -> TurnResult:
         """``turn`` is the user row's id, for the log lines of the turn's decisions.
+        ``images``: image URLs (data or https) sent beside ``text`` to models that see them.
         ``before_call`` runs right before each model request leaves, with no await between
         it and the request; it may cancel the turn (the request is then never sent).
         ``watch``: who waits for the answer now; with a stream, the model streams into it."""
@@ -101,6 +120,13 @@ class Outlet(Protocol):
     def watching(self, row: StoredMessage) -> Watch | None:
         """Who waits for the turn of ``row`` now, asked as the turn starts; None: nobody
         beyond the final delivery (the chat platforms, until they show previews)."""
+        ...
+
+    async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
+        """The bytes of ``ref`` (SPEC 9), never holding more than ``limit`` bytes in memory:
+        raises :class:`~gateway.errors.AttachmentTooLarge` past it; other failures raise the
+        GatewayError subclasses of the platform's translation table (classified by
+        ``policy.classify`` like a failed send)."""
         ...
 
 
@@ -169,8 +195,9 @@ class Intake(Protocol):
         """False once draining began: adapters refuse new work (the peer API answers 503)."""
         ...
 
-    async def admit(self, inbound: Inbound) -> Admission:
-        """Store the message (exactly once) and queue its turn; return the stored row."""
+    async def admit(self, inbound: Inbound, blobs: Mapping[str, bytes] | None = None) -> Admission:
+        """Store the message (exactly once) and queue its turn; return the stored row.
+        ``blobs``: attachment bytes that came inline, by sha256, stored with the row."""
         ...
 
     async def command(self, platform: str, conversation: str, name: str) -> str:
@@ -217,6 +244,10 @@ class Intake(Protocol):
         ...
 
     async def transcript(self, conversation: str) -> list[StoredMessage]: ...
+
+    async def attachment(self, conversation: str, sha256: str) -> tuple[str, bytes] | None:
+        """(content type, bytes) of one of the conversation's attachments (SPEC 9)."""
+        ...
 
     async def message(self, row_id: int) -> StoredMessage | None:
         """One stored row by its id (None: no such row, or deleted)."""

@@ -39,6 +39,9 @@ LIVE_KEYS: tuple[str, ...] = (
     "agent.history_messages",  # (not with compaction on: see _AT_START)
     "agent.history_chars",
     "agent.stream",
+    "agent.max_attachments",  # attachments (SPEC 9): read by the turn's step at each turn
+    "agent.history_images",
+    "agent.max_document_chars",
     "peer.tokens",
     "peer.auth_fail_limit",
     "peer.auth_fail_window_s",

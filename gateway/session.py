@@ -24,6 +24,7 @@ from typing import assert_never
 
 import anyio
 
+from gateway.attachments import Attachments, TurnInput, history_message
 from gateway.errors import ConversationClosed, LeaseLost, MailboxFull
 from gateway.events import (
     AnswerCommitted,
@@ -203,6 +204,8 @@ class SessionDeps:
     # waiting, right before each model request leaves (a node frozen in between).
     holds: Callable[[str], Awaitable[bool]] | None = None
     holds_now: Callable[[str], bool] | None = None
+    # The turn's attachment step (SPEC 9); None: rows are their text alone.
+    attachments: Attachments | None = None
     # A reload's [agent] history_messages, read at each turn (else history_messages).
     history_live: Callable[[], int] | None = None
 
@@ -410,6 +413,7 @@ class SessionActor:
         async with deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:
                 self._turn_scope = scope
+                prepared = await self._prepare(row, history)
                 while isinstance(step := plan(state), Run | Rerun):
                     if not await self._may_run():
                         state = dataclasses.replace(state, lost=True)
@@ -417,7 +421,7 @@ class SessionActor:
                     if isinstance(step, Rerun):
                         self._stats["reruns"] += 1
                         deps.observe(TurnRerun(self.key, row.id, step.reason))
-                    state = state.ran(await self._run(history, row, watch))
+                    state = state.ran(await self._run(prepared, row, watch))
             self._turn_scope = None
         state = state.ended(stopped=scope.cancelled_caught, lost=self._abandoned)
         while True:
@@ -448,7 +452,7 @@ class SessionActor:
                         )
                         state = dataclasses.replace(state, fenced=True)
                         continue
-                    self._committed(row, result, time.monotonic() - started)
+                    self._committed(row, result, time.monotonic() - started, prepared)
                     await self._outlet.deliver(outcome)
                     return
                 case _:
@@ -462,12 +466,14 @@ class SessionActor:
         # turn (a peer API request) learns how it ended.
         await self._outlet.deliver(TurnOutcome(self.key, row.id, STOPPED_REPLY, None, ()))
 
-    def _committed(self, row: StoredMessage, result: TurnResult, seconds: float) -> None:
+    def _committed(
+        self, row: StoredMessage, result: TurnResult, seconds: float, asked: TurnInput
+    ) -> None:
         self._deps.observe(AnswerCommitted(self.key, self.platform, row.id))
         self._last_result = result
         if result.failure is None:
             self._stats["turns"] += 1
-            self._remember(row.content, result.reply)
+            self._remember(asked.remembered(), result.reply)
         else:
             self._stats["failed"] += 1
         failure = result.failure.reason if result.failure else None
@@ -507,14 +513,30 @@ class SessionActor:
         shown = _FirstToken(watch.stream, self._deps.observe, self.key, self.platform, row)
         return dataclasses.replace(watch, stream=shown)
 
-    async def _run(
-        self, history: list[ChatMessage], row: StoredMessage, watch: Watch | None
-    ) -> TurnResult:
+    async def _prepare(self, row: StoredMessage, history: list[ChatMessage]) -> TurnInput:
+        attachments = self._deps.attachments
+        return (
+            TurnInput.plain(row, history)
+            if attachments is None
+            else await attachments.prepare(row, history)
+        )
+
+    async def _run(self, asked: TurnInput, row: StoredMessage, watch: Watch | None) -> TurnResult:
         """The model turn; a bug in it fails this turn honestly instead of the whole gateway."""
         before_call = None if self._deps.holds_now is None else self._last_check
+        if asked.answer is not None:  # nothing the model could be asked (SPEC 9)
+            return asked.answer
         try:
-            return await self._deps.runner.run_turn(
-                self.key, history, row.content, turn=row.id, before_call=before_call, watch=watch
+            return asked.finish(
+                await self._deps.runner.run_turn(
+                    self.key,
+                    asked.history,
+                    asked.text,
+                    turn=row.id,
+                    before_call=before_call,
+                    watch=watch,
+                    images=asked.images,
+                )
             )
         except Exception:
             log.exception("turn crashed", extra={"conversation": self.key, "turn": row.id})
@@ -524,13 +546,13 @@ class SessionActor:
     async def _load_history(self) -> list[ChatMessage]:
         if self._history is None:
             rows = await self._deps.store.history(self.key, self._deps.history_limit)
-            self._history = [ChatMessage(r.role, r.content) for r in rows]
+            self._history = [history_message(r) for r in rows]
         return list(self._history)
 
-    def _remember(self, user_text: str, reply: str) -> None:
+    def _remember(self, asked: ChatMessage, reply: str) -> None:
         if self._history is None:  # to be read from the store again (ResetContext reload)
             return
-        self._history.append(ChatMessage("user", user_text))
+        self._history.append(asked)
         self._history.append(ChatMessage("assistant", reply))
         excess = len(self._history) - self._deps.history_limit
         if excess > 0:

@@ -148,8 +148,12 @@ class ModelPolicy:
         model = self._chain[first].model if first is not None else self._chain[0].model
         return {"model": model, "lines": lines}
 
-    def _first_healthy(self, now: float, start: int) -> int | None:
+    def _first_healthy(
+        self, now: float, start: int, usable: Sequence[bool] | None = None
+    ) -> int | None:
         for index in range(start, len(self._chain)):
+            if usable is not None and not usable[index]:
+                continue
             if self._pools[index].pick(now) is not None:
                 return index
         return None
@@ -183,10 +187,13 @@ class ModelPolicy:
             )
         )
 
-    async def _wait_for_any(self, where: Where) -> int:
+    async def _wait_for_any(self, where: Where, usable: Sequence[bool] | None = None) -> int:
         """No model has a healthy key: wait for the first bench to end, if within the cap."""
         now = self._clock()
-        returns = [p.earliest_return(now) for p in self._pools]
+        returns = [
+            p.earliest_return(now) if usable is None or usable[i] else None
+            for i, p in enumerate(self._pools)
+        ]
         soonest = min((r for r in returns if r is not None), key=lambda r: r[0])
         wait = soonest[0] - now
         index = returns.index(soonest)
@@ -199,15 +206,24 @@ class ModelPolicy:
         await anyio.sleep(wait)
         return index
 
-    async def run(self, conversation: str, call: CallFn[T], *, turn: int = 0) -> Answer[T]:
+    async def run(
+        self,
+        conversation: str,
+        call: CallFn[T],
+        *,
+        turn: int = 0,
+        usable: Sequence[bool] | None = None,
+    ) -> Answer[T]:
         """Run one model call to success under the policy, or raise :class:`TurnFailed`.
 
         ``turn`` (the user row's id) goes into every decision's log line with the conversation.
+        ``usable``: for this turn only, which models of the chain may be tried (a turn with
+        images skips those that cannot see them, SPEC 9); at least one must be.
         """
         where = Where(conversation, platform_of(conversation), turn)
         state = TurnState()
-        first = self._first_healthy(self._clock(), 0)
-        state.index = first if first is not None else await self._wait_for_any(where)
+        first = self._first_healthy(self._clock(), 0, usable)
+        state.index = first if first is not None else await self._wait_for_any(where, usable)
         key: str | None = None
         rebuild = False
         while True:
@@ -215,8 +231,10 @@ class ModelPolicy:
             if key is None:
                 key = pool.pick(self._clock())
                 if key is None:  # benched since we chose this model (another turn's failure)
-                    following = self._first_healthy(self._clock(), state.index + 1)
-                    target = following if following is not None else await self._wait_for_any(where)
+                    following = self._first_healthy(self._clock(), state.index + 1, usable)
+                    if following is None:
+                        following = await self._wait_for_any(where, usable)
+                    target = following
                     apply(state, FallBack(target), endpoint.max_retries)
                     continue
             pool.used(key, self._clock())
@@ -237,7 +255,7 @@ class ModelPolicy:
             finally:
                 rebuild = False
             self._observe(ModelCalled(endpoint.model, "error", failure.reason))
-            decision = self._decide(failure, state, key)
+            decision = self._decide(failure, state, key, usable)
             if decision.bench_s is not None:
                 self._bench(where, state.index, key, failure, decision.bench_s)
             match decision.action:
@@ -272,12 +290,14 @@ class ModelPolicy:
                     raise TurnFailed(final, state.fell_back)
             apply(state, decision.action, endpoint.max_retries)
 
-    def _decide(self, failure: Failure, state: TurnState, key: str) -> Decision:
+    def _decide(
+        self, failure: Failure, state: TurnState, key: str, usable: Sequence[bool] | None
+    ) -> Decision:
         now = self._clock()
         pool = self._pools[state.index]
         view = PoolView(
             has_other_key=pool.pick(now, excluding=key) is not None,
-            next_model=self._first_healthy(now, state.index + 1),
+            next_model=self._first_healthy(now, state.index + 1, usable),
             max_retries=self._chain[state.index].max_retries,
         )
         return decide(

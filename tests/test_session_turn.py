@@ -18,6 +18,7 @@ import anyio
 import pytest
 
 from agent import Agent, ClientPool
+from gateway.errors import PlatformError
 from gateway.events import (
     AnswerCommitted,
     Event,
@@ -27,7 +28,15 @@ from gateway.events import (
     TurnRerun,
     TurnStarted,
 )
-from gateway.messages import STOPPED_REPLY, Failure, Inbound, StoredMessage, TurnOutcome, TurnResult
+from gateway.messages import (
+    STOPPED_REPLY,
+    AttachmentRef,
+    Failure,
+    Inbound,
+    StoredMessage,
+    TurnOutcome,
+    TurnResult,
+)
 from gateway.ports import Watch
 from gateway.session import (
     MAX_RUNS,
@@ -136,6 +145,9 @@ class Platform:
 
     def watching(self, row: StoredMessage) -> Watch | None:
         return None
+
+    async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
+        raise PlatformError(f"no bytes for {ref.name}", status=404)
 
 
 @dataclass

@@ -21,12 +21,12 @@ from platforms._chunking import utf16_len
 from platforms._refusals import BUSY_TEXT, too_long_text
 from platforms.telegram import render
 from platforms.telegram._webhook import WEBHOOK_MAX_CONNECTIONS
+from platforms.telegram.convert import TEXT_ONLY
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
 from tests.fakes.telegram_server import (
     DEFAULT_USER_ID,
     FakeTelegram,
     open_fake_telegram,
-    photo_extra,
     sticker_extra,
 )
 from tests.harness import ROOT, config_text, free_port, running_gateway
@@ -456,20 +456,22 @@ async def test_stop_cancels_the_running_turn(
     ]
 
 
-async def test_non_text_messages_get_a_polite_answer_and_no_turn(
+async def test_messages_botmux_cannot_read_get_a_polite_answer_and_no_turn(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
+    """Photos, documents, voice and audio are turns (tests/test_attachment_refs.py); a
+    sticker or a location is not, and says what is read."""
     s = setup(tmp_path, tg, model)
     async with s.gateway():
-        tg.inject_message(ALICE, extra=photo_extra())
         tg.inject_message(ALICE, extra=sticker_extra())
-        tg.inject_message(ALICE, extra=photo_extra(caption="what is in this photo?"))
+        tg.inject_message(ALICE, extra={"location": {"latitude": 1.5, "longitude": 2.5}})
+        tg.inject_message(ALICE, "and this is text")
         with anyio.fail_after(10):
             await tg.wait_for_sent(3, ALICE)
     sent = tg.sent_messages(ALICE)
-    assert sent[0] == sent[1] and sent[0].startswith("I can only read text for now")
-    assert sent[2] == "echo: what is in this photo?"  # a caption is text
-    assert [r.last_user for r in model.requests] == ["what is in this photo?"]
+    assert sent[0] == sent[1] == TEXT_ONLY
+    assert sent[2] == "echo: and this is text"
+    assert [r.last_user for r in model.requests] == ["and this is text"]
 
 
 async def test_a_webhook_flooded_with_slow_sockets_still_takes_telegrams_update(

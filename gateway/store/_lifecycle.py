@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.messages import Backlog, StoredMessage
+from gateway.store._attachments import delete_attachments
 from gateway.store._ops import DeleteConversation, DeleteTurn, PurgeConversation
 from gateway.store._writer import GroupWriter
 
@@ -116,6 +117,7 @@ class LifecycleMixin:
                 " (SELECT id FROM messages WHERE conversation = ?)",
                 (key,),
             )
+            delete_attachments(db, key)
             removed = db.execute("DELETE FROM messages WHERE conversation = ?", (key,)).rowcount
             db.execute("DELETE FROM conversations WHERE key = ?", (key,))
             results.append(removed)
@@ -141,6 +143,7 @@ class LifecycleMixin:
             db.execute("DELETE FROM outbox WHERE user_row_id = ?", (op.user_row_id,))
             db.execute("DELETE FROM previews WHERE user_row_id = ?", (op.user_row_id,))
             db.execute("DELETE FROM messages WHERE user_row_id = ?", (op.user_row_id,))
+            delete_attachments(db, "", user_row_id=op.user_row_id)
             db.execute("DELETE FROM messages WHERE id = ?", (op.user_row_id,))
             results.append(True)
         return results

@@ -27,9 +27,12 @@ class Write(Generic[R_co]):
 
 @dataclass(frozen=True, slots=True)
 class AdmitRow(Write[Admission]):
-    """Store the user row as pending, unless (platform, platform id) is already stored."""
+    """Store the user row as pending, unless (platform, platform id) is already stored,
+    with its attachment references; ``blobs`` are bytes that came inline (the peer API),
+    by sha256, stored in the same transaction (SPEC 9)."""
 
     inbound: Inbound
+    blobs: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +166,19 @@ class SaveSummary(Write[bool]):
     through: int
 
 
+@dataclass(frozen=True, slots=True)
+class SaveAttachment(Write[None]):
+    """What the turn learnt of attachment ``position`` of a user row (SPEC 9): its bytes,
+    stored content-addressed (``sha256``, shared by every row that sent the same file), and
+    what was made of them (``text``: a transcript, a document's text). None: unchanged."""
+
+    user_row_id: int
+    position: int
+    sha256: str | None = None
+    data: bytes | None = None
+    text: str | None = None
+
+
 StoreWrite = (
     AdmitRow
     | AnswerTurn
@@ -182,6 +198,7 @@ StoreWrite = (
     | RecordPreview
     | DeleteTurn
     | SaveSummary
+    | SaveAttachment
 )
 
 

@@ -17,6 +17,7 @@ import asyncpg
 from gateway.messages import Backlog, StoredMessage
 from gateway.store._lifecycle import ANONYMOUS_PATTERN
 from gateway.store._ops import DeleteConversation, DeleteTurn, PurgeConversation
+from gateway.store._pg_attachments import delete_attachments
 from gateway.store._writer import GroupWriter
 
 _BACKLOG = (
@@ -118,6 +119,7 @@ class PgLifecycleMixin:
                 " (SELECT id FROM messages WHERE conversation = $1)",
                 key,
             )
+            await delete_attachments(db, key)
             status = await db.execute("DELETE FROM messages WHERE conversation = $1", key)
             await db.execute("DELETE FROM conversations WHERE key = $1", key)
             results[i] = int(status.split()[-1])
@@ -151,6 +153,7 @@ class PgLifecycleMixin:
             await db.execute("DELETE FROM outbox WHERE user_row_id = $1", op.user_row_id)
             await db.execute("DELETE FROM previews WHERE user_row_id = $1", op.user_row_id)
             await db.execute("DELETE FROM messages WHERE user_row_id = $1", op.user_row_id)
+            await delete_attachments(db, "", user_row_id=op.user_row_id)
             await db.execute("DELETE FROM messages WHERE id = $1", op.user_row_id)
             results.append(True)
         return results

@@ -10,6 +10,7 @@ import asyncpg
 from gateway.errors import StoreClosed, StoreUnavailable
 from gateway.messages import ConversationInfo, OutboxChunk, StoredMessage
 from gateway.store import _queries as q
+from gateway.store._attachments import REF_COLUMNS, group_refs, with_refs
 from gateway.store._errors import mapped
 from gateway.store._pg_connection import PG_ERRORS
 
@@ -49,7 +50,19 @@ class PgReadsMixin:
             " ORDER BY id",
             conversation,
         )
-        return [to_message(r) for r in rows]
+        return await self._attached([to_message(r) for r in rows])
+
+    async def _attached(self, messages: list[StoredMessage]) -> list[StoredMessage]:
+        """``messages`` with their attachment references (SPEC 9)."""
+        users = [m.id for m in messages if m.role == "user"]
+        if not users:
+            return messages
+        rows = await self._fetch(
+            f"SELECT user_row_id, position, {REF_COLUMNS} FROM attachments"
+            " WHERE user_row_id = ANY($1::bigint[])",
+            users,
+        )
+        return with_refs(messages, group_refs(rows)) if rows else messages
 
     async def conversations_with_pending(self) -> list[str]:
         rows = await self._fetch(q.CONVERSATIONS_WITH_PENDING)
@@ -65,18 +78,18 @@ class PgReadsMixin:
             conversation,
             limit,
         )
-        return [to_message(r) for r in reversed(rows)]
+        return await self._attached([to_message(r) for r in reversed(rows)])
 
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         rows = await self._fetch(
             f"SELECT {MSG_COLUMNS} FROM messages WHERE conversation = $1 ORDER BY id",
             conversation,
         )
-        return [to_message(r) for r in rows]
+        return await self._attached([to_message(r) for r in rows])
 
     async def message(self, row_id: int) -> StoredMessage | None:
         rows = await self._fetch(f"SELECT {MSG_COLUMNS} FROM messages WHERE id = $1", row_id)
-        return to_message(rows[0]) if rows else None
+        return (await self._attached([to_message(rows[0])]))[0] if rows else None
 
     async def preview_of(self, user_row_id: int) -> str | None:
         rows = await self._fetch(

@@ -120,6 +120,31 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at   DOUBLE PRECISION NOT NULL
     );
     """,
+    # 4 (attachments, SPEC 9): each user row's attachment references, in order, and the
+    # bytes fetched, content-addressed, shared by every row that sent the same file.
+    """
+    CREATE TABLE attachments (
+        user_row_id  BIGINT NOT NULL,
+        position     INTEGER NOT NULL,
+        conversation TEXT NOT NULL,
+        kind         TEXT NOT NULL,
+        name         TEXT NOT NULL,
+        content_type TEXT NOT NULL,
+        size         BIGINT,
+        source       TEXT NOT NULL,
+        sha256       TEXT,
+        text         TEXT,
+        PRIMARY KEY (user_row_id, position)
+    );
+    CREATE INDEX attachments_by_conversation ON attachments (conversation, sha256);
+    CREATE INDEX attachments_by_sha256 ON attachments (sha256);
+    CREATE TABLE blobs (
+        sha256     TEXT PRIMARY KEY,
+        data       BYTEA NOT NULL,
+        size       BIGINT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL
+    );
+    """,
 )
 
 

@@ -92,4 +92,29 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at   REAL NOT NULL
     );
     """,
+    # 5 (attachments, SPEC 9): each user row's attachment references, in order, and the
+    # bytes fetched, content-addressed, shared by every row that sent the same file.
+    """
+    CREATE TABLE attachments (
+        user_row_id  INTEGER NOT NULL,
+        position     INTEGER NOT NULL,
+        conversation TEXT NOT NULL,
+        kind         TEXT NOT NULL,
+        name         TEXT NOT NULL,
+        content_type TEXT NOT NULL,
+        size         INTEGER,
+        source       TEXT NOT NULL,
+        sha256       TEXT,
+        text         TEXT,
+        PRIMARY KEY (user_row_id, position)
+    );
+    CREATE INDEX attachments_by_conversation ON attachments (conversation, sha256);
+    CREATE INDEX attachments_by_sha256 ON attachments (sha256);
+    CREATE TABLE blobs (
+        sha256     TEXT PRIMARY KEY,
+        data       BLOB NOT NULL,
+        size       INTEGER NOT NULL,
+        created_at REAL NOT NULL
+    );
+    """,
 )

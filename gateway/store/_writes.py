@@ -5,7 +5,7 @@ backend's ``apply``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gateway.messages import Admission, Inbound, StoredMessage, TurnOutcome, TurnResult
 from gateway.store._ops import (
@@ -25,6 +25,7 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SaveAttachment,
     SaveSummary,
 )
 from gateway.store._writer import GroupWriter
@@ -33,8 +34,19 @@ from gateway.store._writer import GroupWriter
 class QueuedWrites:
     _group: GroupWriter
 
-    async def admit(self, inbound: Inbound) -> Admission:
-        return await self._group.submit(AdmitRow(inbound))
+    async def admit(self, inbound: Inbound, blobs: Mapping[str, bytes] | None = None) -> Admission:
+        return await self._group.submit(AdmitRow(inbound, tuple((blobs or {}).items())))
+
+    async def save_attachment(
+        self,
+        user_row_id: int,
+        position: int,
+        *,
+        sha256: str | None = None,
+        data: bytes | None = None,
+        text: str | None = None,
+    ) -> None:
+        await self._group.submit(SaveAttachment(user_row_id, position, sha256, data, text))
 
     async def answer(
         self, user_row: StoredMessage, result: TurnResult, chunks: Sequence[str]

@@ -8,7 +8,7 @@ PostgreSQL only) know which is used.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from gateway.messages import (
@@ -26,8 +26,31 @@ from gateway.messages import (
 
 
 class Store(Protocol):
-    async def admit(self, inbound: Inbound) -> Admission:
-        """Store the user row as pending, unless (platform, platform id) is already stored."""
+    async def admit(self, inbound: Inbound, blobs: Mapping[str, bytes] | None = None) -> Admission:
+        """Store the user row as pending, unless (platform, platform id) is already stored,
+        with its attachment references; ``blobs``: inline bytes by sha256, stored with it."""
+        ...
+
+    async def save_attachment(
+        self,
+        user_row_id: int,
+        position: int,
+        *,
+        sha256: str | None = None,
+        data: bytes | None = None,
+        text: str | None = None,
+    ) -> None:
+        """Record attachment ``position`` of a user row: its bytes (content-addressed by
+        ``sha256``) once fetched, the text made of them (transcript, document) once made."""
+        ...
+
+    async def blob(self, sha256: str) -> bytes | None:
+        """The stored bytes with that sha256, if any row still refers to them."""
+        ...
+
+    async def attachment_bytes(self, conversation: str, sha256: str) -> tuple[str, bytes] | None:
+        """(content type, bytes) of an attachment of ``conversation``; None when it has none
+        with that sha256 (another conversation's file is not found through this one)."""
         ...
 
     async def answer(

@@ -58,11 +58,13 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SaveAttachment,
     SaveSummary,
     StoreWrite,
     only,
 )
 from gateway.store._pg_answers import PgAnswersMixin
+from gateway.store._pg_attachments import PgAttachmentsMixin
 from gateway.store._pg_connection import (
     PG_ERRORS,
     close_or_cut,
@@ -102,6 +104,7 @@ class PostgresStore(
     PgLifecycleMixin,
     PgAnswersMixin,
     PgSummariesMixin,
+    PgAttachmentsMixin,
 ):
     """The :class:`~gateway.store.base.Store` on PostgreSQL; see :func:`open_postgres_store`."""
 
@@ -229,6 +232,8 @@ class PostgresStore(
                 )
             case SaveSummary():
                 return await self._apply_save_summary(db, only(SaveSummary, run))
+            case SaveAttachment():
+                return await self._apply_save_attachment(db, only(SaveAttachment, run))
             case unknown:
                 assert_never(unknown)
         return [None] * len(run)
@@ -371,7 +376,7 @@ class PostgresStore(
             admissions.append(Admission(row=msg, duplicate=msg.id != row_id, local=local))
         if fences:
             self._after_commit.append(lambda: self._took(fences))
-        return admissions
+        return await self._admit_attachments(db, ops, admissions)
 
     def _took(self, fences: dict[str, tuple[int, str | None]]) -> None:
         for key, (fence, _) in fences.items():

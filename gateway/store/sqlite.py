@@ -39,6 +39,7 @@ from gateway.messages import (
     TurnResult,
 )
 from gateway.store import _queries as q
+from gateway.store._attachments import AttachmentsMixin
 from gateway.store._errors import SQLITE_ERRORS, mapped
 from gateway.store._lifecycle import LifecycleMixin
 from gateway.store._ops import (
@@ -59,6 +60,7 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SaveAttachment,
     SaveSummary,
     StoreWrite,
     only,
@@ -112,7 +114,7 @@ def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
     )
 
 
-class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin):
+class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin, AttachmentsMixin):
     """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
 
     def __init__(
@@ -164,7 +166,7 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin):
             " ORDER BY id",
             (conversation,),
         )
-        return [_row_to_message(r) for r in rows]
+        return await self._attached([_row_to_message(r) for r in rows])
 
     async def conversations_with_pending(self) -> list[str]:
         rows = await self._fetch(q.CONVERSATIONS_WITH_PENDING)
@@ -179,18 +181,18 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin):
             " ORDER BY id DESC LIMIT ?",
             (conversation, conversation, limit),
         )
-        return [_row_to_message(r) for r in reversed(rows)]
+        return await self._attached([_row_to_message(r) for r in reversed(rows)])
 
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         rows = await self._fetch(
             f"SELECT {_MSG_COLUMNS} FROM messages WHERE conversation = ? ORDER BY id",
             (conversation,),
         )
-        return [_row_to_message(r) for r in rows]
+        return await self._attached([_row_to_message(r) for r in rows])
 
     async def message(self, row_id: int) -> StoredMessage | None:
         rows = await self._fetch(f"SELECT {_MSG_COLUMNS} FROM messages WHERE id = ?", (row_id,))
-        return _row_to_message(rows[0]) if rows else None
+        return (await self._attached([_row_to_message(rows[0])]))[0] if rows else None
 
     async def preview_of(self, user_row_id: int) -> str | None:
         rows = await self._fetch(
@@ -311,6 +313,8 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin):
                 return [None] * len(run)
             case SaveSummary():
                 return self._apply_save_summary(db, only(SaveSummary, run))
+            case SaveAttachment():
+                return self._apply_save_attachment(db, only(SaveAttachment, run))
             case unknown:
                 assert_never(unknown)
 
@@ -360,7 +364,7 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin):
         for m, row_id in zip(inbound, proposed, strict=True):
             msg = stored[(m.platform, m.platform_message_id)]
             admissions.append(Admission(row=msg, duplicate=msg.id != row_id))
-        return admissions
+        return self._admit_attachments(db, ops, admissions)
 
     def _apply_answer(self, db: sqlite3.Connection, ops: list[AnswerTurn]) -> list[TurnOutcome]:
         now = self._clock()

@@ -48,7 +48,7 @@ from platforms._notices import NoticeBox
 from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
-from platforms.discord import _stream, convert
+from platforms.discord import _attachments, _stream, convert
 from platforms.discord._backfill import Recent, Watched, read_back
 from platforms.discord._client import (
     MENTIONS,
@@ -81,7 +81,7 @@ STORE_BUSY = "I could not do that just now: please try again in a moment."
 # -- the actor ---------------------------------------------------------------------------
 
 
-class DiscordAdapter(LiveSection[DiscordConfig]):
+class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching):
     platform = convert.PLATFORM
 
     def __init__(

@@ -19,8 +19,9 @@ import discord
 
 from gateway.config import DiscordConfig
 from gateway.messages import COMMANDS as CONTROL_COMMANDS
-from gateway.messages import Inbound, OutboxChunk, command_named, local_part
+from gateway.messages import AttachmentRef, Inbound, OutboxChunk, command_named, local_part
 from gateway.messages import conversation_key as make_key
+from platforms._attachments import kind_of
 from platforms._chunking import split
 from platforms._text import clean_text, is_id
 
@@ -63,6 +64,7 @@ class Seen:
     mentions_bot: bool
     replies_to_bot: bool
     mention_names: dict[int, str] = field(default_factory=dict)
+    attachments: tuple[AttachmentRef, ...] = ()
 
 
 def seen_from(
@@ -113,7 +115,40 @@ def seen_from(
         mentions_bot=bot_id in message.raw_mentions,
         replies_to_bot=replies_to_bot,
         mention_names=_mention_names(message),
+        attachments=attachment_refs(message),
     )
+
+
+def attachment_refs(message: discord.Message) -> tuple[AttachmentRef, ...]:
+    """The message's attachments as references for admission (SPEC 9): the kind from the
+    content type (``image/*``, ``audio/*``, voice messages included, else a document), the
+    size Discord states, the attachment URL to fetch. One without a URL or a size that is
+    an integer is not one Discord sends: left out."""
+    try:
+        found = list(message.attachments)
+    except (AttributeError, TypeError):
+        return ()
+    refs: list[AttachmentRef] = []
+    for attachment in found:
+        url, size = getattr(attachment, "url", None), getattr(attachment, "size", None)
+        if not isinstance(url, str) or not url.startswith(("https://", "http://")):
+            continue
+        raw_type = attachment.content_type
+        content_type = clean_text(raw_type).strip() if isinstance(raw_type, str) else ""
+        if not content_type and attachment.is_voice_message():
+            content_type = "audio/ogg"
+        name = attachment.filename
+        name = clean_text(name).strip() if isinstance(name, str) else ""
+        refs.append(
+            AttachmentRef(
+                kind_of(content_type),
+                name or "attachment",
+                content_type,
+                size if is_id(size) and isinstance(size, int) and size >= 0 else None,
+                url,
+            )
+        )
+    return tuple(refs)
 
 
 def _mention_names(message: discord.Message) -> dict[int, str]:
@@ -184,7 +219,8 @@ def decide(seen: Seen, config: DiscordConfig, bot_id: int) -> Decision:
         return Ignore("not_addressed")
     text = turn_text(seen.content, bot_id, seen.mention_names)
     if not text:
-        return Ignore("empty")
+        # An attachment alone is a turn (its text empty), nothing at all is nothing to answer.
+        return Turn("") if seen.attachments else Ignore("empty")
     name = command_name(text)
     return Command(name) if name is not None else Turn(text)
 
@@ -221,6 +257,7 @@ def inbound(seen: Seen, text: str) -> Inbound:
         text=text,
         sender=str(seen.author_id),
         reply_target=str(seen.message_id),
+        attachments=seen.attachments,
     )
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.messages import ATTACHMENT_FAILURES
+from platforms.peer.attachments import B64_PATTERN, DATA_URL_PATTERN, HTTPS_PATTERN
 from platforms.peer.convert import MODEL_NAME
 from policy import REASONS
 
@@ -15,6 +17,11 @@ IDEMPOTENCY_KEY = r"^[\x21-\x7e]{1,200}$"
 # Some non-space character, and no NUL anywhere (the store and the model both refuse NUL).
 TEXT = r"^[^\x00]*[^\s\x00][^\x00]*$"
 NO_NUL = r"^[^\x00]*$"
+# Attachments (SPEC 9): canonical base64, and the image URLs botmux takes.
+# Attachments (SPEC 9): what ``platforms.peer.attachments`` takes, exactly.
+BASE64 = B64_PATTERN
+IMAGE_URL = f"{DATA_URL_PATTERN}|{HTTPS_PATTERN}"
+NAME = TEXT
 
 
 def ref(kind: str, name: str) -> dict[str, str]:
@@ -57,19 +64,49 @@ SCHEMAS: dict[str, Any] = {
         "required": ["reason", "retryable"],
         "additionalProperties": False,
         "properties": {
-            "reason": {"type": "string", "enum": list(REASONS)},
+            "reason": {"type": "string", "enum": [*REASONS, *ATTACHMENT_FAILURES]},
             "retryable": {"type": "boolean"},
+        },
+    },
+    "Attachment": {
+        "type": "object",
+        "description": "A file sent inline (SPEC 9): stored with the message, by sha256. Its"
+        " kind follows content_type: image/* an image (to models that see images), audio/*"
+        " voice (transcribed), anything else a document (text types and PDF read).",
+        "required": ["name", "data"],
+        "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "pattern": NAME},
+            "content_type": {"type": "string", "pattern": NO_NUL},
+            "data": {
+                "type": "string",
+                "pattern": BASE64,
+                "minLength": 4,
+                "description": "The bytes, base64; over [agent] max_attachment_bytes is 413.",
+            },
         },
     },
     "ChatRequest": {
         "type": "object",
-        "required": ["message"],
+        "description": "A message, attachments, or both.",
+        "anyOf": [
+            {"required": ["message"], "properties": {"message": {"pattern": TEXT}}},
+            {
+                "required": ["attachments"],
+                "properties": {"attachments": {"type": "array", "minItems": 1}},
+            },
+        ],
         "additionalProperties": False,
         "properties": {
             "message": {
                 "type": "string",
-                "pattern": TEXT,
-                "description": "The user's text; /new, /status, /stop and /help are commands.",
+                "pattern": NO_NUL,
+                "description": "The user's text; /new, /status, /stop and /help are commands."
+                " With attachments it may be empty.",
+            },
+            "attachments": {
+                "type": ["array", "null"],
+                "items": ref("schemas", "Attachment"),
             },
             "stream": {
                 "type": ["boolean", "null"],
@@ -155,11 +192,32 @@ SCHEMAS: dict[str, Any] = {
                             "type": "string",
                             "enum": ["pending", "answered", "failed", "cancelled", "final"],
                         },
-                        "failure": {"type": "string", "enum": list(REASONS)},
+                        "failure": {"type": "string", "enum": [*REASONS, *ATTACHMENT_FAILURES]},
                         "usage": ref("schemas", "Usage"),
+                        "attachments": {
+                            "type": "array",
+                            "items": ref("schemas", "StoredAttachment"),
+                        },
                     },
                 },
             }
+        },
+    },
+    "StoredAttachment": {
+        "type": "object",
+        "required": ["name", "kind", "content_type", "size", "sha256"],
+        "properties": {
+            "name": {"type": "string"},
+            "kind": {"enum": ["image", "audio", "document"]},
+            "content_type": {"type": "string"},
+            "size": {"type": ["integer", "null"]},
+            "sha256": {
+                "type": ["string", "null"],
+                "description": "The bytes at /api/sessions/{id}/attachments/{sha256}; null"
+                " until fetched (or never: a linked image, one over the limit).",
+            },
+            "url": {"type": "string", "description": "An image the client linked."},
+            "transcript": {"type": "string", "description": "A voice note's transcript."},
         },
     },
     "TextPart": {
@@ -167,9 +225,44 @@ SCHEMAS: dict[str, Any] = {
         "required": ["type", "text"],
         "properties": {"type": {"const": "text"}, "text": {"type": "string", "pattern": NO_NUL}},
     },
+    "ImagePart": {
+        "type": "object",
+        "required": ["type", "image_url"],
+        "properties": {
+            "type": {"const": "image_url"},
+            "image_url": {
+                "type": "object",
+                "required": ["url"],
+                "properties": {
+                    "url": {
+                        "type": "string",
+                        "pattern": IMAGE_URL,
+                        "description": "A base64 data: URL (stored) or an https URL (passed"
+                        " to the model as it is, never fetched by botmux).",
+                    }
+                },
+            },
+        },
+    },
+    "AudioPart": {
+        "type": "object",
+        "required": ["type", "input_audio"],
+        "properties": {
+            "type": {"const": "input_audio"},
+            "input_audio": {
+                "type": "object",
+                "required": ["data", "format"],
+                "properties": {
+                    "data": {"type": "string", "pattern": BASE64, "minLength": 4},
+                    "format": {"enum": ["wav", "mp3"]},
+                },
+            },
+        },
+    },
     "UserContent": {
         "description": "Text with some non-space character and no NUL: a string, or a list"
-        " of text parts (joined with newlines).",
+        " of text parts (joined with newlines); or a list with image_url or input_audio"
+        " parts (SPEC 9), whose text may be empty.",
         "anyOf": [
             {"type": "string", "pattern": TEXT},
             {
@@ -177,6 +270,21 @@ SCHEMAS: dict[str, Any] = {
                 "minItems": 1,
                 "items": ref("schemas", "TextPart"),
                 "contains": {"type": "object", "properties": {"text": {"pattern": TEXT}}},
+            },
+            {
+                "type": "array",
+                "items": {
+                    "anyOf": [
+                        ref("schemas", "TextPart"),
+                        ref("schemas", "ImagePart"),
+                        ref("schemas", "AudioPart"),
+                    ]
+                },
+                "contains": {
+                    "type": "object",
+                    "required": ["type"],
+                    "properties": {"type": {"enum": ["image_url", "input_audio"]}},
+                },
             },
         ],
     },

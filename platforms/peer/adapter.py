@@ -16,6 +16,7 @@ loopback ``Host`` and ``Origin`` and JSON POSTs. The decisions are
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import ipaddress
 import logging
@@ -33,10 +34,13 @@ from gateway.config import PeerConfig, PeerToken
 from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, Inbound, StoredMessage, TurnOutcome
 from gateway.ports import Intake, Watch
+from platforms import _fetch
 from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.peer import convert, limits, responses, streaming
 from platforms.peer._auth import AuthHolder
+from platforms.peer._files import BodyReader, attachment_response
 from platforms.peer._reload_route import Reload, add_reload_route
+from platforms.peer.attachments import Files, chat_attachments, content_parts
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.streaming import SSE_HEADERS, LiveReply, Watched, finish
 
@@ -100,10 +104,13 @@ class PeerAdapter:
         clock: Callable[[], float] = time.monotonic,
         live: Callable[[], PeerConfig] | None = None,
         reload: Reload | None = None,
+        max_attachment_bytes: int = 20 * 1024 * 1024,
     ) -> None:
         self._config = config  # what is read at start: listen, body size, connections
         self._auth = AuthHolder(live or (lambda: config), clock=clock)  # tokens: live
         self._reload = reload
+        self._max_file = max_attachment_bytes
+        self._bodies = BodyReader(config.max_body_bytes)
         self._intake = intake
         self._ready = ready
         self._metrics = metrics
@@ -155,6 +162,10 @@ class PeerAdapter:
     async def activity(self, conversation: str) -> AsyncIterator[None]:
         yield
 
+    # Peer bytes arrive inline and are stored at admission; https image URLs go to the model
+    # as they are: nothing of the peer API is ever fetched.
+    fetch = _fetch.unsupported
+
     def watching(self, row: StoredMessage) -> Watch | None:
         watched = self._watched.get(row.platform_message_id or "")
         return watched.watch() if watched is not None else None
@@ -169,6 +180,7 @@ class PeerAdapter:
         app.router.add_post("/api/sessions/{session_id}/chat", self._chat)
         app.router.add_get("/api/sessions/{session_id}/messages", self._messages)
         app.router.add_delete("/api/sessions/{session_id}", self._delete)
+        app.router.add_get("/api/sessions/{session_id}/attachments/{sha256}", self._attachment)
         app.router.add_post("/v1/chat/completions", self._completions)
         responses.add_routes(app.router, self)
         app.router.add_get("/v1/models", self._models)
@@ -290,8 +302,7 @@ class PeerAdapter:
         return b""
 
     async def _read_json(self, request: web.Request) -> Any:
-        raw = await request.read()
-        return convert.parse_json(raw)
+        return await self._bodies.json(request)
 
     async def _run_turn(
         self,
@@ -302,6 +313,7 @@ class PeerAdapter:
         retry: bool = False,
         reply: LiveReply | None = None,
         response_format: Mapping[str, Any] | None = None,
+        files: Files | None = None,
         instructions: str | None = None,
     ) -> TurnOutcome:
         """Admit the message and wait for its outcome; ``reply``: stream the answer into it
@@ -324,11 +336,13 @@ class PeerAdapter:
         if reply is not None:
             watched.replies.append(reply)
         try:
+            refs = tuple(files.refs) if files else ()
             admission = await self._intake.admit(
-                Inbound(
-                    platform="peer", conversation=conversation, platform_message_id=pmid, text=text
-                )
+                Inbound("peer", conversation, pmid, text, attachments=refs),
+                files.blobs if files else None,
             )
+            if files:
+                files.blobs.clear()  # stored: not held while the client waits for its turn
             row = admission.row
             if reply is not None:
                 reply.row = row.id
@@ -350,6 +364,7 @@ class PeerAdapter:
                             retry=True,
                             reply=reply,
                             response_format=response_format,
+                            files=files,
                             instructions=instructions,
                         )
                     return settled
@@ -381,32 +396,35 @@ class PeerAdapter:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         session_id = self._session(request, request.match_info["session_id"])
-        ask = convert.chat_request(await self._read_json(request))
-        text = ask.text
+        async with self._bodies.turn(request):  # the body and its files are freed after it
+            ask = convert.chat_request(await self._read_json(request))
+            files = chat_attachments(ask.attachments, self._max_file)
+        text, stream = ask.text, ask.stream
+        del ask
         if text.startswith("/") and text[1:].split(" ", 1)[0] in CONTROL_COMMANDS:
             answer = await self._intake.command(
                 "peer", convert.conversation_key(session_id), text[1:].split(" ", 1)[0]
             )
             body = convert.chat_response(session_id, answer, None)
-            if not convert.wants_stream(ask.stream, request.headers.get("Accept", "")):
+            if not convert.wants_stream(stream, request.headers.get("Accept", "")):
                 return web.json_response(body)
             response = web.StreamResponse(headers=SSE_HEADERS)
             await response.prepare(request)
             await finish(response, convert.sse(body, "message"))
             return response
         key = request.headers.get("Idempotency-Key")
-        if not convert.wants_stream(ask.stream, request.headers.get("Accept", "")):
-            outcome = await self._run_turn(session_id, text, key)
+        if not convert.wants_stream(stream, request.headers.get("Accept", "")):
+            outcome = await self._run_turn(session_id, text, key, files=files)
             return web.json_response(
                 convert.chat_response(session_id, outcome.reply, outcome.failure)
             )
-        return await self._chat_stream(request, session_id, text, key)
+        return await self._chat_stream(request, session_id, text, key, files)
 
     async def _chat_stream(
-        self, request: web.Request, session_id: str, text: str, key: str | None
+        self, request: web.Request, session_id: str, text: str, key: str | None, files: Files
     ) -> web.StreamResponse:
         def run(reply: LiveReply) -> Awaitable[TurnOutcome]:
-            return self._run_turn(session_id, text, key, reply=reply)
+            return self._run_turn(session_id, text, key, reply=reply, files=files)
 
         return await streaming.chat_stream(request, session_id, run, self.sse_keepalive_s)
 
@@ -414,6 +432,11 @@ class PeerAdapter:
         session_id = self._session(request, request.match_info["session_id"])
         rows = await self._intake.transcript(convert.conversation_key(session_id))
         return web.json_response(convert.transcript_json(rows))
+
+    async def _attachment(self, request: web.Request) -> web.Response:
+        session_id = self._session(request, request.match_info["session_id"])
+        key = convert.conversation_key(session_id)
+        return await attachment_response(self._intake, key, request.match_info["sha256"])
 
     async def _delete(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])
@@ -425,7 +448,12 @@ class PeerAdapter:
         return web.json_response({"session_id": session_id, "deleted": True, "messages": removed})
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
-        parsed = convert.completion_request(await self._read_json(request))
+        async with self._bodies.turn(request):  # the body and its files are freed after it
+            parsed = convert.completion_request(await self._read_json(request))
+            text, files = parsed.text, None
+            if parsed.parts is not None:
+                text, files = content_parts(parsed.parts, self._max_file)
+                parsed = dataclasses.replace(parsed, text=text, parts=None)
         key = request.headers.get("Idempotency-Key")
         header = request.headers.get("X-Botmux-Session")
         session_id = convert.completion_session(
@@ -437,7 +465,7 @@ class PeerAdapter:
             session_id = self._session(request, session_id)
         if not parsed.stream:
             outcome = await self._run_turn(
-                session_id, parsed.text, key, response_format=parsed.response_format
+                session_id, text, key, response_format=parsed.response_format, files=files
             )
             if outcome.failure is not None:
                 return streaming.completion_failure(outcome)
@@ -446,7 +474,7 @@ class PeerAdapter:
                     outcome.user_row_id, outcome.reply, parsed.model, outcome.usage
                 )
             )
-        return await self._stream(request, session_id, parsed, key)
+        return await self._stream(request, session_id, parsed, key, files)
 
     async def _stream(
         self,
@@ -454,10 +482,16 @@ class PeerAdapter:
         session_id: str,
         parsed: convert.CompletionRequest,
         key: str | None,
+        files: Files | None,
     ) -> web.StreamResponse:
         def run(reply: LiveReply) -> Awaitable[TurnOutcome]:
             return self._run_turn(
-                session_id, parsed.text, key, reply=reply, response_format=parsed.response_format
+                session_id,
+                parsed.text,
+                key,
+                reply=reply,
+                response_format=parsed.response_format,
+                files=files,
             )
 
         return await streaming.completion_stream(request, parsed, run, self.sse_keepalive_s)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.messages import Failure, StoredMessage, Usage
+from gateway.messages import ATTACHMENT_FAILURES, Failure, StoredMessage, Usage
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
@@ -68,7 +68,7 @@ def platform_message_id(
     return pmid + " retry" if retry else pmid
 
 
-def parse_json(raw: bytes) -> Any:
+def parse_json(raw: bytes | bytearray | str) -> Any:
     try:
         return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -93,22 +93,26 @@ def _clean_text(value: str, what: str) -> str:
 class ChatRequest:
     text: str
     stream: bool | None  # None: not said (the Accept header decides)
+    attachments: Any = None  # as sent: read by ``attachments.chat_attachments``
 
 
 def chat_request(body: Any) -> ChatRequest:
     """A session chat request: its ``message``, and whether it asks for a stream."""
     if not isinstance(body, dict):
         raise BadRequest('the body must be a JSON object: {"message": "..."}')
-    message = body.get("message")
+    files = body.get("attachments")
+    message = body.get("message", "" if files else None)
     if not isinstance(message, str):
         raise BadRequest('"message" must be a string')
-    unknown = set(body) - {"message", "stream"}
+    unknown = set(body) - {"message", "stream", "attachments"}
     if unknown:
         raise BadRequest(f"unknown fields: {', '.join(sorted(unknown))}")
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise BadRequest('"stream" must be true or false')
-    return ChatRequest(_clean_text(message, '"message"'), stream)
+    # With attachments the text may be empty (a photo alone).
+    text = "" if files and not message.strip() else _clean_text(message, '"message"')
+    return ChatRequest(text, stream, files)
 
 
 def chat_message(body: Any) -> str:
@@ -131,6 +135,9 @@ class CompletionRequest:
     model: str
     include_usage: bool = False
     response_format: dict[str, Any] | None = None
+    # The last user message's content parts when it has images or audio (SPEC 9): read by
+    # ``attachments.content_parts``, which gives the text too.
+    parts: list[Any] | None = None
 
 
 #: OpenAI request fields botmux cannot honour: refused rather than silently dropped.
@@ -168,7 +175,9 @@ def completion_request(body: Any) -> CompletionRequest:
             last_user = message
     if last_user is None:
         raise BadRequest('"messages" has no user message')
-    text = _clean_text(_content_text(last_user.get("content")), "the last user message")
+    content = last_user.get("content")
+    parts = content if isinstance(content, list) and _has_files(content) else None
+    text = "" if parts else _clean_text(_content_text(content), "the last user message")
     # OpenAI's API takes null for any optional field, and some clients send it so.
     stream = body.get("stream")
     if stream is None:
@@ -208,6 +217,13 @@ def completion_request(body: Any) -> CompletionRequest:
         model=model,
         include_usage=bool(include_usage),
         response_format=response_format,
+        parts=parts,
+    )
+
+
+def _has_files(content: list[Any]) -> bool:
+    return any(
+        isinstance(p, dict) and p.get("type") in ("image_url", "input_audio") for p in content
     )
 
 
@@ -258,10 +274,34 @@ def transcript_json(rows: list[StoredMessage]) -> dict[str, Any]:
                 "state": ("failed" if r.failure else "final") if r.role == "assistant" else r.state,
                 **({"failure": r.failure} if r.failure else {}),
                 **_usage_field(r),
+                **attachments_json(r),
             }
             for r in rows
         ]
     }
+
+
+def attachments_json(row: StoredMessage) -> dict[str, Any]:
+    """A transcript row's ``attachments`` (none: no field): name, kind, type, size, sha256
+    (the bytes at ``/api/sessions/{id}/attachments/{sha256}``); an image the client linked
+    has its ``url`` instead; a voice note its ``transcript``."""
+    if not row.attachments:
+        return {}
+    listed = []
+    for ref in row.attachments:
+        item: dict[str, Any] = {
+            "name": ref.name,
+            "kind": ref.kind,
+            "content_type": ref.content_type,
+            "size": ref.size,
+            "sha256": ref.sha256,
+        }
+        if ref.sha256 is None and ref.source.startswith("https://"):
+            item["url"] = ref.source
+        if ref.kind == "audio" and ref.text is not None:
+            item["transcript"] = ref.text
+        listed.append(item)
+    return {"attachments": listed}
 
 
 def _usage_field(row: StoredMessage) -> dict[str, Any]:
@@ -331,6 +371,8 @@ def sse(data: dict[str, Any], event: str | None = None) -> bytes:
 
 def completion_error_status(failure: Failure) -> int:
     """How a failed turn answers an OpenAI client: retryable upstream trouble is 503."""
+    if failure.reason in ATTACHMENT_FAILURES:  # valid, but nothing in it could be used
+        return 422
     if failure.reason in ("context_overflow", "bad_request", "content_filter"):
         return 400
     if failure.retryable:

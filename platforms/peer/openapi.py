@@ -44,13 +44,16 @@ _ERROR_RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
     "405": ("The route does not take this method.", {"Allow": _ref("headers", "Allow")}),
     "409": ("The response is still in progress (DELETE /v1/responses/{id}).", {}),
     "413": (
-        "The body is over peer.max_body_bytes, or the message over gateway.max_message_chars.",
+        "The body is over peer.max_body_bytes, the message over gateway.max_message_chars,"
+        " or an attachment over agent.max_attachment_bytes (nothing was stored).",
         {},
     ),
     "415": ("No tokens set (loopback only) and a POST body that is not application/json.", {}),
     "421": ("No tokens set (loopback only) and a Host that is not a loopback name.", {}),
     "422": (
-        "This Idempotency-Key was used in this session with another message; use a new key.",
+        "This Idempotency-Key was used in this session with another message; use a new key."
+        " (/v1/chat/completions also: nothing in the message could be used, its attachments"
+        " too large, of a type botmux cannot read, or voice without [transcription].)",
         {},
     ),
     "429": (
@@ -157,6 +160,30 @@ def _paths() -> dict[str, Any]:
                 "parameters": [_ref("parameters", "SessionId")],
                 "responses": {
                     "200": _json(_ref("schemas", "Transcript"), "The transcript."),
+                    **_errors("400", "503", *_COMMON),
+                },
+            }
+        },
+        "/api/sessions/{session_id}/attachments/{sha256}": {
+            "get": {
+                "operationId": "attachment",
+                "summary": "A stored attachment's bytes, with their content type (SPEC 9).",
+                "description": "The sha256 of a file the transcript lists for this session;"
+                " another session's file is not found through this one (404).",
+                "parameters": [
+                    _ref("parameters", "SessionId"),
+                    {
+                        "name": "sha256",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                    },
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The bytes.",
+                        "content": {"*/*": {"schema": {"type": "string", "format": "binary"}}},
+                    },
                     **_errors("400", "503", *_COMMON),
                 },
             }

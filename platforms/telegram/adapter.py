@@ -42,16 +42,24 @@ from gateway.events import (
     TelegramPollFailed,
     TelegramStrangerIgnored,
 )
-from gateway.messages import COMMANDS, Failure, OutboxChunk, StoredMessage, TurnOutcome
+from gateway.messages import (
+    COMMANDS,
+    AttachmentRef,
+    Failure,
+    OutboxChunk,
+    StoredMessage,
+    TurnOutcome,
+)
 from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
+from platforms._attachments import MAX_DOWNLOADS
 from platforms._courier import Courier
 from platforms._live import LiveSection
 from platforms._notices import NoticeBox, send_notice
 from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
-from platforms.telegram import _stream, convert, errors, render
+from platforms.telegram import _files, _stream, convert, errors, render
 from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueue, Verdict
 from platforms.telegram._poller import PollerKeeper
 from platforms.telegram._webhook import WebhookServer
@@ -92,8 +100,11 @@ class TelegramAdapter(LiveSection[TelegramConfig]):
         observe: Observe,
         leases: Leases | None = None,
         live: Callable[[], TelegramConfig] | None = None,  # a reload's section
+        attachment_limit: Callable[[], int] = lambda: convert.BOT_API_DOWNLOAD_LIMIT,
     ) -> None:
         self._use_config(config, live)
+        self._attachment_limit = attachment_limit  # [agent] max_attachment_bytes, now
+        self._downloads = anyio.CapacityLimiter(MAX_DOWNLOADS)
         self._leases = leases  # several nodes: only the holder of "telegram:poller" polls
         self._intake = intake
         self._observe = observe
@@ -205,6 +216,14 @@ class TelegramAdapter(LiveSection[TelegramConfig]):
             until=None if preview is None else preview.shown,
         ):
             yield
+
+    async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
+        """An attachment's bytes: getFile, then its URL streamed within ``limit`` (``_files``)."""
+        bot = self._running_bot()
+        async with self._downloads:  # MAX_DOWNLOADS at a time: each body is held whole
+            return await _files.fetch(
+                bot, ref, limit=limit, timeout_s=self._config.request_timeout_s
+            )
 
     async def _send_chunk(self, chunk: OutboxChunk) -> str:
         """Send one outbox chunk (for the courier); PTB's errors leave as PlatformError."""
@@ -480,7 +499,7 @@ class TelegramAdapter(LiveSection[TelegramConfig]):
             return Verdict.ACK
 
     async def _admit(self, update: Update) -> Verdict:
-        incoming = convert.read(update, self._me, self._group_mode())
+        incoming = convert.read(update, self._me, self._group_mode(), self._attachment_limit())
         if incoming is None:
             self._stats["ignored"] += 1
             return Verdict.ACK

@@ -19,19 +19,22 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from telegram import Message, MessageEntity, Update
+from telegram import Audio, Document, Message, MessageEntity, PhotoSize, Update, Voice
 from telegram.constants import ChatType
 
-from gateway.messages import CONTROL_COMMANDS, Inbound
+from gateway.messages import CONTROL_COMMANDS, AttachmentRef, Inbound
 from gateway.messages import conversation_key as make_key
+from platforms._attachments import IMAGE, kind_of
 from platforms._text import clean_text, is_id
 
 PLATFORM = "telegram"
 TURN_COMMAND = "ask"  # "/ask <text>": a turn, for groups where the bot only sees commands
 TEXT_ONLY = (
-    "I can only read text for now. Please send your message as text "
-    "(a caption on a photo works too)."
+    "I can read text, photos, documents, voice notes and audio files, but not this kind of "
+    "message (stickers, videos, locations and the like). Please send it as one of those."
 )
+#: Telegram's own limit on a bot's downloads (getFile answers "file is too big" past it).
+BOT_API_DOWNLOAD_LIMIT = 20 * 1024 * 1024
 _COMMAND = re.compile(r"^/([A-Za-z0-9_]{1,32})(?:@([A-Za-z0-9_]+))?(?:\s+|$)", re.S)
 _KEY = re.compile(r"^telegram:(-?\d+)(?::topic:(\d+))?$")
 # Lone surrogates (json.loads pairs the valid ones) and C0 controls but tab, newline and return.
@@ -113,8 +116,9 @@ class BotIdentity:
 class Incoming:
     """An update that concerns botmux, before the access check.
 
-    ``kind``: ``turn`` (``text`` is the user's message), ``command`` (``text`` is the command
-    name, lower case), ``unreadable`` (no text: answer that only text is read).
+    ``kind``: ``turn`` (``text`` is the user's message, or its caption, ``attachments`` what
+    it carries), ``command`` (``text`` is the command name, lower case), ``unreadable``
+    (nothing botmux reads: a sticker, a location...; answer what is read).
     """
 
     kind: Literal["turn", "command", "unreadable"]
@@ -124,6 +128,7 @@ class Incoming:
     label: str
     message_id: int
     text: str
+    attachments: tuple[AttachmentRef, ...] = ()
 
     @property
     def private(self) -> bool:
@@ -137,6 +142,7 @@ class Incoming:
             text=self.text,
             sender=str(self.user_id),
             reply_target=str(self.message_id),
+            attachments=self.attachments,
         )
 
 
@@ -190,14 +196,78 @@ def _without_mention(text: str, me: BotIdentity) -> str:
     return stripped or text
 
 
-def read(update: Update, me: BotIdentity, group_mode: GroupMode) -> Incoming | None:
+def _name(value: object, default: str) -> str:
+    name = clean_text(value).strip() if isinstance(value, str) else ""
+    return name or default
+
+
+def _size(value: object) -> int | None:
+    return value if is_id(value) and isinstance(value, int) and value >= 0 else None
+
+
+def _photo(sizes: tuple[PhotoSize, ...], limit: int) -> AttachmentRef | None:
+    """The largest size of a photo within ``limit`` (a size Telegram does not state counts as
+    within); when none is, the smallest, which the fetch then refuses naming the limit."""
+    usable = [s for s in sizes if isinstance(s.file_id, str) and s.file_id]
+    if not usable:
+        return None
+
+    def area(size: PhotoSize) -> int:
+        w, h = size.width, size.height
+        return w * h if is_id(w) and is_id(h) else 0
+
+    within = [s for s in usable if (_size(s.file_size) or 0) <= limit]
+    chosen = max(within, key=area) if within else min(usable, key=area)
+    return AttachmentRef(IMAGE, "photo.jpg", "image/jpeg", _size(chosen.file_size), chosen.file_id)
+
+
+def _file(media: Document | Voice | Audio, default_name: str, default_type: str) -> AttachmentRef:
+    content_type = media.mime_type if isinstance(media.mime_type, str) else ""
+    content_type = clean_text(content_type).strip() or default_type
+    name = getattr(media, "file_name", None)
+    return AttachmentRef(
+        kind_of(content_type),
+        _name(name, default_name),
+        content_type,
+        _size(media.file_size),
+        media.file_id,
+    )
+
+
+def attachments(message: Message, limit: int) -> tuple[AttachmentRef, ...] | None:
+    """What the message carries that botmux reads (photo, document, voice note, audio), as
+    references for admission; None when it carries none of those (its ``file_id`` not a
+    string counts as none: Telegram always sends one)."""
+    photo = _photo(tuple(message.photo), limit) if message.photo else None
+    if photo is not None:
+        return (photo,)
+    if message.animation is not None:
+        return None  # an animation comes with a document too: it is a video, not read
+    for media, name, content_type in (
+        (message.voice, "voice.ogg", "audio/ogg"),
+        (message.audio, "audio", "audio/mpeg"),
+        (message.document, "document", ""),
+    ):
+        if media is not None and isinstance(media.file_id, str) and media.file_id:
+            return (_file(media, name, content_type),)
+    return None
+
+
+def read(
+    update: Update,
+    me: BotIdentity,
+    group_mode: GroupMode,
+    max_attachment_bytes: int = BOT_API_DOWNLOAD_LIMIT,
+) -> Incoming | None:
     """What ``update`` is to botmux, or None when it is not for botmux at all.
 
     Only new messages count (edits, channel posts and the rest are not turns). Other bots are
     never answered (two bots answering each other forever). In groups the bot answers only
     when ``group_mode`` says so: ``mention`` (mentioned, replied to, or a command), ``all``,
     or ``off``. A message whose ids are not integers, or without a chat or a sender, is not
-    a message Telegram sends: it is ignored, whatever else it holds.
+    a message Telegram sends: it is ignored, whatever else it holds. A photo, document,
+    voice note or audio file is a turn with its caption as the text (the caption may be
+    empty); ``max_attachment_bytes`` picks the photo's size.
     """
     message = update.message
     if not isinstance(message, Message) or message.from_user is None:
@@ -221,7 +291,11 @@ def read(update: Update, me: BotIdentity, group_mode: GroupMode) -> Incoming | N
     # the message as sent (parse_entity), so cleaning the text here leaves mentions intact.
     text = clean_text(text) if isinstance(text, str) else None
 
-    def incoming(kind: Literal["turn", "command", "unreadable"], body: str) -> Incoming:
+    def incoming(
+        kind: Literal["turn", "command", "unreadable"],
+        body: str,
+        refs: tuple[AttachmentRef, ...] = (),
+    ) -> Incoming:
         return Incoming(
             kind=kind,
             conversation=conversation_key(chat.id, thread),
@@ -230,6 +304,7 @@ def read(update: Update, me: BotIdentity, group_mode: GroupMode) -> Incoming | N
             label=user_label(message),
             message_id=message.message_id,
             text=body,
+            attachments=refs,
         )
 
     if text is not None and (command := _COMMAND.match(text)):
@@ -247,8 +322,11 @@ def read(update: Update, me: BotIdentity, group_mode: GroupMode) -> Incoming | N
     )
     if not addressed:
         return None
+    refs = attachments(message, max_attachment_bytes)
     if text is not None and text.strip():
-        return incoming("turn", text if private else _without_mention(text, me))
+        return incoming("turn", text if private else _without_mention(text, me), refs or ())
+    if refs is not None:
+        return incoming("turn", "", refs)
     if message.effective_attachment is None:
         return None  # a service message (member joined, pinned, ...): nothing to answer
     if not private and group_mode == "all" and not _replies_to_bot(message, me):

@@ -127,6 +127,8 @@ import anyio
 from aiohttp import web
 
 from tests.fakes import _discord_payloads as p
+from tests.fakes._discord_cdn import ROUTE as CDN_ROUTE
+from tests.fakes._discord_cdn import FakeCdn
 from tests.fakes._discord_payloads import JSON, FakeChannel, FakeGuild, FakeUser
 from tests.fakes._discord_records import DISCORD_LIMITS as DISCORD_LIMITS
 from tests.fakes._discord_records import DiscordLimits as DiscordLimits
@@ -262,6 +264,7 @@ class FakeDiscord:
         self._accepting.set()
         self._changed = asyncio.Event()
         self._runner: web.AppRunner | None = None
+        self.cdn = FakeCdn(lambda: f"http://127.0.0.1:{self.port}", self._notify)
 
     def __repr__(self) -> str:
         return f"<FakeDiscord {self.api_base} {self.statistics()}>"
@@ -285,6 +288,7 @@ class FakeDiscord:
 
     async def start(self) -> None:
         app = web.Application(middlewares=[self._middleware])
+        app.router.add_get(CDN_ROUTE, self.cdn.serve)
         for prefix in ("", "/{client}"):
             app.router.add_get(prefix + "/gateway", self._gateway)
             app.router.add_get(prefix + "/resume-gateway", self._gateway)
@@ -466,12 +470,13 @@ class FakeDiscord:
         mentions: Iterable[int] = (),
         message_reference: int | None = None,
         message_id: int | None = None,
+        attachments: Iterable[JSON] = (),
     ) -> JSON:
         """Put a message in a channel's history without dispatching it (sent while offline).
 
         An unknown `channel_id` without `guild_id` becomes a DM with the author. Mentions are
         the `<@id>`s in `content` plus `mentions`; `message_reference` is the id of the
-        message replied to.
+        message replied to; `attachments` are `cdn.attachment(...)` objects.
         """
         channel = self.world.channels.get(channel_id)
         if channel is None and guild_id is None:
@@ -486,6 +491,7 @@ class FakeDiscord:
             mentions=mentions,
             reference_id=message_reference,
             message_id=message_id,
+            extra=self.cdn.message_fields(attachments),
         )
         self._notify()
         return message

@@ -42,6 +42,11 @@ Refused requests are recorded in ``fake.overflowed`` (their indexes in ``request
 
 Every ``Request`` keeps its whole ``body``; ``content_parts``, ``max_tokens``,
 ``response_format``, ``include_usage``, ``tools`` and ``stream_options`` read it.
+
+Transcription (``POST /v1/audio/transcriptions``, multipart as the ``openai`` client sends
+it): each call is recorded in ``transcriptions`` (a ``Transcription``: model, key, file name,
+the file's bytes); ``script_transcription(ok("text"), rate_limited(), model=...)`` scripts
+the next ones, otherwise ``fake.transcript`` is the answer (``{"text": ...}``).
 """
 
 from __future__ import annotations
@@ -321,6 +326,16 @@ class Request:
 
 
 @dataclass(frozen=True)
+class Transcription:
+    """One ``/v1/audio/transcriptions`` call as the fake received it."""
+
+    model: str
+    api_key: str
+    filename: str
+    data: bytes
+
+
+@dataclass(frozen=True)
 class SentChunk:
     """One streamed chunk as written: ``request`` indexes ``FakeModel.requests``."""
 
@@ -352,6 +367,10 @@ class FakeModel:
         self._stream_release = asyncio.Event()
         self._changed = asyncio.Condition()
         self.base_url = ""
+        self.transcriptions: list[Transcription] = []
+        self.transcript = "the words of the voice note"
+        self._transcribe_any: deque[Ok | Fail] = deque()
+        self._transcribe_by_model: dict[str, deque[Ok | Fail]] = defaultdict(deque)
         self.context_limit: int | None = None
         self.chars_per_token = 4
         self.overflowed: list[int] = []
@@ -386,6 +405,29 @@ class FakeModel:
     def script(self, *outcomes: Outcome, model: str | None = None) -> None:
         """Queue outcomes for the next calls (of ``model`` only, when given)."""
         (self._by_model[model] if model else self._any).extend(outcomes)
+
+    def script_transcription(self, *outcomes: Ok | Fail, model: str | None = None) -> None:
+        """Queue answers for the next transcription calls (of ``model`` only, when given)."""
+        (self._transcribe_by_model[model] if model else self._transcribe_any).extend(outcomes)
+
+    async def handle_transcriptions(self, http: web.Request) -> web.Response:
+        form = await http.post()
+        upload = form.get("file")
+        if not isinstance(upload, web.FileField):
+            return web.json_response(error(400, "no file").body, status=400)
+        call = Transcription(
+            model=str(form.get("model", "")),
+            api_key=http.headers.get("Authorization", "").removeprefix("Bearer ").strip(),
+            filename=upload.filename,
+            data=upload.file.read(),
+        )
+        self.transcriptions.append(call)
+        await self._notify()
+        queue = self._transcribe_by_model.get(call.model) or self._transcribe_any
+        outcome = queue.popleft() if queue else Ok(self.transcript)
+        if isinstance(outcome, Fail):
+            return web.json_response(outcome.body, status=outcome.status, headers=outcome.headers)
+        return web.json_response({"text": outcome.text})
 
     def release(self) -> None:
         """Let every ``Hold`` (now and later) answer."""
@@ -569,6 +611,7 @@ async def open_fake_model(port: int = 0) -> AsyncIterator[FakeModel]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", fake.handle_completions)
     app.router.add_get("/v1/models", fake.handle_models)
+    app.router.add_post("/v1/audio/transcriptions", fake.handle_transcriptions)
     # A call the client gave up on (its timeout) stops counting as active when it hangs up.
     runner = web.AppRunner(
         app, access_log=None, handle_signals=False, shutdown_timeout=0.1, handler_cancellation=True

@@ -15,8 +15,12 @@ assert on what Telegram received and what a user saw::
 Run PTB with ``PTB_TIMEDELTA=true``: otherwise PTB 22 emits a deprecation warning (an error
 under ``filterwarnings=error``) while building ``RetryAfter`` for a 429.
 
+- Files (``_telegram_files``): ``files.photo(*sizes, caption=)`` / ``files.document(...)`` /
+  ``files.voice(...)`` / ``files.audio(...)`` register bytes and give the ``extra=`` that
+  carries them; getFile and ``/file/bot<token>/<file_path>`` serve them; ``files.too_big``,
+  ``files.fail_next_download``, ``files.downloads`` (bytes written, complete or not).
 - Updates: ``inject_message(chat_id, text, ...)`` (``photo_extra()`` / ``voice_extra()`` /
-  ``sticker_extra()`` for ``extra=``), ``inject_update(raw)``, ``redeliver(update_id)``,
+  ``sticker_extra()`` for ``extra=``: placeholders no file stands behind), ``inject_update(raw)``, ``redeliver(update_id)``,
   ``pending_updates()``, ``is_confirmed(update_id)``. ``getUpdates`` long-polls for real and
   its ``offset`` confirms (drops) lower updates, so a redelivered update reaches only a poller
   whose offset is not past it (a restarted bot). A newer concurrent ``getUpdates`` makes the
@@ -56,8 +60,8 @@ under ``filterwarnings=error``) while building ``RetryAfter`` for a 429.
   records each call's HTTP status (``Answer``).
 
 Served: getMe, getUpdates, sendMessage, sendMessageDraft, editMessageText, deleteMessage,
-sendChatAction, set/get/deleteMyCommands, setWebhook, deleteWebhook, getWebhookInfo, logOut,
-close; add more with ``register(name, handler)``. Names are case-insensitive, as in the Bot
+sendChatAction, set/get/deleteMyCommands, setWebhook, deleteWebhook, getWebhookInfo, getFile,
+logOut, close; add more with ``register(name, handler)``. Names are case-insensitive, as in the Bot
 API; a wrong token is 401, an unknown method 404. HTML is parsed into entities with Telegram's
 error texts; MarkdownV2 is only checked for unescaped reserved characters; ``allowed_updates``
 is ignored.
@@ -81,6 +85,8 @@ import anyio
 from aiohttp import ClientSession, web
 
 from tests.fakes._rate_limits import Limit, Windows
+from tests.fakes._telegram_files import Download as Download
+from tests.fakes._telegram_files import FakeFiles
 from tests.fakes._telegram_text import MAX_TEXT_UTF16 as MAX_TEXT_UTF16
 from tests.fakes._telegram_text import ApiError as ApiError
 from tests.fakes._telegram_text import checked_text
@@ -269,6 +275,7 @@ class FakeTelegram:
         self._sent: list[tuple[int, str, JSON]] = []  # chat, text when sent, the live message
         self._actions: list[tuple[int, str]] = []
         self._commands: dict[tuple[str, str], list[JSON]] = {}
+        self.files = FakeFiles(self._notify)  # getFile and /file/bot<token>/<path>
         for name, handler in {
             "getMe": self._get_me, "getUpdates": self._get_updates,
             "sendMessage": self._send_message, "editMessageText": self._edit_message_text,
@@ -277,6 +284,7 @@ class FakeTelegram:
             "getMyCommands": self._get_my_commands, "deleteMyCommands": self._delete_my_commands,
             "setWebhook": self._set_webhook, "deleteWebhook": self._delete_webhook,
             "getWebhookInfo": self._get_webhook_info, "logOut": self._true, "close": self._true,
+            "getFile": self.files.get_file,
         }.items():  # fmt: skip
             self.register(name, handler)
 
@@ -297,6 +305,7 @@ class FakeTelegram:
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._handle)
         app.router.add_route("*", "/{client}/bot{token}/{method}", self._handle)
+        app.router.add_get("/file/bot{token}/{path:.+}", self._download)
         app.router.add_route("*", "/{tail:.*}", self._not_found)
         # handler_cancellation: a long poll whose client went away must not outlive it.
         runner = web.AppRunner(app, handler_cancellation=True, access_log=None, shutdown_timeout=2)
@@ -536,6 +545,11 @@ class FakeTelegram:
 
     async def _not_found(self, request: web.Request) -> web.Response:
         return _error(404, "Not Found")
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        if request.match_info["token"] != self.token:
+            return _error(401, "Unauthorized")
+        return await self.files.serve(request, request.match_info["path"])
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         if request.match_info["method"].lower() != "getupdates":

@@ -1,0 +1,352 @@
+"""The turn's attachment step (SPEC 9): from a user row's attachment references to what the
+model is asked, before the model runs.
+
+For each reference, in the order sent (at most ``[agent] max_attachments``): the bytes are
+fetched through the platform's outlet unless the store has them (``sha256`` set), and kept
+there, content-addressed, before anything else happens, so a re-run or a restart never
+fetches twice; a fetch failure is classified like a failed send (``policy.classify_send``)
+and retried once when retryable. Then images become ``image_url`` data URLs, voice and audio
+are transcribed (``[transcription]``), documents read (``gateway.documents``); a transcript
+or a document's text is kept on the reference too, so it is made once. Whatever cannot be
+used (too large, not fetched, not transcribed, an unknown type) becomes a notice naming the
+file, at the top of the reply: nothing vanishes silently, and the rest is still answered.
+
+The history keeps images as references (``sha256:<hex>:<type>`` in ``ChatMessage.images``),
+resolved to data URLs only for the last ``[agent] history_images`` turns.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+import anyio
+
+from gateway.config import AgentConfig
+from gateway.documents import Unreadable, document_text, readable
+from gateway.errors import AttachmentTooLarge, GatewayError
+from gateway.events import AttachmentFetched, AttachmentHandled, Observe
+from gateway.messages import (
+    ATTACHMENT_FAILURES,
+    AttachmentRef,
+    ChatMessage,
+    Failure,
+    StoredMessage,
+    TurnResult,
+)
+from gateway.ports import Outlet, Transcriber
+from gateway.store.base import Store
+from policy import classify_send
+
+log = logging.getLogger(__name__)
+
+REF_PREFIX = "sha256:"
+TOO_LARGE, UNSUPPORTED, NOT_CONFIGURED = ATTACHMENT_FAILURES
+_RETRY_CAP_S = 5.0  # the longest a fetch's one retry waits for a Retry-After
+
+
+def size_text(size: int) -> str:
+    """``20 MiB`` for 20971520, ``1.5 KiB`` for 1536: limits as a user reads them."""
+    for unit, factor in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= factor:
+            return f"{size / factor:.4g} {unit}"
+    return f"{size} bytes"
+
+
+def too_large(name: str, limit: int) -> str:
+    return (
+        f"{name} is larger than the {size_text(limit)} limit for attachments"
+        f" (max_attachment_bytes = {limit}); it was not used."
+    )
+
+
+def is_link(platform: str, ref: AttachmentRef) -> bool:
+    """An image the peer API gave as an https URL: passed to the model as is, never fetched."""
+    return platform == "peer" and ref.sha256 is None and ref.source.startswith("https://")
+
+
+def data_url(content_type: str, data: bytes) -> str:
+    return f"data:{content_type or 'image/jpeg'};base64,{base64.b64encode(data).decode()}"
+
+
+def image_ref(ref: AttachmentRef) -> str:
+    """How the history keeps a stored image: by its hash, resolved only when re-sent."""
+    return f"{REF_PREFIX}{ref.sha256}:{ref.content_type or 'image/jpeg'}"
+
+
+def compose(content: str, refs: Sequence[AttachmentRef]) -> str:
+    """The message's text for the model: what the user wrote, then each transcript, then
+    each document's text under its name."""
+    pieces = [content] if content else []
+    for ref in refs:
+        if ref.text is None:
+            continue
+        pieces.append(ref.text if ref.kind == "audio" else f"[{ref.name}]\n{ref.text}")
+    return "\n\n".join(pieces)
+
+
+def history_message(row: StoredMessage) -> ChatMessage:
+    """A stored row as the history holds it: text with transcripts and documents, images as
+    references (links as they are)."""
+    images = tuple(
+        image_ref(ref) if ref.sha256 else ref.source
+        for ref in row.attachments
+        if ref.kind == "image" and (ref.sha256 or is_link(row.platform, ref))
+    )
+    return ChatMessage(row.role, compose(row.content, row.attachments), images)
+
+
+@dataclass(frozen=True, slots=True)
+class TurnInput:
+    """What the model is asked for one user row: its text (with transcripts and documents),
+    its images (data or https URLs), the history with recent images resolved, and the
+    notices that go at the top of the reply. ``answer``: the turn's reply without a model
+    call (nothing in the message could be used)."""
+
+    text: str
+    history: list[ChatMessage]
+    images: tuple[str, ...] = ()
+    notices: tuple[str, ...] = ()
+    answer: TurnResult | None = None
+    kept_images: tuple[str, ...] = ()  # as the history keeps them
+
+    @classmethod
+    def plain(cls, row: StoredMessage, history: list[ChatMessage]) -> TurnInput:
+        return cls(row.content, history)
+
+    def remembered(self) -> ChatMessage:
+        """The user message as the session's history cache keeps it."""
+        return ChatMessage("user", self.text, self.kept_images)
+
+    def finish(self, result: TurnResult) -> TurnResult:
+        """The model's result with the notices at the top of its reply."""
+        if not self.notices:
+            return result
+        return dataclasses.replace(result, reply="\n".join((*self.notices, "", result.reply)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Used:
+    """One attachment, handled: the reference as stored now, and what it adds to the turn."""
+
+    ref: AttachmentRef
+    image: str = ""
+    notice: str = ""
+    failure: Failure | None = None
+
+
+@dataclass(slots=True)
+class _Fetched:
+    ref: AttachmentRef
+    data: bytes = field(repr=False)
+
+
+class Attachments:
+    """The attachment step of every turn (one per gateway, built by the composition root)."""
+
+    def __init__(
+        self,
+        store: Store,
+        outlets: Mapping[str, Outlet],
+        transcriber: Transcriber,
+        config: Callable[[], AgentConfig],
+        *,
+        vision: Callable[[], bool] = lambda: True,
+        observe: Observe = lambda event: None,
+    ) -> None:
+        self._store = store
+        # Whether any model of the chain sees images: if none does, an image stays a
+        # reference (never loaded, never encoded) and the agent says it was not used.
+        # Both are read at each turn: a reload (SPEC 13) may change the limits or the chain.
+        self._vision = vision
+        self._outlets = outlets
+        self._transcriber = transcriber
+        self._config = config
+        self._observe = observe
+
+    def __repr__(self) -> str:
+        return f"<Attachments max_bytes={self._config().max_attachment_bytes}>"
+
+    async def prepare(self, row: StoredMessage, history: list[ChatMessage]) -> TurnInput:
+        """The turn's input for ``row`` (pending), its attachments fetched and used."""
+        recent = await self._recent_images(history)
+        if not row.attachments:
+            return TurnInput(row.content, recent)
+        cap = self._config().max_attachments
+        notices: list[str] = []
+        if len(row.attachments) > cap:
+            names = ", ".join(ref.name for ref in row.attachments[cap:])
+            notices.append(
+                f"Only {cap} attachments are read per message (max_attachments = {cap});"
+                f" not used: {names}."
+            )
+        used = [await self._use(row, i, ref) for i, ref in enumerate(row.attachments[:cap])]
+        notices = [u.notice for u in used if u.notice] + notices
+        refs = [u.ref for u in used]
+        text = compose(row.content, refs)
+        images = tuple(u.image for u in used if u.image)
+        kept = history_message(dataclasses.replace(row, attachments=tuple(refs))).images
+        answer = None
+        if not text.strip() and not images:
+            failures = [u.failure for u in used if u.failure is not None]
+            failure = failures[0] if failures else Failure(UNSUPPORTED, False)
+            answer = TurnResult(reply="\n".join(notices), failure=failure)
+        return TurnInput(text, recent, images, tuple(notices), answer, kept)
+
+    async def _recent_images(self, history: list[ChatMessage]) -> list[ChatMessage]:
+        """The history with the images of its last ``history_images`` user turns resolved
+        (data URLs) and every older image left out."""
+        keep = self._config().history_images
+        turns = [i for i, m in enumerate(history) if m.role == "user"]
+        recent = set(turns[-keep:]) if keep else set()
+        out = list(history)
+        for i, m in enumerate(history):
+            if not m.images:
+                continue
+            if i not in recent:
+                out[i] = dataclasses.replace(m, images=())
+                continue
+            out[i] = dataclasses.replace(
+                m, images=tuple([await self._resolve(u) for u in m.images])
+            )
+        return out
+
+    async def _resolve(self, image: str) -> str:
+        if not image.startswith(REF_PREFIX):
+            return image
+        sha, _, content_type = image.removeprefix(REF_PREFIX).partition(":")
+        data = await self._store.blob(sha)
+        return data_url(content_type, data) if data is not None else ""
+
+    def _handled(
+        self,
+        row: StoredMessage,
+        ref: AttachmentRef,
+        step: Literal["fetch", "transcribe", "read"],
+        outcome: str,
+        size: int = 0,
+    ) -> None:
+        facts = (row.conversation, row.platform, row.id, ref.kind)
+        self._observe(AttachmentHandled(*facts, step, outcome, size))
+
+    async def _use(self, row: StoredMessage, position: int, ref: AttachmentRef) -> _Used:
+        if ref.kind == "image" and is_link(row.platform, ref):
+            return _Used(ref, image=ref.source)
+        if ref.kind == "image" and ref.sha256 is not None and not self._vision():
+            return _Used(ref, image=image_ref(ref))
+        if ref.kind != "image" and ref.text is not None:
+            return _Used(ref)  # transcribed or read before this run
+        if ref.kind == "audio" and not self._transcriber.configured:
+            self._handled(row, ref, "transcribe", NOT_CONFIGURED)
+            notice = f"Voice is not configured here, so {ref.name} was not transcribed."
+            return _Used(ref, notice=notice, failure=Failure(NOT_CONFIGURED, False))
+        if ref.kind not in ("image", "audio") and not readable(ref.name, ref.content_type):
+            self._handled(row, ref, "read", UNSUPPORTED)
+            kind = ref.content_type or "unknown type"
+            notice = f"{ref.name} ({kind}) is not a kind of file botmux can read; it was not used."
+            return _Used(ref, notice=notice, failure=Failure(UNSUPPORTED, False))
+        got = await self._bytes(row, position, ref)
+        if isinstance(got, _Used):
+            return got
+        ref, data = got.ref, got.data
+        if ref.kind == "image":
+            return _Used(
+                ref, image=data_url(ref.content_type, data) if self._vision() else image_ref(ref)
+            )
+        if ref.kind == "audio":
+            return await self._transcribe(row, position, ref, data)
+        return await self._read(row, position, ref, data)
+
+    async def _bytes(
+        self, row: StoredMessage, position: int, ref: AttachmentRef
+    ) -> _Fetched | _Used:
+        """The attachment's bytes: from the store, else fetched and stored first."""
+        limit = self._config().max_attachment_bytes
+        if ref.sha256 is not None:
+            data = await self._store.blob(ref.sha256)
+            if data is not None:
+                return _Fetched(ref, data)
+        if ref.size is not None and ref.size > limit:
+            self._handled(row, ref, "fetch", TOO_LARGE, ref.size)
+            return _Used(ref, notice=too_large(ref.name, limit), failure=Failure(TOO_LARGE, False))
+        outlet = self._outlets.get(row.platform)
+        fetched: bytes | None = None
+        failure = Failure("unknown", False, detail="no outlet for the platform")
+        for attempt in (1, 2):
+            if outlet is None:
+                break
+            try:
+                fetched = await outlet.fetch(ref, limit=limit)
+            except AttachmentTooLarge:
+                fetched = None
+                failure = Failure(TOO_LARGE, False)
+                break
+            except GatewayError as exc:
+                failure = classify_send(exc)
+                log.warning(
+                    "attachment fetch failed",
+                    extra={
+                        "conversation": row.conversation,
+                        "turn": row.id,
+                        "reason": failure.reason,
+                    },
+                )
+                if attempt == 1 and failure.retryable:
+                    await anyio.sleep(min(failure.retry_after or 0.0, _RETRY_CAP_S))
+                    continue
+                break
+            else:
+                break
+        if fetched is not None and len(fetched) > limit:  # an outlet that did not stop at it
+            fetched, failure = None, Failure(TOO_LARGE, False)
+        if fetched is None:
+            self._handled(row, ref, "fetch", failure.reason)
+            if failure.reason == TOO_LARGE:
+                return _Used(ref, notice=too_large(ref.name, limit), failure=failure)
+            notice = f"I could not fetch {ref.name} ({failure.reason}); it was not used."
+            return _Used(ref, notice=notice, failure=failure)
+        sha = hashlib.sha256(fetched).hexdigest()
+        await self._store.save_attachment(row.id, position, sha256=sha, data=fetched)
+        self._observe(
+            AttachmentFetched(row.conversation, row.platform, row.id, ref.kind, len(fetched))
+        )
+        return _Fetched(dataclasses.replace(ref, sha256=sha), fetched)
+
+    async def _transcribe(
+        self, row: StoredMessage, position: int, ref: AttachmentRef, data: bytes
+    ) -> _Used:
+        outcome = await self._transcriber.transcribe(row.conversation, ref, data, turn=row.id)
+        if isinstance(outcome, Failure):
+            self._handled(row, ref, "transcribe", outcome.reason)
+            notice = f"I could not transcribe {ref.name} (failure: {outcome.reason})."
+            return _Used(ref, notice=notice, failure=outcome)
+        await self._store.save_attachment(row.id, position, text=outcome)
+        self._handled(row, ref, "transcribe", "ok", len(data))
+        return _Used(dataclasses.replace(ref, text=outcome))
+
+    async def _read(
+        self, row: StoredMessage, position: int, ref: AttachmentRef, data: bytes
+    ) -> _Used:
+        limit = self._config().max_document_chars
+        try:
+            text, cut = await anyio.to_thread.run_sync(
+                document_text, ref.name, ref.content_type, data, limit
+            )
+        except Unreadable as exc:
+            self._handled(row, ref, "read", "unreadable")
+            notice = f"I could not read {ref.name}: {exc}."
+            return _Used(ref, notice=notice, failure=Failure(UNSUPPORTED, False))
+        await self._store.save_attachment(row.id, position, text=text)
+        self._handled(row, ref, "read", "ok", len(data))
+        notice = ""
+        if cut:
+            notice = (
+                f"{ref.name} is longer than {limit} characters (max_document_chars);"
+                " only its beginning was read."
+            )
+        return _Used(dataclasses.replace(ref, text=text), notice=notice)

@@ -1,0 +1,82 @@
+"""Fetching a Telegram attachment's bytes: ``getFile``, then its file URL, streamed.
+
+PTB's own ``File.download_*`` reads the whole body into memory whatever its size, so the
+download is our own httpx stream (httpx is PTB's transport already), read through
+:func:`platforms._attachments.read_bounded`: never more than the limit in memory. What
+Telegram says of the size is used first: the message's ``file_size`` (checked by the
+caller's ``refuse_declared`` before anything is asked), then getFile's, then the download's
+Content-Length; Telegram refuses getFile for files over its 20 MiB bot limit with 400 "file
+is too big", which is that same refusal.
+
+Failures leave through the adapter's one table (``errors.translate``) and are marked
+idempotent: a download repeated cannot duplicate anything, so ``policy.classify_send``
+retries a 5xx, a 429 (with its retry-after) or a lost connection, and not a 4xx.
+"""
+
+from __future__ import annotations
+
+import httpx
+from telegram import Bot
+from telegram.error import BadRequest, Forbidden, NetworkError, TelegramError, TimedOut
+
+from gateway.errors import PlatformError
+from gateway.messages import AttachmentRef
+from platforms._attachments import read_bounded, refetchable, refuse_declared, too_large
+from platforms.telegram import errors
+from platforms.telegram.convert import BOT_API_DOWNLOAD_LIMIT
+
+CHUNK_BYTES = 64 * 1024
+
+
+def _refused(status: int, payload: bytes) -> TelegramError:
+    """The PTB exception a Bot API answer with this status stands for."""
+    error = errors.answer_error(status, payload)  # 429 and 5xx
+    if error is not None:
+        return error
+    text = payload[:200].decode("utf-8", "replace")
+    if status in (401, 403):
+        return Forbidden(f"file download refused ({status}): {text}")
+    return BadRequest(f"file download refused ({status}): {text}")
+
+
+async def fetch(bot: Bot, ref: AttachmentRef, *, limit: int, timeout_s: float) -> bytes:
+    """The bytes of a Telegram file (``ref.source`` its file_id), within ``limit``."""
+    refuse_declared(ref, limit)
+    try:
+        file = await bot.get_file(ref.source)
+    except BadRequest as exc:
+        if "file is too big" in str(exc).lower():
+            raise too_large(ref, min(limit, BOT_API_DOWNLOAD_LIMIT)) from exc
+        raise refetchable(errors.translate(exc)) from exc
+    except TelegramError as exc:
+        raise refetchable(errors.translate(exc)) from exc
+    refuse_declared(ref, limit, file.file_size)
+    url = file.file_path or ""
+    if not url.startswith(("http://", "https://")):
+        # A local Bot API server (--local) answers a path on its own disk: not supported.
+        raise PlatformError(f"telegram gave no file URL for {ref.name}", status=400)
+    try:
+        return await _download(url, ref, limit=limit, timeout_s=timeout_s)
+    except TelegramError as exc:
+        raise refetchable(errors.translate(exc)) from exc
+
+
+async def _download(url: str, ref: AttachmentRef, *, limit: int, timeout_s: float) -> bytes:
+    try:
+        async with (
+            httpx.AsyncClient(timeout=timeout_s) as client,
+            client.stream("GET", url) as response,
+        ):
+            if response.status_code != 200:
+                payload = b""
+                async for chunk in response.aiter_bytes(4096):  # an error page: its start
+                    payload = chunk
+                    break
+                raise _refused(response.status_code, payload)
+            length = response.headers.get("content-length", "")
+            refuse_declared(ref, limit, int(length) if length.isdigit() else None)
+            return await read_bounded(response.aiter_bytes(CHUNK_BYTES), ref, limit=limit)
+    except httpx.TimeoutException as exc:
+        raise TimedOut(f"file download timed out: {type(exc).__name__}") from exc
+    except httpx.HTTPError as exc:
+        raise NetworkError(f"file download failed: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,108 @@
+"""Attachments in the store, on both backends (SPEC 9): references admitted with the user row in
+one transaction, bytes content-addressed and shared, the text made of them kept, and a deleted
+conversation taking its files with it (but not another conversation's copy)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.messages import AttachmentRef, Failure, Inbound, TurnResult
+from gateway.store import open_sqlite_store
+from gateway.store.postgres import open_postgres_store
+
+pytestmark = pytest.mark.anyio
+
+Opener = Callable[[], AbstractAsyncContextManager[Any]]
+PHOTO = b"\x89PNG fake photo bytes"
+SHA = hashlib.sha256(PHOTO).hexdigest()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    if request.param == "sqlite":
+        return lambda: open_sqlite_store(str(tmp_path / "s.db"))
+    url = request.getfixturevalue("postgres_url")
+    return lambda: open_postgres_store(url, node="n1", lease_s=5.0)
+
+
+def photo_ref(sha256: str | None = None) -> AttachmentRef:
+    return AttachmentRef("image", "photo.jpg", "image/jpeg", len(PHOTO), "file-1", sha256)
+
+
+def with_files(pmid: str, *refs: AttachmentRef, conversation: str = "peer:a") -> Inbound:
+    return Inbound("peer", conversation, pmid, "look", attachments=refs)
+
+
+async def test_references_are_admitted_with_the_row_and_read_back_in_order(
+    open_store: Opener,
+) -> None:
+    voice = AttachmentRef("audio", "voice.ogg", "audio/ogg", None, "file-2")
+    async with open_store() as store:
+        admission = await store.admit(with_files("m1", photo_ref(), voice))
+        row = admission.row
+        assert row.attachments == (photo_ref(), voice)
+        again = await store.admit(with_files("m1", photo_ref(), voice))
+        assert again.duplicate
+    async with open_store() as store:  # after a restart
+        (pending,) = await store.pending("peer:a")
+        assert pending.attachments == (photo_ref(), voice)
+        assert (await store.message(row.id)).attachments == (photo_ref(), voice)
+        (listed,) = await store.transcript("peer:a")
+        assert listed.attachments == (photo_ref(), voice)
+
+
+async def test_fetched_bytes_and_text_are_kept_so_nothing_is_fetched_twice(
+    open_store: Opener,
+) -> None:
+    kept = AttachmentRef(
+        "image", "photo.jpg", "image/jpeg", len(PHOTO), "file-1", SHA, "a cat on a mat"
+    )
+    async with open_store() as store:
+        row = (await store.admit(with_files("m1", photo_ref()))).row
+        await store.save_attachment(row.id, 0, sha256=SHA, data=PHOTO)
+        await store.save_attachment(row.id, 0, text="a cat on a mat")
+        (pending,) = await store.pending("peer:a")
+        assert pending.attachments == (kept,)
+        await store.answer(pending, TurnResult(reply="a cat"), ["a cat"])
+        (user, _) = await store.history("peer:a", 10)
+        assert user.attachments == (kept,)
+    async with open_store() as store:  # after a restart
+        (user, _) = await store.transcript("peer:a")
+        assert user.attachments == (kept,)
+        assert await store.blob(SHA) == PHOTO
+        assert await store.attachment_bytes("peer:a", SHA) == ("image/jpeg", PHOTO)
+        assert await store.attachment_bytes("peer:b", SHA) is None  # scoped by conversation
+
+
+async def test_inline_bytes_are_stored_at_admission_content_addressed(
+    open_store: Opener,
+) -> None:
+    async with open_store() as store:
+        a = await store.admit(with_files("m1", photo_ref(SHA)), {SHA: PHOTO})
+        b = await store.admit(with_files("m2", photo_ref(SHA), conversation="peer:b"), {SHA: PHOTO})
+        assert a.row.attachments[0].sha256 == SHA == b.row.attachments[0].sha256
+        assert await store.attachment_bytes("peer:b", SHA) == ("image/jpeg", PHOTO)
+        # Deleting one conversation keeps the blob the other still refers to ...
+        assert await store.delete_conversation("peer:a") == 1
+        assert await store.attachment_bytes("peer:a", SHA) is None
+        assert await store.blob(SHA) == PHOTO
+        # ... and the last reference takes it along.
+        await store.answer(b.row, TurnResult(reply="x", failure=Failure("bad_request", False)), [])
+        assert await store.delete_conversation("peer:b") == 2
+        assert await store.blob(SHA) is None
+        assert await store.transcript("peer:b") == []
+
+
+async def test_deleting_one_turn_takes_its_files_along(open_store: Opener) -> None:
+    async with open_store() as store:
+        a = (await store.admit(with_files("m1", photo_ref(SHA)), {SHA: PHOTO})).row
+        await store.answer(a, TurnResult(reply="a cat"), ["a cat"])
+        assert await store.delete_turn(a.id) is True
+        assert await store.blob(SHA) is None
+        assert await store.attachment_bytes("peer:a", SHA) is None
