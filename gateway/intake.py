@@ -286,3 +286,15 @@ class GatewayIntake:
 
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         return await self._store.transcript(conversation)
+
+    async def message(self, row_id: int) -> StoredMessage | None:
+        return await self._store.message(row_id)
+
+    async def save_push_config(self, user_row_id: int, config_id: str, config: str) -> None:
+        await self._store.set_push_config(user_row_id, config_id, config)
+
+    async def push_configs(self, user_row_id: int) -> list[str]:
+        return await self._store.push_configs(user_row_id)
+
+    async def delete_push_config(self, user_row_id: int, config_id: str) -> None:
+        await self._store.set_push_config(user_row_id, config_id, None)

@@ -260,6 +260,7 @@ def test_the_example_config_names_every_key() -> None:
     tables = [schema.StoreConfig, schema.ModelConfig, schema.AgentConfig, schema.PeerConfig]
     tables += [schema.PeerToken, schema.GatewayConfig, schema.ClusterConfig, schema.LogConfig]
     tables += [schema.TelegramConfig, schema.DiscordConfig]
+    tables += [schema.A2aConfig, schema.A2aSkill]
     missing = {
         f"{cls.__name__}.{f.name}"
         for cls in tables

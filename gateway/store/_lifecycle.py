@@ -115,6 +115,11 @@ class LifecycleMixin:
                 " (SELECT id FROM messages WHERE conversation = ?)",
                 (key,),
             )
+            db.execute(
+                "DELETE FROM a2a_push_configs WHERE user_row_id IN"
+                " (SELECT id FROM messages WHERE conversation = ?)",
+                (key,),
+            )
             removed = db.execute("DELETE FROM messages WHERE conversation = ?", (key,)).rowcount
             db.execute("DELETE FROM conversations WHERE key = ?", (key,))
             results.append(removed)

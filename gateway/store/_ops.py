@@ -144,6 +144,16 @@ class RecordPreview(Write[None]):
     message_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class SetPushConfig(Write[None]):
+    """An A2A task's push notification config (SPEC 12), stored as the adapter's JSON;
+    ``config`` None deletes it."""
+
+    user_row_id: int
+    config_id: str
+    config: str | None
+
+
 StoreWrite = (
     AdmitRow
     | AnswerTurn
@@ -161,6 +171,7 @@ StoreWrite = (
     | PurgeConversation
     | DeleteConversation
     | RecordPreview
+    | SetPushConfig
 )
 
 

@@ -117,6 +117,11 @@ class PgLifecycleMixin:
                 " (SELECT id FROM messages WHERE conversation = $1)",
                 key,
             )
+            await db.execute(
+                "DELETE FROM a2a_push_configs WHERE user_row_id IN"
+                " (SELECT id FROM messages WHERE conversation = $1)",
+                key,
+            )
             status = await db.execute("DELETE FROM messages WHERE conversation = $1", key)
             await db.execute("DELETE FROM conversations WHERE key = $1", key)
             results[i] = int(status.split()[-1])

@@ -111,6 +111,16 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  DOUBLE PRECISION NOT NULL
     );
     """,
+    # a2a: A2A tasks' push notification configs, by the task's user row (SPEC 12).
+    """
+    CREATE TABLE a2a_push_configs (
+        user_row_id BIGINT NOT NULL,
+        config_id   TEXT NOT NULL,
+        config      TEXT NOT NULL,
+        created_at  DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (user_row_id, config_id)
+    );
+    """,
 )
 
 

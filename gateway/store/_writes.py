@@ -24,6 +24,7 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SetPushConfig,
 )
 from gateway.store._writer import GroupWriter
 
@@ -76,6 +77,9 @@ class QueuedWrites:
 
     async def record_preview(self, user_row_id: int, message_id: str) -> None:
         await self._group.submit(RecordPreview(user_row_id, message_id))
+
+    async def set_push_config(self, user_row_id: int, config_id: str, config: str | None) -> None:
+        await self._group.submit(SetPushConfig(user_row_id, config_id, config))
 
     async def purge(self, conversation: str) -> int:
         return await self._group.submit(PurgeConversation(conversation))

@@ -58,6 +58,7 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SetPushConfig,
     StoreWrite,
     only,
 )
@@ -188,6 +189,13 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
         rows = await self._fetch(f"SELECT {_MSG_COLUMNS} FROM messages WHERE id = ?", (row_id,))
         return _row_to_message(rows[0]) if rows else None
 
+    async def push_configs(self, user_row_id: int) -> list[str]:
+        rows = await self._fetch(
+            "SELECT config FROM a2a_push_configs WHERE user_row_id = ? ORDER BY created_at",
+            (user_row_id,),
+        )
+        return [r[0] for r in rows]
+
     async def preview_of(self, user_row_id: int) -> str | None:
         rows = await self._fetch(
             "SELECT message_id FROM previews WHERE user_row_id = ?", (user_row_id,)
@@ -302,6 +310,18 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
                     " VALUES (?, ?, ?)",
                     [(op.user_row_id, op.message_id, now) for op in only(RecordPreview, run)],
                 )
+                return [None] * len(run)
+            case SetPushConfig():
+                for op in only(SetPushConfig, run):
+                    db.execute(
+                        "DELETE FROM a2a_push_configs WHERE user_row_id = ? AND config_id = ?",
+                        (op.user_row_id, op.config_id),
+                    )
+                    if op.config is not None:
+                        db.execute(
+                            "INSERT INTO a2a_push_configs VALUES (?, ?, ?, ?)",
+                            (op.user_row_id, op.config_id, op.config, self._clock()),
+                        )
                 return [None] * len(run)
             case unknown:
                 assert_never(unknown)

@@ -1,0 +1,194 @@
+"""A2A end to end (SPEC 12): the official a2a-sdk client against a real gateway, its store
+and the fake model. What a peer agent sees: the card, tasks and their states, streamed
+updates; what an operator sees: the rows, and the model calls made."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.client.client import Client
+from a2a.types import a2a_pb2 as pb
+
+from tests.fakes.openai_server import Hold, ok, open_fake_model, streamed
+from tests.harness import make_config, running_gateway
+
+pytestmark = pytest.mark.anyio
+
+A2A = '[a2a]\nname = "helper"\ndescription = "answers"\n'
+A2A += '[[a2a.skills]]\nid = "chat"\nname = "Chat"\ndescription = "talks"\n'
+
+
+@asynccontextmanager
+async def a2a_client(
+    url: str, *, streaming: bool = False, legacy: bool = False, token: str = ""
+) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+        card = await A2ACardResolver(http, url).get_agent_card()
+        if legacy:  # only the 0.3 interface: the SDK's 0.3 transport (message/send, ...)
+            keep = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
+            del card.supported_interfaces[:]
+            card.supported_interfaces.extend(keep)
+        client = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+def message(text: str, message_id: str, context: str = "") -> pb.SendMessageRequest:
+    msg = pb.Message(message_id=message_id, role=pb.ROLE_USER, context_id=context)
+    msg.parts.add(text=text)
+    return pb.SendMessageRequest(message=msg)
+
+
+async def send(client: Client, request: pb.SendMessageRequest) -> pb.Task:
+    events = [event async for event in client.send_message(request)]
+    assert len(events) == 1 and events[0].HasField("task")
+    return events[0].task
+
+
+def answer(task: pb.Task) -> str:
+    return "".join(p.text for a in task.artifacts for p in a.parts)
+
+
+def rows(db: Path) -> list[tuple[str, str, str, str]]:
+    with sqlite3.connect(db) as conn:
+        return list(
+            conn.execute("SELECT conversation, role, content, state FROM messages ORDER BY id")
+        )
+
+
+async def test_card_discovery_names_the_skills_and_the_a2a_url(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=A2A)) as (_, url),
+        httpx.AsyncClient() as http,
+    ):
+        card = await A2ACardResolver(http, url).get_agent_card()
+        legacy = (await http.get(f"{url}/.well-known/agent.json")).json()
+    assert card.name == "helper" and card.description == "answers"
+    assert [(s.id, s.name, s.description) for s in card.skills] == [("chat", "Chat", "talks")]
+    assert {(i.url, i.protocol_binding, i.protocol_version) for i in card.supported_interfaces} == {
+        (f"{url}/a2a", "JSONRPC", "1.0"),
+        (f"{url}/a2a", "JSONRPC", "0.3"),
+    }
+    assert card.capabilities.streaming and not card.capabilities.push_notifications
+    assert not card.security_schemes  # no tokens: no scheme
+    assert legacy["name"] == "helper" and legacy["url"] == f"{url}/a2a"
+
+
+async def test_send_message_1_0_is_answered_and_stored_as_one_turn(tmp_path: Path) -> None:
+    db = tmp_path / "b.db"
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(db, fake.base_url, extra=A2A)) as (_, url),
+        a2a_client(url) as client,
+    ):
+        task = await send(client, message("hello there", "m-1", "ctx-1"))
+        got = await client.get_task(pb.GetTaskRequest(id=task.id))
+    assert task.status.state == pb.TASK_STATE_COMPLETED
+    assert task.context_id == "ctx-1"
+    assert answer(task) == "echo: hello there"
+    assert [(m.role, m.parts[0].text) for m in task.history] == [
+        (pb.ROLE_USER, "hello there"),
+        (pb.ROLE_AGENT, "echo: hello there"),
+    ]
+    assert got.id == task.id and got.status.state == pb.TASK_STATE_COMPLETED
+    assert rows(db) == [
+        ("a2a:ctx-1", "user", "hello there", "answered"),
+        ("a2a:ctx-1", "assistant", "echo: hello there", "final"),
+    ]
+    assert len(fake.requests) == 1
+
+
+async def test_message_send_0_3_is_answered(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=A2A)) as (_, url),
+        a2a_client(url, legacy=True) as client,
+    ):
+        task = await send(client, message("old protocol", "m-03"))
+        got = await client.get_task(pb.GetTaskRequest(id=task.id))
+    assert task.status.state == pb.TASK_STATE_COMPLETED
+    assert answer(task) == "echo: old protocol"
+    assert task.context_id  # a new context, named by the server
+    assert got.status.state == pb.TASK_STATE_COMPLETED and answer(got) == "echo: old protocol"
+
+
+async def test_a_repeated_message_id_returns_the_task_and_runs_no_second_turn(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "b.db"
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(db, fake.base_url, extra=A2A)) as (_, url),
+        a2a_client(url) as client,
+    ):
+        first = await send(client, message("only once", "same-id", "ctx-9"))
+        again = await send(client, message("only once", "same-id", "ctx-9"))
+        without_context = await send(client, message("only once", "same-id"))
+    assert first.id == again.id == without_context.id
+    assert without_context.context_id == "ctx-9"
+    assert answer(again) == "echo: only once"
+    assert len(fake.requests) == 1
+    assert len(rows(db)) == 2
+
+
+async def test_send_streaming_message_yields_status_and_text_before_completion(
+    tmp_path: Path,
+) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=A2A)) as (_, url),
+        a2a_client(url, streaming=True) as client,
+    ):
+        fake.script(streamed("one ", "two ", "three", hold_after=2))
+        seen: list[pb.StreamResponse] = []
+        stream = aiter(client.send_message(message("count", "m-s", "ctx-s")))
+        while len([e for e in seen if e.HasField("artifact_update")]) < 2:
+            seen.append(await anext(stream))
+        # Two pieces arrived while the model still holds its stream open.
+        assert fake.streams_done == []
+        fake.release_streams()
+        seen.extend([event async for event in stream])
+    kinds = [e.WhichOneof("payload") for e in seen]
+    assert kinds[0] == "task" and kinds[1] == "status_update"
+    assert seen[1].status_update.status.state == pb.TASK_STATE_WORKING
+    text = "".join(
+        p.text
+        for e in seen
+        if e.HasField("artifact_update")
+        for p in e.artifact_update.artifact.parts
+    )
+    assert text == "one two three"
+    assert kinds[-1] == "status_update"
+    assert seen[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_cancel_task_stops_a_slow_turn(tmp_path: Path) -> None:
+    db = tmp_path / "b.db"
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(db, fake.base_url, extra=A2A)) as (_, url),
+        a2a_client(url) as client,
+    ):
+        fake.script(Hold(ok("too late")))
+        request = message("take your time", "m-c", "ctx-c")
+        request.configuration.return_immediately = True
+        task = await send(client, request)
+        assert task.status.state in (pb.TASK_STATE_SUBMITTED, pb.TASK_STATE_WORKING)
+        await fake.wait_for_requests(1)
+        canceled = await client.cancel_task(pb.CancelTaskRequest(id=task.id))
+        got = await client.get_task(pb.GetTaskRequest(id=task.id))
+        fake.release()
+    assert canceled.status.state == pb.TASK_STATE_CANCELED
+    assert got.status.state == pb.TASK_STATE_CANCELED
+    assert rows(db)[0][3] == "cancelled"
