@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
