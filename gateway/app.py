@@ -251,6 +251,7 @@ class GatewayApp:
                 self.adapters = build_adapters(config, intake, observe, cluster)
                 if config.a2a is not None:  # SPEC 12: on the peer listener
                     from platforms.a2a import A2aAdapter
+                    from platforms.a2a.openapi import a2a_paths
 
                     a2a = A2aAdapter(
                         config.a2a,
@@ -260,7 +261,7 @@ class GatewayApp:
                         bearer=bool(config.peer.tokens),
                         observe=observe,
                     )
-                    peer.mount(a2a.routes)
+                    peer.mount(a2a.routes, a2a_paths())
                     self.adapters.append(a2a)
                 for adapter in self.adapters:
                     outlets[adapter.platform] = adapter

@@ -68,7 +68,7 @@ CHECK_MAX_S = 30.0
 #: How long CancelTask waits for the stopped turn to settle before answering.
 CANCEL_WAIT_S = 10.0
 SSE_KEEPALIVE_S = 15.0
-_CONTEXT_ID = re.compile(r"^[A-Za-z0-9._~:-]{1,128}$")
+_CONTEXT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _TASK_ID = re.compile(r"^[0-9]{1,18}$")
 
 
@@ -313,7 +313,7 @@ class A2aAdapter:
                 )
         context = send.context_id or uuid.uuid4().hex
         if not _CONTEXT_ID.match(context):
-            raise RpcError(INVALID_PARAMS, "contextId: 1 to 128 of A-Z a-z 0-9 . _ ~ : -")
+            raise RpcError(INVALID_PARAMS, "contextId: 1 to 128 of A-Z a-z 0-9 . _ : -")
         admission = await self._intake.admit(
             Inbound(
                 platform=PLATFORM,

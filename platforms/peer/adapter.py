@@ -128,9 +128,10 @@ class PeerAdapter:
         self._token_rate = limits.TokenBuckets(
             config.token_requests_per_min, config.token_burst, clock=clock
         )
-        self._openapi = json.dumps(build_openapi(auth=bool(config.tokens))).encode()
+        self._openapi = b""  # built with the app: mounted routes add their paths
         self.port: int | None = None
         self._mounted: list[Callable[[web.Application], None]] = []
+        self._mounted_paths: dict[str, Any] = {}
         self._stats = {"requests": 0, "turns": 0, "unauthorized": 0, "rate_limited": 0}
 
     def __repr__(self) -> str:
@@ -170,10 +171,11 @@ class PeerAdapter:
 
     # -- the server ----------------------------------------------------------------------
 
-    def mount(self, routes: Callable[[web.Application], None]) -> None:
+    def mount(self, routes: Callable[[web.Application], None], paths: dict[str, Any]) -> None:
         """Serve more routes on this listener, behind its auth and limits (A2A's), before
-        ``run``."""
+        ``run``; ``paths``: their part of the OpenAPI document."""
         self._mounted.append(routes)
+        self._mounted_paths.update(paths)
 
     def token_scope(self, request: web.Request) -> bytes:
         """What a request's ids are scoped to: its token's digest, or nothing without tokens."""
@@ -196,6 +198,8 @@ class PeerAdapter:
         app.router.add_get("/openapi.json", self._openapi_route)
         for routes in self._mounted:
             routes(app)
+        doc = build_openapi(auth=bool(self._config.tokens), extra=self._mounted_paths)
+        self._openapi = json.dumps(doc).encode()
         app.on_response_prepare.append(_server_header)
         app.on_response_prepare.append(self._count)
         return app
