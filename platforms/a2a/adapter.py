@@ -334,7 +334,7 @@ class A2aAdapter:
     async def _send(self, request: web.Request, send: convert.SendParams) -> TaskView:
         """SendMessage: the task once its turn ended, or at once (``returnImmediately``)."""
         row = await self._admit(request, send, self._pmid(request, send.message_id))
-        if not send.return_immediately:
+        if row.state == MessageState.PENDING and not send.return_immediately:
             await self._wait(row.id)
         return await self._view(row)
 
