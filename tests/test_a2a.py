@@ -191,3 +191,61 @@ async def test_cancel_task_stops_a_slow_turn(tmp_path: Path) -> None:
     assert canceled.status.state == pb.TASK_STATE_CANCELED
     assert got.status.state == pb.TASK_STATE_CANCELED
     assert rows(db)[0][3] == "cancelled"
+
+
+async def test_subscribe_to_task_joins_a_running_stream(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=A2A)) as (_, url),
+        a2a_client(url, streaming=True) as first,
+        a2a_client(url, streaming=True) as second,
+    ):
+        fake.script(streamed("alpha ", "beta ", "gamma", hold_after=1))
+        stream = aiter(first.send_message(message("greek", "m-sub", "ctx-sub")))
+        head = [await anext(stream) for _ in range(3)]  # task, working, the first piece
+        task_id = head[0].task.id
+        joined = aiter(second.subscribe(pb.SubscribeToTaskRequest(id=task_id)))
+        snapshot = await anext(joined)
+        assert snapshot.task.id == task_id
+        assert snapshot.task.status.state == pb.TASK_STATE_WORKING
+        assert (await anext(joined)).status_update.status.state == pb.TASK_STATE_WORKING
+        fake.release_streams()
+        rest = [event async for event in joined]
+        [event async for event in stream]
+    text = "".join(
+        p.text
+        for e in rest
+        if e.HasField("artifact_update")
+        for p in e.artifact_update.artifact.parts
+    )
+    assert text == "beta gamma"  # what the model wrote after the subscriber joined
+    assert rest[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+
+
+async def test_message_stream_0_3_and_list_tasks_paged(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=A2A)) as (_, url),
+        a2a_client(url, streaming=True, legacy=True) as legacy,
+        a2a_client(url) as client,
+    ):
+        fake.script(streamed("old ", "style"))
+        events = [e async for e in legacy.send_message(message("legacy", "m-l1", "ctx-l"))]
+        for n in (2, 3):
+            await send(client, message(f"task {n}", f"m-l{n}", "ctx-l"))
+        page = await client.list_tasks(pb.ListTasksRequest(context_id="ctx-l", page_size=2))
+        rest = await client.list_tasks(
+            pb.ListTasksRequest(context_id="ctx-l", page_size=2, page_token=page.next_page_token)
+        )
+    text = "".join(
+        p.text
+        for e in events
+        if e.HasField("artifact_update")
+        for p in e.artifact_update.artifact.parts
+    )
+    assert text == "old style"
+    assert events[-1].status_update.status.state == pb.TASK_STATE_COMPLETED
+    assert [t.history[0].parts[0].text for t in page.tasks] == ["task 3", "task 2"]  # newest first
+    assert page.total_size == 3 and page.next_page_token
+    assert [t.history[0].parts[0].text for t in rest.tasks] == ["legacy"]
+    assert not rest.next_page_token
