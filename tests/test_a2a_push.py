@@ -17,7 +17,7 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, PushNotificationNotSupportedError
 from aiohttp import web
 
-from tests.fakes.openai_server import open_fake_model
+from tests.fakes.openai_server import Hold, open_fake_model
 from tests.harness import make_config, running_gateway
 from tests.test_a2a import A2A, a2a_client, message, send
 
@@ -123,3 +123,24 @@ async def test_push_is_refused_outside_push_hosts_and_when_off(tmp_path: Path) -
     with sqlite3.connect(db) as conn:
         assert list(conn.execute("SELECT COUNT(*) FROM messages")) == [(0,)]
         assert list(conn.execute("SELECT COUNT(*) FROM a2a_push_configs")) == [(0,)]
+
+
+async def test_a_cancelled_task_is_notified_too(tmp_path: Path) -> None:
+    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    async with (
+        open_fake_model() as fake,
+        receiver(failures=1) as hook,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=extra)) as (_, url),
+        a2a_client(url) as client,
+    ):
+        fake.script(Hold())
+        request = push_request("never mind", "m-pc", hook.url)
+        request.configuration.return_immediately = True
+        task = await send(client, request)
+        await fake.wait_for_requests(1)
+        await client.cancel_task(pb.CancelTaskRequest(id=task.id))
+        with anyio.fail_after(20):
+            await hook.delivered.wait()
+        fake.release()
+    assert len(hook.attempts) == 2  # refused once, then taken
+    assert hook.attempts[-1][1]["task"]["status"]["state"] == "TASK_STATE_CANCELED"

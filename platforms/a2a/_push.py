@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
+import anyio
 from yarl import URL
 
 from gateway.errors import PlatformError
@@ -27,6 +28,7 @@ from gateway.messages import OutboxChunk
 from gateway.ports import Intake
 from platforms.a2a.convert import Dialect, PushTarget
 from platforms.a2a.errors import INVALID_PARAMS, PUSH_NOT_SUPPORTED, RpcError
+from policy.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +46,7 @@ class Pusher:
         self._intake = intake
         self._body = body
         self._http: aiohttp.ClientSession | None = None
+        self._backoff = Backoff(0.5, 10.0)
         self.stats = {"sent": 0, "failed": 0}
 
     def __repr__(self) -> str:
@@ -97,6 +100,22 @@ class Pusher:
                 bodies[target.dialect] = json.dumps(body).encode()
             await self._post(target, bodies[target.dialect])
         return f"a2a:push:{len(targets)}"
+
+    async def notify(self, row_id: int, *, attempts: int = 4) -> None:
+        """A notification with no outbox chunk behind it (a cancelled task's: its turn sent
+        no reply): tried ``attempts`` times with backoff, then logged and dropped."""
+        for attempt in range(attempts):
+            try:
+                await self.send(OutboxChunk(0, "", "a2a", 0, row_id, 0, "", 0.0))
+                return
+            except PlatformError as exc:
+                if attempt + 1 == attempts:
+                    log.warning(
+                        "a2a push: a cancelled task's notification was not taken",
+                        extra={"task": row_id, "error": str(exc)},
+                    )
+                    return
+                await anyio.sleep(self._backoff.delay(attempt))
 
     async def _post(self, target: PushTarget, body: bytes) -> None:
         assert self._http is not None, "the pusher runs inside open()"

@@ -68,6 +68,7 @@ CHECK_MAX_S = 30.0
 #: How long CancelTask waits for the stopped turn to settle before answering.
 CANCEL_WAIT_S = 10.0
 SSE_KEEPALIVE_S = 15.0
+CANCEL_PUSHES = 256
 _CONTEXT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _TASK_ID = re.compile(r"^[0-9]{1,18}$")
 
@@ -119,6 +120,8 @@ class A2aAdapter:
         self._started: set[int] = set()  # user rows whose turn runs on this node
         self._pusher = _push.Pusher(config.push_hosts, intake, self._push_body)
         self._courier = Courier(PLATFORM, self._pusher.send, intake, observe=observe)
+        # Cancelled tasks to notify (no outbox chunk): a bounded queue, best effort.
+        self._cancelled, self._to_notify = anyio.create_memory_object_stream[int](CANCEL_PUSHES)
         self.sse_keepalive_s = SSE_KEEPALIVE_S
         self._stats = {"requests": 0, "errors": 0, "tasks": 0}
 
@@ -135,8 +138,14 @@ class A2aAdapter:
     ) -> None:
         async with self._pusher.open(), anyio.create_task_group() as tg:
             await tg.start(self._courier.run)
+            tg.start_soon(self._notify_cancelled)
             task_status.started()
             await anyio.sleep_forever()
+
+    async def _notify_cancelled(self) -> None:
+        async with self._to_notify:
+            async for row_id in self._to_notify:
+                await self._pusher.notify(row_id)
 
     @property
     def connected(self) -> bool:
@@ -155,6 +164,11 @@ class A2aAdapter:
         self._settled.set(outcome.user_row_id)  # answer first: pushes are off the reply path
         if outcome.chunks:
             await self._courier.deliver(outcome)
+        elif outcome.failure is None:  # stopped: no reply, so no chunk to carry its push
+            try:
+                self._cancelled.send_nowait(outcome.user_row_id)
+            except anyio.WouldBlock:
+                log.warning("a2a push: too many cancelled tasks to notify; one dropped")
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
