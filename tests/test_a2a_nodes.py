@@ -88,3 +88,35 @@ async def test_a_task_sent_to_one_node_is_read_and_cancelled_through_another(
         ("a slow one", "cancelled"),
         ("next", "answered"),
     ]
+
+
+async def test_a_push_notification_survives_a_crash(tmp_path: Path) -> None:
+    from tests.test_a2a_push import push_request, receiver
+
+    async with open_fake_model() as fake, receiver(failures=10**6) as hook:
+        port = free_port()
+        config = tmp_path / "botmux.toml"
+        extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+        listen = f"127.0.0.1:{port}"
+        config.write_text(config_text(tmp_path / "b.db", fake.base_url, listen=listen, extra=extra))
+        gw = GatewayProcess(config, port, tmp_path / "gw.log")
+        await gw.start()
+        try:
+            async with a2a_client(gw.url) as client:
+                task = await send(client, push_request("while down", "m-crash", hook.url))
+            with anyio.fail_after(20):
+                await hook.tried.wait()  # the receiver refuses the first try...
+        finally:
+            await gw.kill()  # ...and botmux dies before it retries
+        hook.failures = 0
+        await gw.start()  # the undelivered notification is handed back at start
+        try:
+            with anyio.fail_after(30):
+                await hook.delivered.wait()
+        finally:
+            await stop(gw)
+    headers, body = hook.attempts[-1]
+    assert headers["X-A2A-Notification-Token"] == "client-token-1"
+    assert body["task"]["id"] == task.id
+    assert body["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert len(fake.requests) == 1  # the turn did not run again

@@ -32,9 +32,11 @@ class Receiver:
     url: str = ""
     attempts: list[tuple[dict[str, str], dict[str, Any]]] = field(default_factory=list)
     delivered: anyio.Event = field(default_factory=anyio.Event)
+    tried: anyio.Event = field(default_factory=anyio.Event)
 
     async def handle(self, request: web.Request) -> web.Response:
         self.attempts.append((dict(request.headers), json.loads(await request.read())))
+        self.tried.set()
         if len(self.attempts) <= self.failures:
             return web.Response(status=503)
         self.delivered.set()
