@@ -15,7 +15,7 @@ from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.types import a2a_pb2 as pb
 
-from tests.fakes.openai_server import Hold, ok, open_fake_model, streamed
+from tests.fakes.openai_server import Hold, model_not_found, ok, open_fake_model, streamed
 from tests.harness import make_config, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -249,3 +249,44 @@ async def test_message_stream_0_3_and_list_tasks_paged(tmp_path: Path) -> None:
     assert page.total_size == 3 and page.next_page_token
     assert [t.history[0].parts[0].text for t in rest.tasks] == ["legacy"]
     assert not rest.next_page_token
+
+
+async def test_a_failed_turn_is_a_failed_task_with_the_reason(tmp_path: Path) -> None:
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=A2A)) as (_, url),
+        a2a_client(url, streaming=True) as streaming,
+        a2a_client(url) as client,
+    ):
+        fake.script(model_not_found(), model_not_found())
+        task = await send(client, message("doomed", "m-f1"))
+        events = [e async for e in streaming.send_message(message("doomed too", "m-f2"))]
+    assert task.status.state == pb.TASK_STATE_FAILED
+    assert task.status.message.role == pb.ROLE_AGENT and task.status.message.parts[0].text
+    assert not task.artifacts
+    assert events[-1].status_update.status.state == pb.TASK_STATE_FAILED
+
+
+async def test_push_config_methods_of_the_sdk(tmp_path: Path) -> None:
+    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=extra)) as (_, url),
+        a2a_client(url) as client,
+    ):
+        task = await send(client, message("configure me", "m-pc"))
+        made = await client.create_task_push_notification_config(
+            pb.TaskPushNotificationConfig(task_id=task.id, id="hook-1", url="http://127.0.0.1:9/h")
+        )
+        got = await client.get_task_push_notification_config(
+            pb.GetTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+        )
+        await client.delete_task_push_notification_config(
+            pb.DeleteTaskPushNotificationConfigRequest(task_id=task.id, id="hook-1")
+        )
+        left = await client.list_task_push_notification_configs(
+            pb.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+        )
+    assert (made.id, made.task_id, made.url) == ("hook-1", task.id, "http://127.0.0.1:9/h")
+    assert got == made
+    assert list(left.configs) == []

@@ -117,3 +117,35 @@ async def test_a_task_is_its_tokens_own(tmp_path: Path) -> None:
     assert card["securitySchemes"] == {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}}}
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert len(fake.requests) == 2
+
+
+def test_our_error_codes_are_the_sdks() -> None:
+    from a2a.utils.errors import JSON_RPC_ERROR_CODE_MAP
+
+    from platforms.a2a import errors
+
+    sdk = {cls.__name__: code for cls, code in JSON_RPC_ERROR_CODE_MAP.items()}
+    assert set(errors.MESSAGES) <= set(sdk.values())
+    assert sdk["TaskNotFoundError"] == errors.TASK_NOT_FOUND
+    assert sdk["TaskNotCancelableError"] == errors.TASK_NOT_CANCELABLE
+    assert sdk["PushNotificationNotSupportedError"] == errors.PUSH_NOT_SUPPORTED
+    assert sdk["UnsupportedOperationError"] == errors.UNSUPPORTED_OPERATION
+    assert sdk["ContentTypeNotSupportedError"] == errors.CONTENT_TYPE_NOT_SUPPORTED
+    assert sdk["VersionNotSupportedError"] == errors.VERSION_NOT_SUPPORTED
+    assert sdk["ExtendedAgentCardNotConfiguredError"] == errors.EXTENDED_CARD_NOT_CONFIGURED
+
+
+def test_every_runtime_failure_has_a_json_rpc_answer() -> None:
+    from gateway.errors import ConversationClosed, MessageTooLong, Overloaded, StoreUnavailable
+    from platforms.a2a.errors import INTERNAL_ERROR, INVALID_PARAMS, rpc_error_of
+
+    cases = {
+        MessageTooLong("x", limit=5, length=9): INVALID_PARAMS,
+        Overloaded("x", retry_after=1.0, scope="gateway"): INTERNAL_ERROR,
+        ConversationClosed("draining"): INTERNAL_ERROR,
+        StoreUnavailable("down"): INTERNAL_ERROR,
+        RuntimeError("a bug"): INTERNAL_ERROR,
+    }
+    assert {type(e).__name__: rpc_error_of(e).code for e in cases} == {
+        type(e).__name__: code for e, code in cases.items()
+    }
