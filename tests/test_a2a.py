@@ -14,6 +14,7 @@ import pytest
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.types import a2a_pb2 as pb
+from a2a.utils.errors import TaskNotCancelableError
 
 from tests.fakes.openai_server import Hold, model_not_found, ok, open_fake_model, streamed
 from tests.harness import make_config, running_gateway
@@ -290,3 +291,29 @@ async def test_push_config_methods_of_the_sdk(tmp_path: Path) -> None:
     assert (made.id, made.task_id, made.url) == ("hook-1", task.id, "http://127.0.0.1:9/h")
     assert got == made
     assert list(left.configs) == []
+
+
+async def test_a_task_queued_behind_another_is_not_cancelled_in_its_place(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "b.db"
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(db, fake.base_url, extra=A2A)) as (_, url),
+        a2a_client(url) as client,
+    ):
+        fake.script(Hold())
+        tasks = []
+        for n in (1, 2):
+            request = message(f"task {n}", f"m-q{n}", "ctx-q")
+            request.configuration.return_immediately = True
+            tasks.append(await send(client, request))
+        await fake.wait_for_requests(1)
+        with pytest.raises(TaskNotCancelableError):
+            await client.cancel_task(pb.CancelTaskRequest(id=tasks[1].id))
+        first = await client.cancel_task(pb.CancelTaskRequest(id=tasks[0].id))
+        fake.release()
+        second = await send(client, message("task 2", "m-q2", "ctx-q"))  # waits for its end
+    assert first.status.state == pb.TASK_STATE_CANCELED
+    assert second.id == tasks[1].id and answer(second) == "echo: task 2"
+    assert [r[3] for r in rows(db) if r[1] == "user"] == ["cancelled", "answered"]

@@ -74,22 +74,28 @@ _TASK_ID = re.compile(r"^[0-9]{1,18}$")
 
 
 class _Settled:
-    """An event per user row some request here waits on, set when its outcome arrives."""
+    """An event per user row some requests here wait on, set when its outcome arrives; kept
+    while anyone waits (a turn answered on another node never sets it)."""
 
     def __init__(self) -> None:
-        self._events: dict[int, anyio.Event] = {}
+        self._events: dict[int, tuple[anyio.Event, int]] = {}
 
     def event(self, row_id: int) -> anyio.Event:
-        return self._events.setdefault(row_id, anyio.Event())
+        event, waiting = self._events.get(row_id, (anyio.Event(), 0))
+        self._events[row_id] = (event, waiting + 1)
+        return event
 
     def set(self, row_id: int) -> None:
-        event = self._events.pop(row_id, None)
-        if event is not None:
-            event.set()
+        if row_id in self._events:
+            self._events[row_id][0].set()
 
     def forget(self, row_id: int, event: anyio.Event) -> None:
-        if self._events.get(row_id) is event and event.is_set():
-            del self._events[row_id]
+        held, waiting = self._events.get(row_id, (None, 0))
+        if held is event:
+            if waiting > 1:
+                self._events[row_id] = (event, waiting - 1)
+            else:
+                del self._events[row_id]
 
     def __len__(self) -> int:
         return len(self._events)
@@ -117,7 +123,7 @@ class A2aAdapter:
         self._bearer = bearer
         self._settled = _Settled()
         self._watched: dict[str, Watched] = {}  # by platform message id
-        self._started: set[int] = set()  # user rows whose turn runs on this node
+        self._running: dict[str, int] = {}  # conversation -> the user row running here
         self._pusher = _push.Pusher(config.push_hosts, intake, self._push_body)
         self._courier = Courier(PLATFORM, self._pusher.send, intake, observe=observe)
         # Cancelled tasks to notify (no outbox chunk): a bounded queue, best effort.
@@ -160,7 +166,8 @@ class A2aAdapter:
         return [text]
 
     async def deliver(self, outcome: TurnOutcome) -> None:
-        self._started.discard(outcome.user_row_id)
+        if self._running.get(outcome.conversation) == outcome.user_row_id:
+            del self._running[outcome.conversation]
         self._settled.set(outcome.user_row_id)  # answer first: pushes are off the reply path
         if outcome.chunks:
             await self._courier.deliver(outcome)
@@ -175,7 +182,7 @@ class A2aAdapter:
         yield
 
     def watching(self, row: StoredMessage) -> Watch | None:
-        self._started.add(row.id)
+        self._running[row.conversation] = row.id
         watched = self._watched.get(row.platform_message_id or "")
         return watched.watch() if watched is not None else None
 
@@ -271,7 +278,8 @@ class A2aAdapter:
             case MessageState.CANCELLED:
                 return TaskState.CANCELED
             case _:
-                return TaskState.WORKING if row.id in self._started else TaskState.SUBMITTED
+                running = self._running.get(row.conversation) == row.id
+                return TaskState.WORKING if running else TaskState.SUBMITTED
 
     def _view_of(self, row: StoredMessage, reply: StoredMessage | None) -> TaskView:
         state = self._state(row)
@@ -398,13 +406,18 @@ class A2aAdapter:
         view = await self._view(row)
         if view.state.final:
             raise RpcError(TASK_NOT_CANCELABLE, f"the task is {view.state.value}")
-        event = self._settled.event(row.id)
-        answer = await self._intake.command(PLATFORM, row.conversation, "stop")
-        if not answer.startswith("Stopping"):
+        queued = RpcError(TASK_NOT_CANCELABLE, "the task waits behind another; retry shortly")
+        if self._running.get(row.conversation, row.id) != row.id:
+            raise queued  # another task of its context runs here: /stop would stop that one
+        event = self._settled.event(row.id)  # before the stop: its outcome may come at once
+        try:
+            answer = await self._intake.command(PLATFORM, row.conversation, "stop")
+            if not answer.startswith("Stopping"):  # nothing runs: queued, not yet started
+                raise queued
+            with anyio.move_on_after(CANCEL_WAIT_S):
+                await self._wait(row.id)
+        finally:
             self._settled.forget(row.id, event)
-            raise RpcError(TASK_NOT_CANCELABLE, "the task waits behind another; retry shortly")
-        with anyio.move_on_after(CANCEL_WAIT_S):
-            await self._wait(row.id)
         return await self._view(row)
 
     # -- streaming ---------------------------------------------------------------------------
