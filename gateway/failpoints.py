@@ -35,6 +35,7 @@ from gateway.events import (
     AnswerCommitted,
     ChunkRecorded,
     ChunkSent,
+    ContextCompacted,
     DiscordBackfilled,
     DuplicateIgnored,
     Event,
@@ -135,6 +136,7 @@ def place(event: Event) -> str | None:
             | FirstTokenShown()
             | ModelTokensUsed()
             | PolicyDecided()
+            | ContextCompacted()
             | SendRetried()
             | SendFailed()
             | StoreCommitted()

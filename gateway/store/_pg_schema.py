@@ -111,6 +111,15 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  DOUBLE PRECISION NOT NULL
     );
     """,
+    # context: the one compaction summary of each conversation (SPEC 11).
+    """
+    CREATE TABLE summaries (
+        conversation TEXT PRIMARY KEY,
+        content      TEXT NOT NULL,
+        through      BIGINT NOT NULL,
+        updated_at   DOUBLE PRECISION NOT NULL
+    );
+    """,
     # a2a: A2A tasks' push notification configs, by the task's user row (SPEC 12).
     """
     CREATE TABLE a2a_push_configs (

@@ -83,6 +83,15 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  REAL NOT NULL
     );
     """,
+    # context: the one compaction summary of each conversation (SPEC 11).
+    """
+    CREATE TABLE summaries (
+        conversation TEXT PRIMARY KEY,
+        content      TEXT NOT NULL,
+        through      INTEGER NOT NULL,
+        updated_at   REAL NOT NULL
+    );
+    """,
     # a2a: A2A tasks' push notification configs, by the task's user row (SPEC 12).
     """
     CREATE TABLE a2a_push_configs (

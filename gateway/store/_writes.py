@@ -14,6 +14,7 @@ from gateway.store._ops import (
     ApprovePairing,
     CancelTurn,
     DeleteConversation,
+    DeleteTurn,
     ExpireChunks,
     FailChunk,
     MarkDelivered,
@@ -24,6 +25,7 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SaveSummary,
     SetPushConfig,
 )
 from gateway.store._writer import GroupWriter
@@ -81,11 +83,17 @@ class QueuedWrites:
     async def set_push_config(self, user_row_id: int, config_id: str, config: str | None) -> None:
         await self._group.submit(SetPushConfig(user_row_id, config_id, config))
 
+    async def save_summary(self, conversation: str, content: str, through: int) -> bool:
+        return await self._group.submit(SaveSummary(conversation, content, through))
+
     async def purge(self, conversation: str) -> int:
         return await self._group.submit(PurgeConversation(conversation))
 
     async def delete_conversation(self, conversation: str) -> int | None:
         return await self._group.submit(DeleteConversation(conversation))
+
+    async def delete_turn(self, user_row_id: int) -> bool | None:
+        return await self._group.submit(DeleteTurn(user_row_id))
 
     async def _delete_expired(
         self, keys: Sequence[str], idle_before: float, anonymous_before: float

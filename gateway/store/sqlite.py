@@ -47,6 +47,7 @@ from gateway.store._ops import (
     ApprovePairing,
     CancelTurn,
     DeleteConversation,
+    DeleteTurn,
     ExpireChunks,
     ExpireInFlight,
     FailChunk,
@@ -58,13 +59,17 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SaveSummary,
     SetPushConfig,
     StoreWrite,
     only,
 )
 from gateway.store._pairing import PairingMixin
 from gateway.store._pairing import fetchall as _fetchall
+from gateway.store._push_configs import PushConfigsMixin
 from gateway.store._schema import MIGRATIONS
+from gateway.store._summaries import DELETE as DELETE_SUMMARY
+from gateway.store._summaries import SummariesMixin
 from gateway.store._writer import GroupWriter
 from gateway.store._writes import QueuedWrites
 
@@ -109,7 +114,7 @@ def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
     )
 
 
-class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
+class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin, PushConfigsMixin):
     """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
 
     def __init__(
@@ -188,13 +193,6 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
     async def message(self, row_id: int) -> StoredMessage | None:
         rows = await self._fetch(f"SELECT {_MSG_COLUMNS} FROM messages WHERE id = ?", (row_id,))
         return _row_to_message(rows[0]) if rows else None
-
-    async def push_configs(self, user_row_id: int) -> list[str]:
-        rows = await self._fetch(
-            "SELECT config FROM a2a_push_configs WHERE user_row_id = ? ORDER BY created_at",
-            (user_row_id,),
-        )
-        return [r[0] for r in rows]
 
     async def preview_of(self, user_row_id: int) -> str | None:
         rows = await self._fetch(
@@ -303,6 +301,8 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
                 return self._apply_purge(db, only(PurgeConversation, run))
             case DeleteConversation():
                 return self._apply_delete(db, only(DeleteConversation, run))
+            case DeleteTurn():
+                return self._apply_delete_turn(db, only(DeleteTurn, run))
             case RecordPreview():
                 now = self._clock()
                 db.executemany(
@@ -312,17 +312,9 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
                 )
                 return [None] * len(run)
             case SetPushConfig():
-                for op in only(SetPushConfig, run):
-                    db.execute(
-                        "DELETE FROM a2a_push_configs WHERE user_row_id = ? AND config_id = ?",
-                        (op.user_row_id, op.config_id),
-                    )
-                    if op.config is not None:
-                        db.execute(
-                            "INSERT INTO a2a_push_configs VALUES (?, ?, ?, ?)",
-                            (op.user_row_id, op.config_id, op.config, self._clock()),
-                        )
-                return [None] * len(run)
+                return self._apply_push_configs(db, only(SetPushConfig, run))
+            case SaveSummary():
+                return self._apply_save_summary(db, only(SaveSummary, run))
             case unknown:
                 assert_never(unknown)
 
@@ -470,6 +462,7 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
             " (SELECT COALESCE(MAX(id), 0) FROM messages WHERE conversation = ?) WHERE key = ?",
             [(op.conversation, op.conversation) for op in ops],
         )
+        db.executemany(DELETE_SUMMARY.format("?"), [(op.conversation,) for op in ops])
         return [None] * len(ops)
 
     def _apply_delivered(self, db: sqlite3.Connection, ops: list[MarkDelivered]) -> list[None]:
