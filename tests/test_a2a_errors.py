@@ -109,14 +109,23 @@ async def test_a_task_is_its_tokens_own(tmp_path: Path) -> None:
             r = await http.post(
                 f"{url}/a2a", json=rpc("SendMessage", {"message": TEXT}), headers=bob
             )
-            assert r.json()["result"]["task"]["id"] != task["id"]
+            bobs = r.json()["result"]["task"]
+            assert bobs["id"] != task["id"]
+            # The same contextId from another token is another conversation: no shared history.
+            shared = {**TEXT, "messageId": "m-ctx", "contextId": "same"}
+            for who in (alice, bob):
+                r = await http.post(
+                    f"{url}/a2a", json=rpc("SendMessage", {"message": shared}), headers=who
+                )
+                assert r.json()["result"]["task"]["contextId"] == "same"
             r = await http.post(
                 f"{url}/a2a", json=rpc("CancelTask", {"id": task["id"]}), headers=alice
             )
             assert r.json()["error"]["code"] == -32002  # completed: not cancelable
     assert card["securitySchemes"] == {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}}}
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
-    assert len(fake.requests) == 2
+    assert len(fake.requests) == 4
+    assert [len(r.messages) for r in fake.requests[2:]] == [2, 2]  # system + its own message
 
 
 def test_our_error_codes_are_the_sdks() -> None:

@@ -101,6 +101,15 @@ class _Settled:
         return len(self._events)
 
 
+def _context_of(row: StoredMessage) -> str:
+    """The contextId of a task's row (its conversation, without the token scope)."""
+    local = local_part(row.conversation, PLATFORM) or ""
+    scope, _, _ = (row.platform_message_id or "").partition(":")
+    if scope != "-" and local.startswith(scope + ":"):
+        return local[len(scope) + 1 :]
+    return local
+
+
 class A2aAdapter:
     """The ``a2a`` platform: its routes (mounted on the peer listener) and its outlet."""
 
@@ -254,6 +263,13 @@ class A2aAdapter:
         scope = self._scope(request)
         return f"{scope.hex()[:16] if scope else '-'}:{message_id}"
 
+    def _conversation(self, request: web.Request, context: str) -> str:
+        """``a2a:<contextId>``; with tokens ``a2a:<token scope>:<contextId>``, so two tokens
+        that pick the same contextId never share a conversation (nor its history)."""
+        scope = self._pmid(request, "")
+        local = context if scope == "-:" else scope + context
+        return conversation_key(PLATFORM, local)
+
     async def _row(self, request: web.Request, task_id: str) -> StoredMessage:
         """The user row of a task this request's token may see; else TaskNotFound."""
         if not _TASK_ID.match(task_id):
@@ -288,7 +304,7 @@ class A2aAdapter:
             text = STOPPED_REPLY
         return TaskView(
             id=str(row.id),
-            context_id=local_part(row.conversation, PLATFORM) or "",
+            context_id=_context_of(row),
             state=state,
             message_id=(row.platform_message_id or "").partition(":")[2],
             text=row.content,
@@ -339,7 +355,7 @@ class A2aAdapter:
         admission = await self._intake.admit(
             Inbound(
                 platform=PLATFORM,
-                conversation=conversation_key(PLATFORM, context),
+                conversation=self._conversation(request, context),
                 platform_message_id=pmid,
                 text=send.text,
             )
@@ -381,7 +397,7 @@ class A2aAdapter:
     ) -> dict[str, Any]:
         if not _CONTEXT_ID.match(wanted.context_id):
             return {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
-        rows = await self._intake.transcript(conversation_key(PLATFORM, wanted.context_id))
+        rows = await self._intake.transcript(self._conversation(request, wanted.context_id))
         prefix = self._pmid(request, "")
         replies = {r.user_row_id: r for r in rows if r.role == "assistant"}
         views = [
