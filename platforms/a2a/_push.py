@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -74,8 +73,8 @@ class Pusher:
             raise RpcError(INVALID_PARAMS, "push notifications go only to [a2a] push_hosts")
 
     async def save(self, row_id: int, target: PushTarget) -> PushTarget:
-        if not target.id:
-            target = dataclasses.replace(target, id=uuid.uuid4().hex[:16])
+        if not target.id:  # as a2a-sdk's stores do: one default config per task, replaced
+            target = dataclasses.replace(target, id=str(row_id))
         await self._intake.save_push_config(row_id, target.id, _encode(target))
         return target
 
