@@ -86,6 +86,8 @@ class Pusher:
 
     async def send(self, chunk: OutboxChunk) -> str:
         """Notify every config of the chunk's task (the courier's send)."""
+        if not self._hosts:  # push is off: nothing could be sent, no need to look
+            return NO_PUSH
         targets = await self.configs(chunk.user_row_id)
         if not targets:
             return NO_PUSH

@@ -138,7 +138,7 @@ class A2aAdapter:
         # Cancelled tasks to notify (no outbox chunk): a bounded queue, best effort.
         self._cancelled, self._to_notify = anyio.create_memory_object_stream[int](CANCEL_PUSHES)
         self.sse_keepalive_s = SSE_KEEPALIVE_S
-        self._stats = {"requests": 0, "errors": 0, "tasks": 0}
+        self._stats = {"requests": 0, "errors": 0, "tasks": 0, "store_backstops": 0}
 
     def __repr__(self) -> str:
         return f"<A2aAdapter waiting={len(self._settled)} streaming={len(self._watched)}>"
@@ -382,13 +382,16 @@ class A2aAdapter:
         event = self._settled.event(row_id)
         wait_s = CHECK_S
         try:
-            while True:
-                with anyio.move_on_after(wait_s):
+            # First the store: the outcome may have been delivered before the event existed
+            # (the turn ran while this request was still being admitted).
+            while (outcome := await self._intake.outcome(row_id)) is None:
+                if event.is_set():  # delivered, but not readable yet: a replica's lag
+                    await anyio.sleep(wait_s)
+                with anyio.move_on_after(wait_s) as timer:
                     await event.wait()
+                self._stats["store_backstops"] += timer.cancelled_caught
                 wait_s = min(wait_s * 2, CHECK_MAX_S)
-                outcome = await self._intake.outcome(row_id)
-                if outcome is not None:
-                    return outcome
+            return outcome
         finally:
             self._settled.forget(row_id, event)
 
