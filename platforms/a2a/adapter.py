@@ -122,7 +122,7 @@ class A2aAdapter:
         *,
         scope: Callable[[web.Request], bytes],
         base_url: Callable[[], str],
-        bearer: bool,
+        bearer: Callable[[], bool],
         observe: Observe = lambda event: None,
     ) -> None:
         self._config = config
@@ -205,7 +205,7 @@ class A2aAdapter:
 
     async def _card(self, request: web.Request) -> web.Response:
         url = self._config.public_url or self._base_url() + RPC_PATH
-        return web.json_response(agent_card(self._config, url, bearer=self._bearer))
+        return web.json_response(agent_card(self._config, url, bearer=self._bearer()))
 
     async def _rpc(self, request: web.Request) -> web.StreamResponse:
         self._stats["requests"] += 1
