@@ -310,6 +310,20 @@ class GatewayApp:
                 outlets["peer"] = peer
                 cluster = self._cluster(store, router, outlets, intake, observe)
                 self.adapters = build_adapters(config, intake, observe, cluster, live)
+                if config.a2a is not None:  # SPEC 12: on the peer listener
+                    from platforms.a2a import A2aAdapter
+                    from platforms.a2a.openapi import a2a_paths
+
+                    a2a = A2aAdapter(
+                        config.a2a,
+                        intake,
+                        scope=peer.token_scope,
+                        base_url=lambda: f"http://{config.peer.host}:{peer.port}",
+                        bearer=lambda: bool(live.current.peer.tokens),
+                        observe=observe,
+                    )
+                    peer.mount(a2a.routes, a2a_paths())
+                    self.adapters.append(a2a)
                 for adapter in self.adapters:
                     outlets[adapter.platform] = adapter
                 async with anyio.create_task_group() as tg:

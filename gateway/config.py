@@ -352,6 +352,38 @@ class DiscordConfig:
     shard_count: Annotated[int, Gt(0)] = 1  # gateway shards; several nodes share them (leases)
 
 
+# -- [a2a] (SPEC 12): the A2A server on the peer listener ------------------------------
+
+
+def _host_name(value: Any) -> str | None:
+    return None if re.match(r"^[A-Za-z0-9.:\[\]-]+$", value) else "must be a host name or address"
+
+
+@dataclass(frozen=True, slots=True)
+class A2aSkill:
+    """One skill of the agent card."""
+
+    __pydantic_config__ = TABLE
+
+    id: Annotated[str, rule(_non_empty)]
+    name: Annotated[str, rule(_non_empty)]
+    description: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class A2aConfig:
+    """A2A 1.0 at ``POST /a2a`` and the agent card (docs/A2A.md); on when the section is
+    present. ``push_hosts``: the only hosts push notifications go to (empty: refused)."""
+
+    __pydantic_config__ = TABLE
+
+    name: Annotated[str, rule(_non_empty)] = "botmux"
+    description: str = "An AI assistant behind botmux"
+    skills: tuple[A2aSkill, ...] = ()
+    public_url: Annotated[str, rule(lambda v: _url(v) if v else None)] = ""
+    push_hosts: tuple[Annotated[str, rule(_host_name)], ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
     """Runtime limits: how many turns run at once, how long idle actors live, drain time."""
@@ -394,6 +426,7 @@ class Config:
     log: LogConfig = LogConfig()
     telegram: TelegramConfig | None = None
     discord: DiscordConfig | None = None
+    a2a: A2aConfig | None = None  # SPEC 12: on when the section is present
     cluster: ClusterConfig = ClusterConfig()
     # Voice and audio (SPEC 9): an OpenAI-compatible /v1/audio/transcriptions endpoint, with
     # [model]'s shape (api_keys pool, fallbacks, retries); absent: voice is not configured.

@@ -321,6 +321,15 @@ class GatewayIntake:
     async def attachment(self, conversation: str, sha256: str) -> tuple[str, bytes] | None:
         return await self._store.attachment_bytes(conversation, sha256)
 
+    async def save_push_config(self, user_row_id: int, config_id: str, config: str) -> None:
+        await self._store.set_push_config(user_row_id, config_id, config)
+
+    async def push_configs(self, user_row_id: int) -> list[str]:
+        return await self._store.push_configs(user_row_id)
+
+    async def delete_push_config(self, user_row_id: int, config_id: str) -> None:
+        await self._store.set_push_config(user_row_id, config_id, None)
+
 
 def _context_line(used: tuple[int, int] | None) -> str:
     """The context the conversation's last request used (SPEC 11), as the agent estimated it."""

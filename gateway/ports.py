@@ -257,3 +257,13 @@ class Intake(Protocol):
         """Remove one settled turn, keeping its conversation's other rows (logged, naming
         ``by``): True; False while it is pending (nothing removed); None: no such row."""
         ...
+
+    async def save_push_config(self, user_row_id: int, config_id: str, config: str) -> None:
+        """Store (or replace) an A2A task's push notification config (SPEC 12)."""
+        ...
+
+    async def push_configs(self, user_row_id: int) -> list[str]:
+        """An A2A task's push notification configs, oldest first."""
+        ...
+
+    async def delete_push_config(self, user_row_id: int, config_id: str) -> None: ...

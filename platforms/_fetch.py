@@ -1,7 +1,8 @@
-"""A stand-in ``Outlet.fetch`` for chat platforms whose attachment download is not built yet.
+"""``Outlet.fetch`` for outlets that never fetch: the peer API (its attachments arrive inline
+and are stored at admission) and A2A (text parts only).
 
-It lets an adapter satisfy the :class:`gateway.ports.Outlet` protocol; the turn then answers
-the attachment with the failure's class, like any platform failure (SPEC 9).
+It lets such an adapter satisfy the :class:`gateway.ports.Outlet` protocol; should a turn ever
+ask, it answers the attachment with the failure's class, like any platform failure (SPEC 9).
 """
 
 from __future__ import annotations
@@ -11,5 +12,5 @@ from gateway.messages import AttachmentRef
 
 
 async def unsupported(self: object, ref: AttachmentRef, *, limit: int) -> bytes:
-    """Refuse: this platform cannot fetch attachments yet (a 400-like failure, not retried)."""
+    """Refuse: this outlet fetches nothing (a 400-like failure, not retried)."""
     raise PlatformError(f"fetching {ref.name!r} is not supported on this platform", status=400)

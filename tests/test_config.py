@@ -121,8 +121,8 @@ def test_every_problem_is_reported_at_once_each_with_its_key() -> None:
         ),
         "peer.listen": "must be HOST:PORT, for example 127.0.0.1:8642",
         "surprise": (
-            "unknown key (known here: agent, cluster, discord, gateway, log, model, peer,"
-            " store, telegram, transcription)"
+            "unknown key (known here: a2a, agent, cluster, discord, gateway, log, model,"
+            " peer, store, telegram, transcription)"
         ),
     }
     assert (err.value.path, err.value.message) == err.value.errors[0]
@@ -260,6 +260,7 @@ def test_the_example_config_names_every_key() -> None:
     tables = [schema.StoreConfig, schema.ModelConfig, schema.AgentConfig, schema.PeerConfig]
     tables += [schema.PeerToken, schema.GatewayConfig, schema.ClusterConfig, schema.LogConfig]
     tables += [schema.TelegramConfig, schema.DiscordConfig]
+    tables += [schema.A2aConfig, schema.A2aSkill]
     missing = {
         f"{cls.__name__}.{f.name}"
         for cls in tables

@@ -29,6 +29,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from gateway.config import Config, PeerToken
+from platforms.a2a.openapi import a2a_paths
 from platforms.peer.openapi import build_openapi
 from tests.fakes.openai_server import open_fake_model
 from tests.harness import make_config, running_gateway
@@ -39,13 +40,15 @@ TOKEN = "fuzz-peer-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 # Per operation and phase: about 10 s in all. For a longer local run, for example:
 # BOTMUX_FUZZ_EXAMPLES=400 BOTMUX_FUZZ_SEED=$RANDOM pytest --timeout 900 tests/test_peer_fuzz.py
+#: JSON-RPC's error codes and A2A's (platforms/a2a/errors.py).
+JSON_RPC_CODES = {-32700, -32600, -32601, -32602, -32603, *range(-32009, -32000)}
 EXAMPLES = int(os.environ.get("BOTMUX_FUZZ_EXAMPLES", "30"))
 SEED = os.environ.get("BOTMUX_FUZZ_SEED", "20261130")
 
 
 def fuzz_config(db: Path, model_url: str) -> Config:
     """Tokens on, and both limits on but far out of reach, so their code runs on every request."""
-    config = make_config(db, model_url)
+    config = make_config(db, model_url, extra='[a2a]\nname = "fuzzed"\n')  # its routes too
     peer = dataclasses.replace(
         config.peer,
         tokens=(PeerToken.plain(TOKEN),),
@@ -73,7 +76,7 @@ async def test_the_document_is_valid_openapi_and_names_exactly_the_served_routes
         doc = await r.json()
         validate(doc)
         assert doc["openapi"] == "3.1.0"
-        assert doc == build_openapi(auth=True)
+        assert doc == build_openapi(auth=True, extra=a2a_paths())
 
         assert app.peer is not None
         served = {
@@ -134,9 +137,14 @@ async def run_schemathesis(url: str, workdir: Path) -> tuple[int, str, dict, lis
     ]
     # A schema-valid chat may reuse an Idempotency-Key with another message: 422 (SPEC 14),
     # a conflict with stored state that no schema can express.
+    # JSON-RPC answers a request it could read with 200 and an error object, a bad one too
+    # (SPEC 12): for /a2a, the test checks every answer is one of those instead.
     (workdir / "schemathesis.toml").write_text(
         "[checks.positive_data_acceptance]\n"
         'expected-statuses = ["2xx", "3xx", "401", "403", "404", "409", "422", "429", "5xx"]\n'
+        "[[operations]]\n"
+        'include-path = "/a2a"\n'
+        'checks.negative_data_rejection.expected-statuses = ["200", "4xx"]\n'
     )
     # Its crash cache (.schemathesis/) and hypothesis database go to the test's directory.
     result = await anyio.run_process(
@@ -174,6 +182,16 @@ async def test_schemathesis_finds_no_5xx_every_error_is_json_and_the_gateway_kee
         assert len(entries) > 200, statuses
         assert not {s for s in statuses if s >= 500}, statuses
         assert {200, 400, 401, 405} <= set(statuses), statuses
+        a2a = [e for e in entries if e["request"]["url"].endswith("/a2a")]
+        assert len(a2a) > 20
+        for entry in a2a:  # JSON-RPC: 200 with a result or the spec's error object
+            response = entry["response"]
+            if response["status"] == 200 and response["content"]["mimeType"].startswith(
+                "application/json"
+            ):
+                answer = json.loads(response["content"]["text"])
+                assert ("result" in answer) != ("error" in answer), entry
+                assert "error" not in answer or answer["error"]["code"] in JSON_RPC_CODES, entry
         # The Responses routes were fuzzed too, and served some of it (SPEC 12).
         responses = Counter(
             (e["request"]["method"], e["response"]["status"])

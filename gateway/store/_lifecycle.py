@@ -118,6 +118,11 @@ class LifecycleMixin:
                 (key,),
             )
             delete_attachments(db, key)
+            db.execute(
+                "DELETE FROM a2a_push_configs WHERE user_row_id IN"
+                " (SELECT id FROM messages WHERE conversation = ?)",
+                (key,),
+            )
             removed = db.execute("DELETE FROM messages WHERE conversation = ?", (key,)).rowcount
             db.execute("DELETE FROM conversations WHERE key = ?", (key,))
             results.append(removed)
@@ -142,6 +147,7 @@ class LifecycleMixin:
             )
             db.execute("DELETE FROM outbox WHERE user_row_id = ?", (op.user_row_id,))
             db.execute("DELETE FROM previews WHERE user_row_id = ?", (op.user_row_id,))
+            db.execute("DELETE FROM a2a_push_configs WHERE user_row_id = ?", (op.user_row_id,))
             db.execute("DELETE FROM messages WHERE user_row_id = ?", (op.user_row_id,))
             delete_attachments(db, "", user_row_id=op.user_row_id)
             db.execute("DELETE FROM messages WHERE id = ?", (op.user_row_id,))

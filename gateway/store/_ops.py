@@ -148,6 +148,16 @@ class RecordPreview(Write[None]):
 
 
 @dataclass(frozen=True, slots=True)
+class SetPushConfig(Write[None]):
+    """An A2A task's push notification config (SPEC 12), stored as the adapter's JSON;
+    ``config`` None deletes it."""
+
+    user_row_id: int
+    config_id: str
+    config: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class DeleteTurn(Write[bool | None]):
     """Remove one answered turn (``DELETE /v1/responses/{id}``): the user row, its replies,
     their outbox chunks and preview; the conversation's other rows stay. True: deleted,
@@ -199,6 +209,7 @@ StoreWrite = (
     | DeleteTurn
     | SaveSummary
     | SaveAttachment
+    | SetPushConfig
 )
 
 

@@ -120,6 +120,11 @@ class PgLifecycleMixin:
                 key,
             )
             await delete_attachments(db, key)
+            await db.execute(
+                "DELETE FROM a2a_push_configs WHERE user_row_id IN"
+                " (SELECT id FROM messages WHERE conversation = $1)",
+                key,
+            )
             status = await db.execute("DELETE FROM messages WHERE conversation = $1", key)
             await db.execute("DELETE FROM conversations WHERE key = $1", key)
             results[i] = int(status.split()[-1])
@@ -152,6 +157,7 @@ class PgLifecycleMixin:
             )
             await db.execute("DELETE FROM outbox WHERE user_row_id = $1", op.user_row_id)
             await db.execute("DELETE FROM previews WHERE user_row_id = $1", op.user_row_id)
+            await db.execute("DELETE FROM a2a_push_configs WHERE user_row_id = $1", op.user_row_id)
             await db.execute("DELETE FROM messages WHERE user_row_id = $1", op.user_row_id)
             await delete_attachments(db, "", user_row_id=op.user_row_id)
             await db.execute("DELETE FROM messages WHERE id = $1", op.user_row_id)

@@ -91,6 +91,13 @@ class PgReadsMixin:
         rows = await self._fetch(f"SELECT {MSG_COLUMNS} FROM messages WHERE id = $1", row_id)
         return (await self._attached([to_message(rows[0])]))[0] if rows else None
 
+    async def push_configs(self, user_row_id: int) -> list[str]:
+        rows = await self._fetch(
+            "SELECT config FROM a2a_push_configs WHERE user_row_id = $1 ORDER BY created_at",
+            user_row_id,
+        )
+        return [r[0] for r in rows]
+
     async def preview_of(self, user_row_id: int) -> str | None:
         rows = await self._fetch(
             "SELECT message_id FROM previews WHERE user_row_id = $1", user_row_id

@@ -111,7 +111,7 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  DOUBLE PRECISION NOT NULL
     );
     """,
-    # context: the one compaction summary of each conversation (SPEC 11).
+    # 4 (context): the one compaction summary of each conversation (SPEC 11).
     """
     CREATE TABLE summaries (
         conversation TEXT PRIMARY KEY,
@@ -120,7 +120,7 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at   DOUBLE PRECISION NOT NULL
     );
     """,
-    # 4 (attachments, SPEC 9): each user row's attachment references, in order, and the
+    # 5 (attachments, SPEC 9): each user row's attachment references, in order, and the
     # bytes fetched, content-addressed, shared by every row that sent the same file.
     """
     CREATE TABLE attachments (
@@ -143,6 +143,16 @@ MIGRATIONS: tuple[str, ...] = (
         data       BYTEA NOT NULL,
         size       BIGINT NOT NULL,
         created_at DOUBLE PRECISION NOT NULL
+    );
+    """,
+    # 6 (a2a): A2A tasks' push notification configs, by the task's user row (SPEC 12).
+    """
+    CREATE TABLE a2a_push_configs (
+        user_row_id BIGINT NOT NULL,
+        config_id   TEXT NOT NULL,
+        config      TEXT NOT NULL,
+        created_at  DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (user_row_id, config_id)
     );
     """,
 )

@@ -83,7 +83,7 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  REAL NOT NULL
     );
     """,
-    # context: the one compaction summary of each conversation (SPEC 11).
+    # 5 (context): the one compaction summary of each conversation (SPEC 11).
     """
     CREATE TABLE summaries (
         conversation TEXT PRIMARY KEY,
@@ -92,7 +92,7 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at   REAL NOT NULL
     );
     """,
-    # 5 (attachments, SPEC 9): each user row's attachment references, in order, and the
+    # 6 (attachments, SPEC 9): each user row's attachment references, in order, and the
     # bytes fetched, content-addressed, shared by every row that sent the same file.
     """
     CREATE TABLE attachments (
@@ -115,6 +115,16 @@ MIGRATIONS: tuple[str, ...] = (
         data       BLOB NOT NULL,
         size       INTEGER NOT NULL,
         created_at REAL NOT NULL
+    );
+    """,
+    # 7 (a2a): A2A tasks' push notification configs, by the task's user row (SPEC 12).
+    """
+    CREATE TABLE a2a_push_configs (
+        user_row_id INTEGER NOT NULL,
+        config_id   TEXT NOT NULL,
+        config      TEXT NOT NULL,
+        created_at  REAL NOT NULL,
+        PRIMARY KEY (user_row_id, config_id)
     );
     """,
 )

@@ -27,6 +27,7 @@ from gateway.store._ops import (
     RevokeUser,
     SaveAttachment,
     SaveSummary,
+    SetPushConfig,
 )
 from gateway.store._writer import GroupWriter
 
@@ -90,6 +91,9 @@ class QueuedWrites:
 
     async def record_preview(self, user_row_id: int, message_id: str) -> None:
         await self._group.submit(RecordPreview(user_row_id, message_id))
+
+    async def set_push_config(self, user_row_id: int, config_id: str, config: str | None) -> None:
+        await self._group.submit(SetPushConfig(user_row_id, config_id, config))
 
     async def save_summary(self, conversation: str, content: str, through: int) -> bool:
         return await self._group.submit(SaveSummary(conversation, content, through))

@@ -140,6 +140,14 @@ class Store(Protocol):
 
     async def preview_of(self, user_row_id: int) -> str | None: ...
 
+    async def set_push_config(self, user_row_id: int, config_id: str, config: str | None) -> None:
+        """An A2A task's push notification config (SPEC 12); None deletes it."""
+        ...
+
+    async def push_configs(self, user_row_id: int) -> list[str]:
+        """The push notification configs of an A2A task, oldest first."""
+        ...
+
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         """The assistant row that settled a user row, if any."""
         ...

@@ -60,6 +60,7 @@ from gateway.store._ops import (
     RevokeUser,
     SaveAttachment,
     SaveSummary,
+    SetPushConfig,
     StoreWrite,
     only,
 )
@@ -230,6 +231,21 @@ class PostgresStore(
                     [op.message_id for op in ops],
                     self._clock(),
                 )
+            case SetPushConfig():
+                for op in only(SetPushConfig, run):
+                    await db.execute(
+                        "DELETE FROM a2a_push_configs WHERE user_row_id = $1 AND config_id = $2",
+                        op.user_row_id,
+                        op.config_id,
+                    )
+                    if op.config is not None:
+                        await db.execute(
+                            "INSERT INTO a2a_push_configs VALUES ($1, $2, $3, $4)",
+                            op.user_row_id,
+                            op.config_id,
+                            op.config,
+                            self._clock(),
+                        )
             case SaveSummary():
                 return await self._apply_save_summary(db, only(SaveSummary, run))
             case SaveAttachment():

@@ -62,11 +62,13 @@ from gateway.store._ops import (
     RevokeUser,
     SaveAttachment,
     SaveSummary,
+    SetPushConfig,
     StoreWrite,
     only,
 )
 from gateway.store._pairing import PairingMixin
 from gateway.store._pairing import fetchall as _fetchall
+from gateway.store._push_configs import PushConfigsMixin
 from gateway.store._schema import MIGRATIONS
 from gateway.store._summaries import DELETE as DELETE_SUMMARY
 from gateway.store._summaries import SummariesMixin
@@ -114,7 +116,14 @@ def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
     )
 
 
-class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin, AttachmentsMixin):
+class SqliteStore(
+    QueuedWrites,
+    PairingMixin,
+    LifecycleMixin,
+    SummariesMixin,
+    AttachmentsMixin,
+    PushConfigsMixin,
+):
     """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
 
     def __init__(
@@ -311,6 +320,8 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin, At
                     [(op.user_row_id, op.message_id, now) for op in only(RecordPreview, run)],
                 )
                 return [None] * len(run)
+            case SetPushConfig():
+                return self._apply_push_configs(db, only(SetPushConfig, run))
             case SaveSummary():
                 return self._apply_save_summary(db, only(SaveSummary, run))
             case SaveAttachment():

@@ -13,6 +13,7 @@ import ipaddress
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.config import PeerConfig
 from platforms.peer import limits
@@ -33,10 +34,16 @@ class AuthHolder:
     def __init__(self, live: Callable[[], PeerConfig], *, clock: limits.Clock) -> None:
         self._live = live
         self._clock = clock
+        self._paths: dict[str, Any] = {}  # mounted routes' part of the OpenAPI document
         self._state = self._build(live(), None)
 
     def __repr__(self) -> str:
         return f"<AuthHolder tokens={len(self._state.digests)}>"
+
+    def mount_paths(self, paths: dict[str, Any]) -> None:
+        """Mounted routes (A2A's) join the OpenAPI document, now and after reloads."""
+        self._paths.update(paths)
+        self._state = self._build(self._state.config, self._state)
 
     def current(self) -> AuthState:
         config = self._live()
@@ -70,5 +77,5 @@ class AuthHolder:
             proxies=limits.trusted_networks(config.trusted_proxies),
             failures=failures,
             rate=rate,
-            openapi=json.dumps(build_openapi(auth=bool(config.tokens))).encode(),
+            openapi=json.dumps(build_openapi(auth=bool(config.tokens), extra=self._paths)).encode(),
         )

@@ -53,7 +53,10 @@ REPLY_CHECK_MAX_S = 30.0
 #: A streamed completion whose turn takes longer than this sends its headers and then an SSE
 #: comment this often, so proxies and clients do not time the connection out.
 SSE_KEEPALIVE_S = 15.0
-_OPEN_ROUTES = frozenset({"/healthz", "/readyz"})
+# The A2A agent card is public, as discovery needs (it says how to authenticate).
+_OPEN_ROUTES = frozenset(
+    {"/healthz", "/readyz", "/.well-known/agent-card.json", "/.well-known/agent.json"}
+)
 #: request[_TOKEN]: the PeerToken a request authenticated with (absent without tokens).
 _TOKEN = web.RequestKey("botmux.peer.token", PeerToken)
 
@@ -129,6 +132,7 @@ class PeerAdapter:
             registry=self._registry,
         )
         self.port: int | None = None
+        self._mounted: list[Callable[[web.Application], None]] = []
         self._stats = {"requests": 0, "turns": 0, "unauthorized": 0, "rate_limited": 0}
 
     def __repr__(self) -> str:
@@ -172,6 +176,16 @@ class PeerAdapter:
 
     # -- the server ----------------------------------------------------------------------
 
+    def mount(self, routes: Callable[[web.Application], None], paths: dict[str, Any]) -> None:
+        """Serve more routes on this listener, behind its auth and limits (A2A's), before
+        ``run``; ``paths``: their part of the OpenAPI document."""
+        self._mounted.append(routes)
+        self._auth.mount_paths(paths)
+
+    def token_scope(self, request: web.Request) -> bytes:
+        """What a request's ids are scoped to: its token's digest, or nothing without tokens."""
+        return self._anon_scope(request)
+
     def build_app(self) -> web.Application:
         app = web.Application(
             client_max_size=self._config.max_body_bytes,
@@ -189,6 +203,8 @@ class PeerAdapter:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics_route)
         app.router.add_get("/openapi.json", self._openapi_route)
+        for routes in self._mounted:
+            routes(app)
         if self._reload is not None:
             add_reload_route(app, self._reload, who=_who)
         app.on_response_prepare.append(_server_header)

@@ -333,8 +333,11 @@ def _paths() -> dict[str, Any]:
     }
 
 
-def build_openapi(*, auth: bool, version: str = "0.1.0") -> dict[str, Any]:
-    """The document; ``auth`` says whether bearer tokens are configured (peer.tokens)."""
+def build_openapi(
+    *, auth: bool, version: str = "0.1.0", extra: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The document; ``auth`` says whether bearer tokens are configured (peer.tokens);
+    ``extra``: the paths of routes mounted on the listener (A2A's)."""
     doc: dict[str, Any] = {
         "openapi": "3.1.0",
         "info": {
@@ -343,7 +346,7 @@ def build_openapi(*, auth: bool, version: str = "0.1.0") -> dict[str, Any]:
             "description": "Peer agents and OpenAI clients talk to botmux's agent. Every error"
             ' is JSON: {"error": {"message", "type", "code", "status"}}.',
         },
-        "paths": _paths(),
+        "paths": {**_paths(), **(extra or {})},
         "components": {
             "schemas": SCHEMAS | _responses_schema.SCHEMAS,
             "parameters": _PARAMETERS,

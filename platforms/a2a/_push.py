@@ -1,0 +1,155 @@
+"""Push notifications (SPEC 12): a task's configs, and the send that the outbox retries.
+
+A notification is the task's reply chunk in the outbox: the ``a2a`` courier calls
+:meth:`Pusher.send` for it, which POSTs the task to every config of the task, and records
+the chunk delivered only when all of them took it. A failed POST is a
+:class:`~gateway.errors.PlatformError` the courier retries with backoff; after a restart the
+undelivered chunk is handed back and sent again. So a notification is never lost, and may
+repeat (every config is notified again on a retry), as the spec allows. Only hosts in
+``[a2a] push_hosts`` are ever sent to, checked when a config is set and again at each send.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import aiohttp
+import anyio
+from yarl import URL
+
+from gateway.errors import PlatformError
+from gateway.messages import OutboxChunk
+from gateway.ports import Intake
+from platforms.a2a.convert import Dialect, PushTarget
+from platforms.a2a.errors import INVALID_PARAMS, PUSH_NOT_SUPPORTED, RpcError
+from policy.backoff import Backoff
+
+log = logging.getLogger(__name__)
+
+PUSH_TIMEOUT_S = 10.0
+TOKEN_HEADER = "X-A2A-Notification-Token"
+#: What the chunk's platform message id says when a task had no push config.
+NO_PUSH = "a2a:no-push"
+
+TaskBody = Callable[[int, Dialect], Awaitable[dict[str, Any]]]
+
+
+class Pusher:
+    def __init__(self, hosts: tuple[str, ...], intake: Intake, body: TaskBody) -> None:
+        self._hosts = frozenset(h.lower().strip("[]") for h in hosts)
+        self._intake = intake
+        self._body = body
+        self._http: aiohttp.ClientSession | None = None
+        self._backoff = Backoff(0.5, 10.0)
+        self.stats = {"sent": 0, "failed": 0}
+
+    def __repr__(self) -> str:
+        return f"<Pusher hosts={sorted(self._hosts)} {self.stats}>"
+
+    @asynccontextmanager
+    async def open(self) -> AsyncIterator[None]:
+        timeout = aiohttp.ClientTimeout(total=PUSH_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as http:
+            self._http = http
+            try:
+                yield
+            finally:
+                self._http = None
+
+    def allowed(self, url: str) -> bool:
+        host = URL(url).host
+        return host is not None and host.lower().strip("[]") in self._hosts
+
+    def check(self, target: PushTarget) -> None:
+        """Refuse a config that could never be sent to (nothing is stored then)."""
+        if not self._hosts:
+            raise RpcError(PUSH_NOT_SUPPORTED, "push notifications are off ([a2a] push_hosts)")
+        if not self.allowed(target.url):
+            raise RpcError(INVALID_PARAMS, "push notifications go only to [a2a] push_hosts")
+
+    async def save(self, row_id: int, target: PushTarget) -> PushTarget:
+        if not target.id:  # as a2a-sdk's stores do: one default config per task, replaced
+            target = dataclasses.replace(target, id=str(row_id))
+        await self._intake.save_push_config(row_id, target.id, _encode(target))
+        return target
+
+    async def configs(self, row_id: int) -> list[PushTarget]:
+        return [_decode(text) for text in await self._intake.push_configs(row_id)]
+
+    async def delete(self, row_id: int, config_id: str) -> None:
+        await self._intake.delete_push_config(row_id, config_id)
+
+    async def send(self, chunk: OutboxChunk) -> str:
+        """Notify every config of the chunk's task (the courier's send)."""
+        if not self._hosts:  # push is off: nothing could be sent, no need to look
+            return NO_PUSH
+        targets = await self.configs(chunk.user_row_id)
+        if not targets:
+            return NO_PUSH
+        bodies: dict[Dialect, bytes] = {}
+        for target in targets:
+            if not self.allowed(target.url):
+                log.warning("a2a push: a host no longer in push_hosts", extra={"url": target.url})
+                continue
+            if target.dialect not in bodies:
+                body = await self._body(chunk.user_row_id, target.dialect)
+                bodies[target.dialect] = json.dumps(body).encode()
+            await self._post(target, bodies[target.dialect])
+        return f"a2a:push:{len(targets)}"
+
+    async def notify(self, row_id: int, *, attempts: int = 4) -> None:
+        """A notification with no outbox chunk behind it (a cancelled task's: its turn sent
+        no reply): tried ``attempts`` times with backoff, then logged and dropped."""
+        for attempt in range(attempts):
+            try:
+                await self.send(OutboxChunk(0, "", "a2a", 0, row_id, 0, "", 0.0))
+                return
+            except PlatformError as exc:
+                if attempt + 1 == attempts:
+                    log.warning(
+                        "a2a push: a cancelled task's notification was not taken",
+                        extra={"task": row_id, "error": str(exc)},
+                    )
+                    return
+                await anyio.sleep(self._backoff.delay(attempt))
+
+    async def _post(self, target: PushTarget, body: bytes) -> None:
+        assert self._http is not None, "the pusher runs inside open()"
+        headers = {"Content-Type": "application/json"}
+        if target.token:
+            headers[TOKEN_HEADER] = target.token
+        if target.scheme and target.credentials:
+            headers["Authorization"] = f"{target.scheme} {target.credentials}"
+        try:
+            async with self._http.post(target.url, data=body, headers=headers) as response:
+                if response.status >= 300:
+                    self.stats["failed"] += 1
+                    raise PlatformError(
+                        f"push receiver answered {response.status}",
+                        status=response.status,
+                        ambiguous=True,
+                        idempotent=True,  # the spec lets a notification repeat
+                    )
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            self.stats["failed"] += 1
+            raise PlatformError(
+                f"push receiver unreachable: {type(exc).__name__}",
+                ambiguous=True,
+                idempotent=True,
+            ) from exc
+        self.stats["sent"] += 1
+
+
+def _encode(target: PushTarget) -> str:
+    return json.dumps(dataclasses.asdict(target))
+
+
+def _decode(text: str) -> PushTarget:
+    fields = json.loads(text)
+    fields["dialect"] = Dialect(fields.get("dialect", Dialect.V1))
+    return PushTarget(**fields)

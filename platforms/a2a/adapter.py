@@ -1,0 +1,518 @@
+"""The A2A actor (SPEC 12): JSON-RPC at ``POST /a2a`` and the agent card, on the peer
+listener, and the outlet of the ``a2a`` platform.
+
+Why our own small JSON-RPC layer and not a2a-sdk's server: the SDK's server is Starlette
+with its own task store and event queues (in memory or SQLAlchemy), a second web stack and
+a second store beside ours. Here a task *is* its user row: admitted once (the message's
+``messageId``, scoped to the peer token, is the row's platform message id, so a repeated
+send returns the task and runs no second turn), run by its session actor, answered in the
+store's one transaction, readable from any node. The listener's auth, limits and guard
+apply as they do to the rest of the peer API. The SDK is the client in the interop tests.
+
+A task's state is its row's: pending (``submitted``; ``working`` once its turn started on
+this node), answered (``completed``), failed, cancelled (``canceled``). Push notifications
+ride on the reply's outbox chunk (:mod:`platforms.a2a._push`): the chunk is recorded
+delivered only once every push config of the task was notified, so a notification survives
+a restart and is retried with backoff like any chat reply.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import anyio
+from aiohttp import web
+
+from gateway.config import A2aConfig
+from gateway.events import Observe
+from gateway.messages import (
+    STOPPED_REPLY,
+    Inbound,
+    MessageState,
+    StoredMessage,
+    TurnOutcome,
+    conversation_key,
+    local_part,
+)
+from gateway.ports import Intake, Watch
+from platforms import _fetch
+from platforms._courier import Courier
+from platforms.a2a import _push, _stream, convert
+from platforms.a2a.card import agent_card
+from platforms.a2a.convert import Dialect, Envelope, Op, TaskState, TaskView
+from platforms.a2a.errors import (
+    EXTENDED_CARD_NOT_CONFIGURED,
+    INVALID_PARAMS,
+    TASK_NOT_CANCELABLE,
+    TASK_NOT_FOUND,
+    UNSUPPORTED_OPERATION,
+    RpcError,
+    error_body,
+    rpc_error_of,
+)
+from platforms.peer.streaming import LiveReply, Watched
+
+log = logging.getLogger(__name__)
+
+PLATFORM = "a2a"
+CARD_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
+RPC_PATH = "/a2a"
+#: A waiting request also reads its task from the store after 2 s, then twice as long each
+#: time up to 30 s: a backstop for a turn answered by another node.
+CHECK_S = 2.0
+CHECK_MAX_S = 30.0
+#: How long CancelTask waits for the stopped turn to settle before answering.
+CANCEL_WAIT_S = 10.0
+SSE_KEEPALIVE_S = 15.0
+CANCEL_PUSHES = 256
+_CONTEXT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_TASK_ID = re.compile(r"^[0-9]{1,18}$")
+
+
+class _Settled:
+    """An event per user row some requests here wait on, set when its outcome arrives; kept
+    while anyone waits (a turn answered on another node never sets it)."""
+
+    def __init__(self) -> None:
+        self._events: dict[int, tuple[anyio.Event, int]] = {}
+
+    def event(self, row_id: int) -> anyio.Event:
+        event, waiting = self._events.get(row_id, (anyio.Event(), 0))
+        self._events[row_id] = (event, waiting + 1)
+        return event
+
+    def set(self, row_id: int) -> None:
+        if row_id in self._events:
+            self._events[row_id][0].set()
+
+    def forget(self, row_id: int, event: anyio.Event) -> None:
+        held, waiting = self._events.get(row_id, (None, 0))
+        if held is event:
+            if waiting > 1:
+                self._events[row_id] = (event, waiting - 1)
+            else:
+                del self._events[row_id]
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+
+def _context_of(row: StoredMessage) -> str:
+    """The contextId of a task's row (its conversation, without the token scope)."""
+    local = local_part(row.conversation, PLATFORM) or ""
+    scope, _, _ = (row.platform_message_id or "").partition(":")
+    if scope != "-" and local.startswith(scope + ":"):
+        return local[len(scope) + 1 :]
+    return local
+
+
+class A2aAdapter:
+    """The ``a2a`` platform: its routes (mounted on the peer listener) and its outlet."""
+
+    platform = PLATFORM
+
+    def __init__(
+        self,
+        config: A2aConfig,
+        intake: Intake,
+        *,
+        scope: Callable[[web.Request], bytes],
+        base_url: Callable[[], str],
+        bearer: Callable[[], bool],
+        observe: Observe = lambda event: None,
+    ) -> None:
+        self._config = config
+        self._intake = intake
+        self._scope = scope
+        self._base_url = base_url
+        self._bearer = bearer
+        self._settled = _Settled()
+        self._watched: dict[str, Watched] = {}  # by platform message id
+        self._running: dict[str, int] = {}  # conversation -> the user row running here
+        self._pusher = _push.Pusher(config.push_hosts, intake, self._push_body)
+        self._courier = Courier(PLATFORM, self._pusher.send, intake, observe=observe)
+        # Cancelled tasks to notify (no outbox chunk): a bounded queue, best effort.
+        self._cancelled, self._to_notify = anyio.create_memory_object_stream[int](CANCEL_PUSHES)
+        self.sse_keepalive_s = SSE_KEEPALIVE_S
+        self._stats = {"requests": 0, "errors": 0, "tasks": 0, "store_backstops": 0}
+
+    def __repr__(self) -> str:
+        return f"<A2aAdapter waiting={len(self._settled)} streaming={len(self._watched)}>"
+
+    def statistics(self) -> dict[str, int]:
+        return {**self._stats, "waiting": len(self._settled), **self._courier.statistics()}
+
+    # -- the platform's lifecycle ------------------------------------------------------------
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with self._pusher.open(), anyio.create_task_group() as tg:
+            await tg.start(self._courier.run)
+            tg.start_soon(self._notify_cancelled)
+            task_status.started()
+            await anyio.sleep_forever()
+
+    async def _notify_cancelled(self) -> None:
+        async with self._to_notify:
+            async for row_id in self._to_notify:
+                await self._pusher.notify(row_id)
+
+    @property
+    def connected(self) -> bool:
+        return True
+
+    async def wait_delivered(self) -> None:
+        await self._courier.wait_idle()
+
+    # -- outlet ------------------------------------------------------------------------------
+
+    def render(self, text: str) -> list[str]:
+        return [text]
+
+    # A2A messages are admitted as their text parts; nothing of them is ever fetched.
+    fetch = _fetch.unsupported
+
+    async def deliver(self, outcome: TurnOutcome) -> None:
+        if self._running.get(outcome.conversation) == outcome.user_row_id:
+            del self._running[outcome.conversation]
+        self._settled.set(outcome.user_row_id)  # answer first: pushes are off the reply path
+        if outcome.chunks:
+            await self._courier.deliver(outcome)
+        elif outcome.failure is None:  # stopped: no reply, so no chunk to carry its push
+            try:
+                self._cancelled.send_nowait(outcome.user_row_id)
+            except anyio.WouldBlock:
+                log.warning("a2a push: too many cancelled tasks to notify; one dropped")
+
+    @asynccontextmanager
+    async def activity(self, conversation: str) -> AsyncIterator[None]:
+        yield
+
+    def watching(self, row: StoredMessage) -> Watch | None:
+        self._running[row.conversation] = row.id
+        watched = self._watched.get(row.platform_message_id or "")
+        return watched.watch() if watched is not None else None
+
+    # -- routes ------------------------------------------------------------------------------
+
+    def routes(self, app: web.Application) -> None:
+        """Mount the A2A routes on the peer listener's app."""
+        app.router.add_post(RPC_PATH, self._rpc)
+        for path in CARD_PATHS:
+            app.router.add_get(path, self._card)
+
+    async def _card(self, request: web.Request) -> web.Response:
+        url = self._config.public_url or self._base_url() + RPC_PATH
+        return web.json_response(agent_card(self._config, url, bearer=self._bearer()))
+
+    async def _rpc(self, request: web.Request) -> web.StreamResponse:
+        self._stats["requests"] += 1
+        raw = await request.read()
+        try:
+            env = convert.envelope(raw, request.headers.get("A2A-Version"))
+        except convert.IdentifiedError as exc:
+            return self._error(exc.request_id, exc)
+        except RpcError as exc:
+            return self._error(None, exc)
+        try:
+            match env.op:
+                case Op.STREAM:
+                    return await self._send_stream(request, env)
+                case Op.SUBSCRIBE:
+                    return await self._subscribe(request, env)
+                case _:
+                    result = await self._call(request, env)
+        except Exception as exc:  # every failure is a JSON-RPC error object
+            return self._error(env.id, rpc_error_of(exc))
+        return web.json_response(convert.result_body(env.id, result))
+
+    def _error(self, rid: str | int | None, error: RpcError) -> web.Response:
+        self._stats["errors"] += 1
+        return web.json_response(error_body(rid, error))
+
+    async def _call(self, request: web.Request, env: Envelope) -> Any:
+        dialect, params = env.dialect, env.params
+        match env.op:
+            case Op.SEND:
+                send = convert.send_params(params, dialect)
+                view = await self._send(request, send)
+                return convert.send_result(view, dialect, send.history_length)
+            case Op.GET:
+                row = await self._row(request, convert.task_id(params))
+                view = await self._view(row)
+                return convert.task_json(view, dialect, convert.history_length(params))
+            case Op.LIST:
+                return await self._list(request, convert.list_params(params), dialect)
+            case Op.CANCEL:
+                row = await self._row(request, convert.task_id(params))
+                return convert.task_json(await self._cancel(row), dialect)
+            case Op.PUSH_SET | Op.PUSH_GET | Op.PUSH_LIST | Op.PUSH_DELETE:
+                return await self._push_config(request, env)
+            case Op.EXTENDED_CARD:
+                raise RpcError(EXTENDED_CARD_NOT_CONFIGURED)
+            case _:
+                raise RpcError(UNSUPPORTED_OPERATION)
+
+    # -- tasks -------------------------------------------------------------------------------
+
+    def _pmid(self, request: web.Request, message_id: str) -> str:
+        """A message id as a platform message id: scoped to the peer token (its digest, so
+        nobody can work out another token's ids), shared by every client without tokens."""
+        scope = self._scope(request)
+        return f"{scope.hex()[:16] if scope else '-'}:{message_id}"
+
+    def _conversation(self, request: web.Request, context: str) -> str:
+        """``a2a:<contextId>``; with tokens ``a2a:<token scope>:<contextId>``, so two tokens
+        that pick the same contextId never share a conversation (nor its history)."""
+        scope = self._pmid(request, "")
+        local = context if scope == "-:" else scope + context
+        return conversation_key(PLATFORM, local)
+
+    async def _row(self, request: web.Request, task_id: str) -> StoredMessage:
+        """The user row of a task this request's token may see; else TaskNotFound."""
+        if not _TASK_ID.match(task_id):
+            raise RpcError(TASK_NOT_FOUND)
+        row = await self._intake.message(int(task_id))
+        prefix = self._pmid(request, "")
+        if (
+            row is None
+            or row.platform != PLATFORM
+            or row.role != "user"
+            or not (row.platform_message_id or "").startswith(prefix)
+        ):
+            raise RpcError(TASK_NOT_FOUND)
+        return row
+
+    def _state(self, row: StoredMessage) -> TaskState:
+        match row.state:
+            case MessageState.ANSWERED:
+                return TaskState.COMPLETED
+            case MessageState.FAILED:
+                return TaskState.FAILED
+            case MessageState.CANCELLED:
+                return TaskState.CANCELED
+            case _:
+                running = self._running.get(row.conversation) == row.id
+                return TaskState.WORKING if running else TaskState.SUBMITTED
+
+    def _view_of(self, row: StoredMessage, reply: StoredMessage | None) -> TaskView:
+        state = self._state(row)
+        text = reply.content if reply is not None else None
+        if state is TaskState.CANCELED:
+            text = STOPPED_REPLY
+        return TaskView(
+            id=str(row.id),
+            context_id=_context_of(row),
+            state=state,
+            message_id=(row.platform_message_id or "").partition(":")[2],
+            text=row.content,
+            created_at=row.created_at,
+            reply=text,
+            reply_at=reply.created_at if reply is not None else None,
+        )
+
+    async def _view(self, row: StoredMessage) -> TaskView:
+        fresh = await self._intake.message(row.id)
+        if fresh is None:  # deleted meanwhile
+            raise RpcError(TASK_NOT_FOUND)
+        reply = None
+        if fresh.state in (MessageState.ANSWERED, MessageState.FAILED):
+            reply = await self._intake.reply_to(fresh.id)
+        return self._view_of(fresh, reply)
+
+    @contextmanager
+    def _streaming(self, pmid: str, reply: LiveReply) -> Iterator[None]:
+        """While a request streams the turn of ``pmid``: the turn's pieces go to ``reply``
+        (when the turn starts meanwhile, or started with another streaming request)."""
+        watched = self._watched.get(pmid) or self._watched.setdefault(pmid, Watched(None))
+        watched.requests += 1
+        watched.replies.append(reply)
+        try:
+            yield
+        finally:
+            watched.requests -= 1
+            watched.replies.remove(reply)
+            if watched.requests == 0:
+                self._watched.pop(pmid, None)
+
+    async def _admit(
+        self, request: web.Request, send: convert.SendParams, pmid: str
+    ) -> StoredMessage:
+        """Admit the message, once per messageId (a repeat finds the task's row)."""
+        if send.push is not None:
+            self._pusher.check(send.push)
+        if send.task_id is not None:
+            known = await self._row(request, send.task_id)
+            if known.platform_message_id != pmid:
+                raise RpcError(
+                    UNSUPPORTED_OPERATION, "a task takes one message; send without taskId"
+                )
+        context = send.context_id or uuid.uuid4().hex
+        if not _CONTEXT_ID.match(context):
+            raise RpcError(INVALID_PARAMS, "contextId: 1 to 128 of A-Z a-z 0-9 . _ : -")
+        admission = await self._intake.admit(
+            Inbound(
+                platform=PLATFORM,
+                conversation=self._conversation(request, context),
+                platform_message_id=pmid,
+                text=send.text,
+            )
+        )
+        row = admission.row
+        if admission.duplicate and row.content != send.text:
+            raise RpcError(INVALID_PARAMS, "this messageId was sent with another message")
+        if not admission.duplicate:
+            self._stats["tasks"] += 1
+        if send.push is not None:
+            await self._pusher.save(row.id, send.push)
+        return row
+
+    async def _send(self, request: web.Request, send: convert.SendParams) -> TaskView:
+        """SendMessage: the task once its turn ended, or at once (``returnImmediately``)."""
+        row = await self._admit(request, send, self._pmid(request, send.message_id))
+        if row.state == MessageState.PENDING and not send.return_immediately:
+            await self._wait(row.id)
+        return await self._view(row)
+
+    async def _wait(self, row_id: int) -> TurnOutcome:
+        """Until the row's turn has an outcome: delivered here, or found in the store (the
+        turn ran on another node, or it ended before this request began to wait)."""
+        event = self._settled.event(row_id)
+        wait_s = CHECK_S
+        try:
+            # First the store: the outcome may have been delivered before the event existed
+            # (the turn ran while this request was still being admitted).
+            while (outcome := await self._intake.outcome(row_id)) is None:
+                if event.is_set():  # delivered, but not readable yet: a replica's lag
+                    await anyio.sleep(wait_s)
+                with anyio.move_on_after(wait_s) as timer:
+                    await event.wait()
+                self._stats["store_backstops"] += timer.cancelled_caught
+                wait_s = min(wait_s * 2, CHECK_MAX_S)
+            return outcome
+        finally:
+            self._settled.forget(row_id, event)
+
+    async def _list(
+        self, request: web.Request, wanted: convert.ListParams, dialect: Dialect
+    ) -> dict[str, Any]:
+        if not _CONTEXT_ID.match(wanted.context_id):
+            return {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
+        rows = await self._intake.transcript(self._conversation(request, wanted.context_id))
+        prefix = self._pmid(request, "")
+        replies = {r.user_row_id: r for r in rows if r.role == "assistant"}
+        views = [
+            self._view_of(row, replies.get(row.id))
+            for row in rows
+            if row.role == "user" and (row.platform_message_id or "").startswith(prefix)
+        ]
+        if wanted.state is not None:
+            views = [v for v in views if v.state is wanted.state]
+        views.reverse()  # newest first, as the spec lists them
+        page = views[wanted.offset : wanted.offset + wanted.page_size]
+        after = wanted.offset + len(page)
+        return {
+            "tasks": [convert.task_json(v, dialect, wanted.history_length) for v in page],
+            "nextPageToken": str(after) if after < len(views) else "",
+            "pageSize": len(page),
+            "totalSize": len(views),
+        }
+
+    async def _cancel(self, row: StoredMessage) -> TaskView:
+        """``/stop`` for the task's turn (here, or on the node running it)."""
+        view = await self._view(row)
+        if view.state.final:
+            raise RpcError(TASK_NOT_CANCELABLE, f"the task is {view.state.value}")
+        queued = RpcError(TASK_NOT_CANCELABLE, "the task waits behind another; retry shortly")
+        if self._running.get(row.conversation, row.id) != row.id:
+            raise queued  # another task of its context runs here: /stop would stop that one
+        event = self._settled.event(row.id)  # before the stop: its outcome may come at once
+        try:
+            answer = await self._intake.command(PLATFORM, row.conversation, "stop")
+            if not answer.startswith("Stopping"):  # nothing runs: queued, not yet started
+                raise queued
+            with anyio.move_on_after(CANCEL_WAIT_S):
+                await self._wait(row.id)
+        finally:
+            self._settled.forget(row.id, event)
+        return await self._view(row)
+
+    # -- streaming ---------------------------------------------------------------------------
+
+    async def _send_stream(self, request: web.Request, env: Envelope) -> web.StreamResponse:
+        send = convert.send_params(env.params, env.dialect)
+        pmid = self._pmid(request, send.message_id)
+        reply = LiveReply()
+        with self._streaming(pmid, reply):
+            row = await self._admit(request, send, pmid)
+            return await self._stream(request, env, row, reply)
+
+    async def _stream(
+        self, request: web.Request, env: Envelope, row: StoredMessage, reply: LiveReply
+    ) -> web.StreamResponse:
+        return await _stream.stream_task(
+            request,
+            env,
+            await self._view(row),
+            reply,
+            settle=lambda: self._wait(row.id),
+            reread=lambda: self._view(row),
+            keepalive_s=self.sse_keepalive_s,
+        )
+
+    async def _view_by_id(self, row_id: int) -> TaskView:
+        row = await self._intake.message(row_id)
+        if row is None:
+            raise RpcError(TASK_NOT_FOUND)
+        return await self._view(row)
+
+    async def _subscribe(self, request: web.Request, env: Envelope) -> web.StreamResponse:
+        row = await self._row(request, convert.task_id(env.params))
+        view = await self._view(row)
+        if view.state.final:
+            raise RpcError(UNSUPPORTED_OPERATION, f"the task is {view.state.value} already")
+        reply = LiveReply()
+        with self._streaming(row.platform_message_id or "", reply):
+            return await self._stream(request, env, row, reply)
+
+    async def _push_body(self, row_id: int, dialect: Dialect) -> dict[str, Any]:
+        """What a push notification carries: the task as it is now (1.0: a StreamResponse)."""
+        body = convert.task_json(await self._view_by_id(row_id), dialect)
+        return {"task": body} if dialect is Dialect.V1 else body
+
+    # -- push notification configs -----------------------------------------------------------
+
+    async def _push_config(self, request: web.Request, env: Envelope) -> Any:
+        dialect, params = env.dialect, env.params
+        v1 = dialect is Dialect.V1
+        key = "taskId" if v1 or env.op is Op.PUSH_SET else "id"
+        row = await self._row(request, convert.task_id(params, key))
+        match env.op:
+            case Op.PUSH_SET:
+                body = params if v1 else convert.object_param(params, "pushNotificationConfig")
+                target = convert.push_target(body, dialect)
+                self._pusher.check(target)
+                saved = await self._pusher.save(row.id, target)
+                return convert.push_json(str(row.id), saved, dialect)
+            case Op.PUSH_GET:
+                wanted = convert.optional_id(params, "id" if v1 else "pushNotificationConfigId")
+                for target in await self._pusher.configs(row.id):
+                    if wanted is None or target.id == wanted:
+                        return convert.push_json(str(row.id), target, dialect)
+                raise RpcError(TASK_NOT_FOUND, "no such push notification config")
+            case Op.PUSH_LIST:
+                configs = [
+                    convert.push_json(str(row.id), target, dialect)
+                    for target in await self._pusher.configs(row.id)
+                ]
+                return {"configs": configs, "nextPageToken": ""} if v1 else configs
+            case _:
+                wanted = convert.optional_id(params, "id" if v1 else "pushNotificationConfigId")
+                await self._pusher.delete(row.id, wanted or "")
+                return None

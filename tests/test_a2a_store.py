@@ -1,0 +1,44 @@
+"""A2A tasks' push notification configs in the store (SPEC 12), on both backends: set,
+replaced, deleted, read back after a reopen, and gone with their conversation."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.messages import Inbound
+from gateway.store import open_sqlite_store
+from gateway.store.postgres import open_postgres_store
+
+pytestmark = pytest.mark.anyio
+
+Opener = Callable[[], AbstractAsyncContextManager[Any]]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
+    if request.param == "sqlite":
+        return lambda: open_sqlite_store(str(tmp_path / "s.db"))
+    url = request.getfixturevalue("postgres_url")
+    return lambda: open_postgres_store(url, node="n1")
+
+
+async def test_push_configs_are_kept_per_task_and_survive_a_reopen(open_store: Opener) -> None:
+    async with open_store() as store:
+        one = (await store.admit(Inbound("a2a", "a2a:c", "-:m1", "one"))).row
+        two = (await store.admit(Inbound("a2a", "a2a:c", "-:m2", "two"))).row
+        await store.set_push_config(one.id, "a", '{"url": "1"}')
+        await store.set_push_config(one.id, "b", '{"url": "2"}')
+        await store.set_push_config(one.id, "a", '{"url": "1b"}')  # replaced
+        await store.set_push_config(two.id, "a", '{"url": "3"}')
+        await store.set_push_config(two.id, "a", None)  # deleted
+        await store.set_push_config(two.id, "never", None)  # nothing to delete: no error
+    async with open_store() as store:
+        assert sorted(await store.push_configs(one.id)) == ['{"url": "1b"}', '{"url": "2"}']
+        assert await store.push_configs(two.id) == []
+        assert await store.delete_conversation("a2a:c") == 2
+        assert await store.push_configs(one.id) == []
