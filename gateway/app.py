@@ -200,6 +200,10 @@ class GatewayApp:
                     mailbox_size=config.gateway.mailbox_size,
                     observe=observe,
                     clock=self.clock,
+                    # Queue modes (SPEC 10): per platform section, else [gateway] queue_mode.
+                    queues={
+                        f.name: config.queue_policy(f.name) for f in dataclasses.fields(config)
+                    },
                 )
                 if config.store.shared:
                     # Session actors ask the cluster (built below) before each model call.
@@ -221,6 +225,7 @@ class GatewayApp:
                         total=config.gateway.max_pending_total,
                     ),
                     max_message_chars=config.gateway.max_message_chars,
+                    queues=deps.queues,
                 )
 
                 async def render_metrics() -> bytes:

@@ -62,6 +62,8 @@ from gateway.events import (
     TurnCancelled,
     TurnCompleted,
     TurnFenced,
+    TurnInterrupted,
+    TurnMerged,
     TurnRerun,
     TurnStarted,
 )
@@ -130,6 +132,8 @@ def place(event: Event) -> str | None:
             | TurnRerun()
             | TurnAbandoned()
             | TurnCancelled()
+            | TurnInterrupted()
+            | TurnMerged()
             | TurnFenced()
             | TurnCompleted()
             | FirstTokenShown()

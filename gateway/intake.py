@@ -12,7 +12,7 @@ Before anything is stored, a message is bounded (SPEC section 14): longer than
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
 import anyio
@@ -31,8 +31,10 @@ from gateway.messages import (
     TurnOutcome,
     Usage,
     command_named,
+    platform_of,
 )
 from gateway.ports import TurnRunner
+from gateway.queue import QueuePolicy
 from gateway.router import Router
 from gateway.session import ResetContext, StopTurn
 from gateway.store.base import Store
@@ -69,7 +71,9 @@ class GatewayIntake:
         elsewhere: Callable[[str, str], Awaitable[bool]] | None = None,
         caps: Caps = DEFAULT_CAPS,
         max_message_chars: int = 32_000,
+        queues: Mapping[str, QueuePolicy] | None = None,
     ) -> None:
+        self._queues = queues or {}  # by platform, for /status
         # Several nodes: send a control command to the node running the conversation (True
         # when another node holds it and was told).
         self._elsewhere = elsewhere
@@ -192,6 +196,8 @@ class GatewayIntake:
         for line in status.get("lines", []):
             lines.append(str(line))
         lines.append(f"Queued turns here: {queued}")
+        policy = self._queues.get(platform_of(conversation), QueuePolicy())
+        lines.append(f"Queue mode: {policy.mode} ({queued} message(s) waiting or running)")
         if stats is not None and stats.last_fell_back:
             lines.append(f"The last turn fell back to {stats.last_model}.")
         return "\n".join(lines)

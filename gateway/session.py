@@ -7,8 +7,10 @@ turn does not read the transcript back from the store.
 
 The mailbox loop is the actor's one long-lived task: it takes admitted rows and control
 messages at once (control skips the queue). A worker task runs the queued turns, one at a
-time, and exists only while there are any, so an idle conversation costs one task. When the
-mailbox is closed (by eviction or shutdown), rows not yet started are forgotten here (they
+time, and exists only while there are any, so an idle conversation costs one task. A turn
+answers one row or, in the queue modes that merge (``gateway.queue``: collect, interrupt),
+a burst of them: the model sees their texts as one user message, one answer settles all.
+When the mailbox is closed (by eviction or shutdown), rows not yet started are forgotten here (they
 stay pending in the store) and the actor ends after the turn it is running.
 """
 
@@ -18,8 +20,8 @@ import bisect
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import assert_never
 
 import anyio
@@ -33,6 +35,8 @@ from gateway.events import (
     TurnCancelled,
     TurnCompleted,
     TurnFenced,
+    TurnInterrupted,
+    TurnMerged,
     TurnRerun,
     TurnStarted,
 )
@@ -49,7 +53,24 @@ from gateway.messages import (
     platform_of,
 )
 from gateway.ports import Outlet, ReplyStream, TurnRunner, Watch
+from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text, next_burst
 from gateway.store.base import Store
+from gateway.turn_plan import (
+    MAX_RUNS as MAX_RUNS,  # re-exported: the turn's plan lives in gateway.turn_plan
+)
+from gateway.turn_plan import (
+    Abandon,
+    Cancel,
+    Commit,
+    Requeue,
+    Rerun,
+    Run,
+    TurnState,
+    plan,
+)
+from gateway.turn_plan import (
+    TurnAction as TurnAction,
+)
 from policy import failure_reply
 
 log = logging.getLogger(__name__)
@@ -80,94 +101,6 @@ class LoadPending:
 SessionMessage = TurnAdmitted | StopTurn | ResetContext | LoadPending
 
 
-# -- the turn, decided: what to do next from what the turn knows (no I/O) -------------------
-
-MAX_RUNS = 2  # the first run, and one re-run after a transient failure
-
-
-@dataclass(frozen=True, slots=True)
-class TurnState:
-    """What one turn knows so far; each step makes a new one.
-
-    ``over``: the model phase ended (the turn's cancel scope closed), so no model runs again.
-    ``lost``: another node may own the conversation (a lease check said so, or the actor was
-    abandoned); ``fenced``: the answer commit was refused because the lease was taken over.
-    """
-
-    runs: int = 0
-    result: TurnResult | None = None
-    stopped: bool = False
-    lost: bool = False
-    fenced: bool = False
-    over: bool = False
-
-    def ran(self, result: TurnResult) -> TurnState:
-        return dataclasses.replace(self, runs=self.runs + 1, result=result)
-
-    def ended(self, *, stopped: bool, lost: bool) -> TurnState:
-        return dataclasses.replace(
-            self, stopped=self.stopped or stopped, lost=self.lost or lost, over=True
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """Call the model (after checking the lease)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rerun:
-    """The run failed in a transient way: run once more, adopting the same stored row (nothing
-    of the failed attempt is visible yet: replies go out only after the answer commit)."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """Store the answer (a reply, or an honest failure text) and deliver it."""
-
-    result: TurnResult
-
-
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    """Stopped: cancel the row; whoever waits for the turn learns it was stopped."""
-
-
-@dataclass(frozen=True, slots=True)
-class Abandon:
-    """Another node owns the conversation: write and send nothing, end the actor.
-    ``fenced``: found out at the answer commit."""
-
-    fenced: bool = False
-
-
-TurnAction = Run | Rerun | Commit | Cancel | Abandon
-
-
-def plan(state: TurnState) -> TurnAction:
-    """What the turn does next. Losing the lease beats a stop (the new owner runs the row),
-    a stop beats an answer; a turn whose model phase is over never runs the model again."""
-    if state.lost or state.fenced:
-        return Abandon(fenced=state.fenced)
-    if state.stopped:
-        return Cancel()
-    result = state.result
-    if result is None:
-        return Cancel() if state.over else Run()
-    failure = result.failure
-    if (
-        failure is not None
-        and failure.retryable
-        and not result.shown  # part of it reached a peer stream: the failure is the answer
-        and state.runs < MAX_RUNS
-        and not state.over
-    ):
-        return Rerun(failure.reason)
-    return Commit(result)
-
-
 @dataclass(frozen=True, slots=True)
 class SessionStatistics:
     """A session actor's counters and state (``SessionActor.statistics()``)."""
@@ -177,7 +110,7 @@ class SessionStatistics:
     cancelled: int
     reruns: int
     queued: int  # rows queued or running
-    running: int | None  # the running turn's row
+    running: int | None  # the running turn's row (a merged turn's last)
     mailbox: int
     last_model: str | None
     last_fell_back: bool
@@ -200,18 +133,23 @@ class SessionDeps:
     # waiting, right before each model request leaves (a node frozen in between).
     holds: Callable[[str], Awaitable[bool]] | None = None
     holds_now: Callable[[str], bool] | None = None
+    # Queue modes by platform (SPEC 10); a platform not named: followup.
+    queues: Mapping[str, QueuePolicy] = field(default_factory=dict)
 
 
 class SessionActor:
     # Slots: ten thousand idle conversations are ten thousand of these.
     __slots__ = (
         "_abandoned",
+        "_cut",
+        "_debounce",
         "_deps",
         "_finished",
         "_floor",
         "_history",
         "_last_result",
         "_outlet",
+        "_policy",
         "_queued",
         "_receive",
         "_running",
@@ -231,6 +169,7 @@ class SessionActor:
         self.platform = platform_of(key)
         self._deps = deps
         self._outlet = deps.outlets[self.platform]
+        self._policy = deps.queues.get(self.platform, QueuePolicy())
         self._send, self._receive = anyio.create_memory_object_stream[SessionMessage](
             deps.mailbox_size
         )
@@ -241,7 +180,10 @@ class SessionActor:
         self._floor = 0  # rows up to this id were loaded from the store at start
         self._history: list[ChatMessage] | None = None
         self._turn_scope: anyio.CancelScope | None = None
-        self._running: StoredMessage | None = None
+        # What cancelled the running turn's scope: /stop, or a newer row (queue "interrupt").
+        self._cut: str | None = None
+        self._debounce: anyio.CancelScope | None = None  # waiting for a burst to grow
+        self._running: tuple[StoredMessage, ...] = ()  # the running turn's rows
         self._last_result: TurnResult | None = None
         self._finished = 0  # turns ended: a store read that overlapped one is read again
         self._abandoned = False
@@ -256,7 +198,7 @@ class SessionActor:
         return SessionStatistics(
             **self._stats,
             queued=len(self._queued),
-            running=self._running.id if self._running else None,
+            running=self._running[-1].id if self._running else None,
             mailbox=self._send.statistics().current_buffer_used,
             last_model=last.model if last else None,
             last_fell_back=last.fell_back if last else False,
@@ -299,8 +241,9 @@ class SessionActor:
         without writing or sending anything, drop the queue, end. The rows stay pending."""
         self._abandoned = True
         self._waiting.clear()
-        if self._turn_scope is not None:
-            self._turn_scope.cancel()
+        for scope in (self._turn_scope, self._debounce):
+            if scope is not None:
+                scope.cancel()
         self._send.close()
 
     # -- the actor ---------------------------------------------------------------------------
@@ -321,10 +264,12 @@ class SessionActor:
             task_status.started()
             await self._mailbox_loop()
             # Intake is closed: rows not started stay pending in the store for the next start;
-            # the task group waits for the turn that is running.
+            # the task group waits for the turn that is running (and starts no other).
+            self._tg = None
             self._waiting.clear()
-            self._queued = [self._running.id] if self._running else []
-        self._tg = None
+            if self._debounce is not None:
+                self._debounce.cancel()
+            self._queued = [row.id for row in self._running]
 
     async def _mailbox_loop(self) -> None:
         async with self._receive:
@@ -333,9 +278,10 @@ class SessionActor:
                     case TurnAdmitted(row=row):
                         if row.id > self._floor and not self._is_queued(row.id):
                             self._enqueue(dataclasses.replace(row, content=""))
+                            if self._policy.mode == "interrupt":
+                                self._cut_turn("interrupt")
                     case StopTurn():
-                        if self._turn_scope is not None:
-                            self._turn_scope.cancel()
+                        self._cut_turn("stop")
                     case ResetContext():
                         self._history = []
                     case LoadPending():
@@ -354,6 +300,12 @@ class SessionActor:
                 self._enqueue(row)
                 self._floor = max(self._floor, row.id)
 
+    def _cut_turn(self, why: str) -> None:
+        """Cancel the running turn's model phase; a /stop outranks an interruption."""
+        if self._turn_scope is not None:
+            self._cut = "stop" if "stop" in (why, self._cut) else why
+            self._turn_scope.cancel()
+
     def _is_queued(self, row_id: int) -> bool:
         i = bisect.bisect_left(self._queued, row_id)
         return i < len(self._queued) and self._queued[i] == row_id
@@ -370,34 +322,67 @@ class SessionActor:
     async def _work(self) -> None:
         try:
             while self._waiting:
-                row = self._running = self._waiting.pop(0)
+                burst = await self._next_burst()
+                if not burst:
+                    continue
+                self._running = burst
+                requeue = False
                 try:
-                    await self._turn(row)
+                    requeue = await self._turn(burst)
                 finally:
-                    self._running = None
+                    self._running = ()
                     self._finished += 1
-                    self._queued.remove(row.id)
+                    if requeue and self._tg is not None and not self._abandoned:
+                        for row in burst:  # still queued: the next turn answers them too
+                            bisect.insort(self._waiting, row, key=lambda r: r.id)
+                    else:
+                        for row in burst:
+                            self._queued.remove(row.id)
                     if not self._queued:
                         self.idle_since = self._deps.clock()
         finally:
             self._working = False
 
-    async def _turn(self, row: StoredMessage) -> None:
+    async def _next_burst(self) -> tuple[StoredMessage, ...]:
+        """The rows of the next turn, taken out of the queue (``gateway.queue.next_burst``):
+        waits while a burst may still grow; nothing when intake closed meanwhile."""
+        while self._waiting:
+            match next_burst(self._policy, self._waiting, time.time()):
+                case TakeBurst(rows=rows):
+                    del self._waiting[: len(rows)]  # a prefix: the oldest rows
+                    return rows
+                case WaitForMore(seconds=seconds):
+                    with anyio.CancelScope() as self._debounce:
+                        await anyio.sleep(seconds)
+                    self._debounce = None
+        return ()
+
+    async def _turn(self, burst: Sequence[StoredMessage]) -> bool:
         """Plan, then act (``plan``): the model phase runs under the turn's cancel scope (what
-        ``/stop`` and ``abandon`` cancel), then the turn ends as the plan says."""
+        ``/stop``, ``abandon`` and, in queue mode "interrupt", a newer row cancel), then the
+        turn ends as the plan says. True: interrupted, its rows go back to the queue."""
         deps = self._deps
-        # The queue holds rows without their content; the row is read whole when its turn
+        # The queue holds rows without their content; the rows are read whole when their turn
         # comes, and one purged or deleted while it waited is skipped.
-        current = await deps.store.message(row.id)
-        if current is None or current.state != MessageState.PENDING:
-            return
-        row = current
+        rows: list[StoredMessage] = []
+        for header in burst:
+            current = await deps.store.message(header.id)
+            if current is not None and current.state == MessageState.PENDING:
+                rows.append(current)
+        if not rows:
+            return False
+        row = rows[-1]  # a merged turn replies to its last row
+        also = tuple(r.id for r in rows[:-1])
+        text = burst_text([r.content for r in rows])
         history = await self._load_history()
         started = time.monotonic()
-        waited = max(0.0, time.time() - row.created_at)
+        waited = max(0.0, time.time() - rows[0].created_at)
         deps.observe(TurnStarted(self.key, self.platform, row.id, waited))
+        if also:
+            deps.observe(TurnMerged(self.key, self.platform, row.id, len(rows)))
         watch = self._watch(row)
         state = TurnState()
+        self._cut = None
         async with deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:
                 self._turn_scope = scope
@@ -408,9 +393,13 @@ class SessionActor:
                     if isinstance(step, Rerun):
                         self._stats["reruns"] += 1
                         deps.observe(TurnRerun(self.key, row.id, step.reason))
-                    state = state.ran(await self._run(history, row, watch))
+                    state = state.ran(await self._run(history, row, text, watch))
             self._turn_scope = None
-        state = state.ended(stopped=scope.cancelled_caught, lost=self._abandoned)
+        cut = scope.cancelled_caught
+        interrupted = cut and self._cut == "interrupt"
+        state = state.ended(
+            stopped=cut and not interrupted, interrupted=interrupted, lost=self._abandoned
+        )
         while True:
             action = plan(state)
             assert not isinstance(action, Run | Rerun)  # the model phase is over
@@ -421,14 +410,21 @@ class SessionActor:
                         self.abandon()
                     else:
                         deps.observe(TurnAbandoned(self.key, row.id))
-                    return
+                    return False
                 case Cancel():
-                    await self._cancel(row)
-                    return
+                    await self._cancel(row, also)
+                    return False
+                case Requeue():
+                    deps.observe(TurnInterrupted(self.key, row.id, self.platform))
+                    # Nobody waiting learns anything (the rows are still pending); the outlet
+                    # removes the turn's preview.
+                    stopped = TurnOutcome(self.key, row.id, "", None, (), also=also)
+                    await self._outlet.deliver(dataclasses.replace(stopped, interrupted=True))
+                    return True
                 case Commit(result=result):
                     try:
                         outcome = await deps.store.answer(
-                            row, result, self._outlet.render(result.reply)
+                            row, result, self._outlet.render(result.reply), also=also
                         )
                     except LeaseLost as exc:
                         # Fenced: another node took the conversation over (this one was frozen
@@ -439,26 +435,28 @@ class SessionActor:
                         )
                         state = dataclasses.replace(state, fenced=True)
                         continue
-                    self._committed(row, result, time.monotonic() - started)
+                    self._committed(rows, result, time.monotonic() - started)
                     await self._outlet.deliver(outcome)
-                    return
+                    return False
                 case _:
                     assert_never(action)
 
-    async def _cancel(self, row: StoredMessage) -> None:
+    async def _cancel(self, row: StoredMessage, also: tuple[int, ...]) -> None:
         self._stats["cancelled"] += 1
-        await self._deps.store.cancel(row.id)
+        await self._deps.store.cancel(row.id, also=also)
         self._deps.observe(TurnCancelled(self.key, row.id, self.platform))
         # Nothing to send (the /stop command answered already), but whoever waits for this
-        # turn (a peer API request) learns how it ended.
-        await self._outlet.deliver(TurnOutcome(self.key, row.id, STOPPED_REPLY, None, ()))
+        # turn (a peer API request, for any of its rows) learns how it ended.
+        stopped = TurnOutcome(self.key, row.id, STOPPED_REPLY, None, (), also=also)
+        await self._outlet.deliver(stopped)
 
-    def _committed(self, row: StoredMessage, result: TurnResult, seconds: float) -> None:
+    def _committed(self, rows: list[StoredMessage], result: TurnResult, seconds: float) -> None:
+        row = rows[-1]
         self._deps.observe(AnswerCommitted(self.key, self.platform, row.id))
         self._last_result = result
         if result.failure is None:
             self._stats["turns"] += 1
-            self._remember(row.content, result.reply)
+            self._remember([r.content for r in rows], result.reply)
         else:
             self._stats["failed"] += 1
         failure = result.failure.reason if result.failure else None
@@ -499,13 +497,14 @@ class SessionActor:
         return dataclasses.replace(watch, stream=shown)
 
     async def _run(
-        self, history: list[ChatMessage], row: StoredMessage, watch: Watch | None
+        self, history: list[ChatMessage], row: StoredMessage, text: str, watch: Watch | None
     ) -> TurnResult:
-        """The model turn; a bug in it fails this turn honestly instead of the whole gateway."""
+        """The model turn; a bug in it fails this turn honestly instead of the whole gateway.
+        ``text``: the user message (a merged turn's texts, ``burst_text``)."""
         before_call = None if self._deps.holds_now is None else self._last_check
         try:
             return await self._deps.runner.run_turn(
-                self.key, history, row.content, turn=row.id, before_call=before_call, watch=watch
+                self.key, history, text, turn=row.id, before_call=before_call, watch=watch
             )
         except Exception:
             log.exception("turn crashed", extra={"conversation": self.key, "turn": row.id})
@@ -518,9 +517,10 @@ class SessionActor:
             self._history = [ChatMessage(r.role, r.content) for r in rows]
         return list(self._history)
 
-    def _remember(self, user_text: str, reply: str) -> None:
+    def _remember(self, user_texts: list[str], reply: str) -> None:
+        # As the store reads it back: each row of a merged turn is a user message of its own.
         assert self._history is not None
-        self._history.append(ChatMessage("user", user_text))
+        self._history.extend(ChatMessage("user", text) for text in user_texts)
         self._history.append(ChatMessage("assistant", reply))
         excess = len(self._history) - self._deps.history_messages
         if excess > 0:

@@ -111,6 +111,11 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  DOUBLE PRECISION NOT NULL
     );
     """,
+    # queue modes (SPEC 10): the assistant row that answered a user row, for every row of a
+    # merged turn (NULL: answered before, or linked through the reply's user_row_id alone).
+    """
+    ALTER TABLE messages ADD COLUMN answered_by BIGINT REFERENCES messages(id);
+    """,
 )
 
 
