@@ -39,9 +39,7 @@ async def model() -> AsyncIterator[FakeModel]:
 
 
 @asynccontextmanager
-async def gateway(
-    db: Path, model: FakeModel, extra: str
-) -> AsyncIterator[tuple[GatewayApp, str]]:
+async def gateway(db: Path, model: FakeModel, extra: str) -> AsyncIterator[tuple[GatewayApp, str]]:
     config = parse_config(config_text(db, model.base_url, extra=extra), source="t", env={})
     async with running_gateway(config) as running:
         yield running
