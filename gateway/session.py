@@ -155,6 +155,7 @@ class SessionActor:
         "_running",
         "_send",
         "_stats",
+        "_stream",
         "_tg",
         "_turn_scope",
         "_waiting",
@@ -183,6 +184,7 @@ class SessionActor:
         # What cancelled the running turn's scope: /stop, or a newer row (queue "interrupt").
         self._cut: str | None = None
         self._debounce: anyio.CancelScope | None = None  # waiting for a burst to grow
+        self._stream: ReplyStream | None = None  # where the running turn's answer streams
         self._running: tuple[StoredMessage, ...] = ()  # the running turn's rows
         self._last_result: TurnResult | None = None
         self._finished = 0  # turns ended: a store read that overlapped one is read again
@@ -301,7 +303,11 @@ class SessionActor:
                 self._floor = max(self._floor, row.id)
 
     def _cut_turn(self, why: str) -> None:
-        """Cancel the running turn's model phase; a /stop outranks an interruption."""
+        """Cancel the running turn's model phase; a /stop outranks an interruption. A turn
+        whose text already reached a viewer who cannot be shown a correction (a peer stream)
+        is not interrupted: the new row waits for the next turn."""
+        if why == "interrupt" and self._stream is not None and self._stream.binding:
+            return
         if self._turn_scope is not None:
             self._cut = "stop" if "stop" in (why, self._cut) else why
             self._turn_scope.cancel()
@@ -381,6 +387,7 @@ class SessionActor:
         if also:
             deps.observe(TurnMerged(self.key, self.platform, row.id, len(rows)))
         watch = self._watch(row)
+        self._stream = watch.stream if watch is not None else None
         state = TurnState()
         self._cut = None
         async with deps.limiter, self._outlet.activity(self.key):
@@ -395,6 +402,7 @@ class SessionActor:
                         deps.observe(TurnRerun(self.key, row.id, step.reason))
                     state = state.ran(await self._run(history, row, text, watch))
             self._turn_scope = None
+            self._stream = None
         cut = scope.cancelled_caught
         interrupted = cut and self._cut == "interrupt"
         state = state.ended(

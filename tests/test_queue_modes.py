@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -21,13 +21,21 @@ from agent import Agent, ClientPool
 from gateway.config import parse_config
 from gateway.errors import ConfigError
 from gateway.events import Event, TurnInterrupted, TurnMerged
-from gateway.messages import STOPPED_REPLY, Inbound, StoredMessage, TurnResult
+from gateway.messages import (
+    STOPPED_REPLY,
+    Inbound,
+    ReplyDelta,
+    StoredMessage,
+    StreamEvent,
+    TurnResult,
+)
+from gateway.ports import Watch
 from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text, next_burst
 from gateway.session import SessionActor, SessionDeps, StopTurn, TurnAdmitted
 from gateway.store.base import Store
 from gateway.store.sqlite import open_sqlite_store
 from gateway.turn_plan import Cancel, Commit, Requeue, TurnState, plan
-from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
+from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model, streamed
 from tests.harness import make_config
 from tests.test_session_turn import Platform
 from tests.test_store import Opener, inbound
@@ -160,14 +168,46 @@ class World:
     admit: Callable[[str], Awaitable[StoredMessage]]
 
 
+class PeerStream:
+    """A peer client's stream: once a piece reached it, it cannot be corrected (binding)."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.shown = anyio.Event()
+
+    def put(self, event: StreamEvent) -> None:
+        if isinstance(event, ReplyDelta):
+            self.pieces.append(event.text)
+            self.shown.set()
+
+    @property
+    def binding(self) -> bool:
+        return bool(self.pieces)
+
+
+@dataclass
+class Streaming(Platform):
+    """A platform whose every turn is watched by a peer stream."""
+
+    stream: PeerStream = field(default_factory=PeerStream)
+
+    def watching(self, row: StoredMessage) -> Watch | None:
+        return Watch(stream=self.stream)
+
+
 @asynccontextmanager
 async def session(
-    tmp_path: Path, fake: FakeModel, policy: QueuePolicy, *, preload: tuple[str, ...] = ()
+    tmp_path: Path,
+    fake: FakeModel,
+    policy: QueuePolicy,
+    *,
+    preload: tuple[str, ...] = (),
+    platform: Platform | None = None,
 ) -> AsyncIterator[World]:
     config = make_config(tmp_path / "b.db", fake.base_url)
     clients = ClientPool()
     agent = Agent(config.model, config.agent, clients)
-    platform = Platform()
+    platform = platform or Platform()
     events: list[Event] = []
     key = "peer:s"
     number = itertools.count(1)
@@ -313,3 +353,24 @@ async def test_a_burst_left_pending_by_a_restart_is_answered_as_one_turn(tmp_pat
                 ("assistant", "final", 2),
             ]
         assert [r.last_user for r in fake.requests] == ["x\n\ny"]
+
+
+async def test_interrupt_leaves_a_turn_already_streaming_to_a_peer_alone(tmp_path: Path) -> None:
+    # A peer client cannot be shown a correction: once the turn's text reached its stream, a
+    # new message waits for the next turn instead of interrupting it.
+    platform = Streaming()
+    async with open_fake_model() as fake:
+        fake.script(streamed("Hel", "lo there", hold_after=1), ok("the second answer"))
+        async with session(tmp_path, fake, QueuePolicy("interrupt"), platform=platform) as world:
+            first = await world.admit("first")
+            with anyio.fail_after(10):
+                await platform.stream.shown.wait()
+            second = await world.admit("second")
+            await anyio.wait_all_tasks_blocked()  # the actor took the new row (and let it wait)
+            assert world.actor.statistics().queued == 2
+            fake.release_streams()
+            await delivered(world, 2)
+            answers = [(o.reply, o.rows) for o in world.platform.delivered]
+        assert answers == [("Hello there", (first.id,)), ("the second answer", (second.id,))]
+        assert fake.closed == []
+        assert [r.last_user for r in fake.requests] == ["first", "second"]
