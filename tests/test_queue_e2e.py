@@ -19,6 +19,7 @@ from gateway.config import parse_config
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model, streamed
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
 from tests.harness import config_text, running_gateway
+from tests.test_discord_e2e import ALICE, DM_ID, open_world, running_botmux
 
 pytestmark = pytest.mark.anyio
 
@@ -139,3 +140,21 @@ async def test_two_concurrent_peer_requests_in_collect_mode_both_get_the_merged_
     assert len(model.requests) == 1
     assert "Queue mode: collect" in status
     assert [state for _, _, _, state, _, _ in rows(db)] == ["answered", "answered", "final"]
+
+
+async def test_collect_on_discord_replies_once_to_the_last_message_of_the_burst(
+    tmp_path: Path, model: FakeModel
+) -> None:
+    model.default = lambda r: ok("one answer")
+    async with open_world() as dc:
+        extra = 'queue_mode = "collect"\nstreaming = "off"\n'
+        with anyio.fail_after(30):
+            async with running_botmux(tmp_path, dc, model, extra):
+                asked = [
+                    await dc.inject_message(DM_ID, text, author_id=ALICE) for text in BURST[:3]
+                ]
+                [reply] = await dc.wait_for_messages(DM_ID, 1)
+        sent = dc.sent_messages(DM_ID)
+    assert reply["content"] == "one answer" and len(sent) == 1
+    assert reply["message_reference"]["message_id"] == asked[-1]["id"]
+    assert [r.last_user for r in model.requests] == ["\n\n".join(BURST[:3])]
