@@ -19,7 +19,7 @@ import pytest
 
 from agent import Agent, ClientPool
 from gateway.config import parse_config
-from gateway.errors import ConfigError
+from gateway.errors import ConfigError, LeaseLost
 from gateway.events import Event, TurnInterrupted, TurnMerged
 from gateway.messages import (
     STOPPED_REPLY,
@@ -33,6 +33,7 @@ from gateway.ports import Watch
 from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text, next_burst
 from gateway.session import SessionActor, SessionDeps, StopTurn, TurnAdmitted
 from gateway.store.base import Store
+from gateway.store.postgres import open_postgres_store
 from gateway.store.sqlite import open_sqlite_store
 from gateway.turn_plan import Cancel, Commit, Requeue, TurnState, plan
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model, streamed
@@ -154,6 +155,25 @@ async def test_a_stopped_burst_cancels_every_row(open_store: Opener) -> None:
         states = [r.state for r in await store.transcript("peer:a")]
         assert await store.pending_count("peer:a") == 0
     assert states == ["cancelled", "cancelled"]
+
+
+async def test_a_merged_answer_is_fenced_on_postgres(postgres_url: str) -> None:
+    async with open_postgres_store(postgres_url, node="a") as a:
+        one, two, three = [(await a.admit(inbound(t, t))).row for t in ("one", "two", "three")]
+        with pytest.raises(LeaseLost, match="not the oldest pending"):  # the burst skips "one"
+            await a.answer(three, TurnResult(reply="x"), ["x"], also=[two.id])
+        await a.cancel(one.id)
+        with pytest.raises(LeaseLost, match="not the oldest pending"):  # "one" is settled
+            await a.answer(three, TurnResult(reply="x"), ["x"], also=[one.id, two.id])
+        outcome = await a.answer(three, TurnResult(reply="both"), ["both"], also=[two.id])
+        transcript = await a.transcript("peer:a")
+    assert outcome.rows == (two.id, three.id)
+    assert [(m.content, m.state) for m in transcript] == [
+        ("one", "cancelled"),
+        ("two", "answered"),
+        ("three", "answered"),
+        ("both", "final"),
+    ]
 
 
 # -- a real actor in each mode ----------------------------------------------------------------
