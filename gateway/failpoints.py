@@ -35,6 +35,7 @@ from gateway.events import (
     AnswerCommitted,
     ChunkRecorded,
     ChunkSent,
+    ContextCompacted,
     DiscordBackfilled,
     DuplicateIgnored,
     Event,
@@ -139,6 +140,7 @@ def place(event: Event) -> str | None:
             | FirstTokenShown()
             | ModelTokensUsed()
             | PolicyDecided()
+            | ContextCompacted()
             | SendRetried()
             | SendFailed()
             | StoreCommitted()

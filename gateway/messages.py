@@ -270,3 +270,14 @@ class Backlog:
     conversation: int
     total: int
     stored: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSummary:
+    """The model's summary of a conversation's rows that left the context window (SPEC 11,
+    ``[agent] compaction = "summary"``): it covers every history row up to ``through``."""
+
+    conversation: str
+    content: str
+    through: int  # the id of the newest row folded into it
+    updated_at: float

@@ -90,7 +90,10 @@ class StopTurn:
 
 @dataclass(frozen=True, slots=True)
 class ResetContext:
-    """Forget the cached history (``/new``); the store was reset already."""
+    """Forget the cached history (``/new``); the store was reset already. ``reload``: read
+    it from the store again at the next turn (rows of it were deleted)."""
+
+    reload: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,8 +287,8 @@ class SessionActor:
                                 self._cut_turn("interrupt")
                     case StopTurn():
                         self._cut_turn("stop")
-                    case ResetContext():
-                        self._history = []
+                    case ResetContext(reload=reload):
+                        self._history = None if reload else []
                     case LoadPending():
                         await self._load_pending()
                     case _:
@@ -526,8 +529,9 @@ class SessionActor:
         return list(self._history)
 
     def _remember(self, user_texts: list[str], reply: str) -> None:
+        if self._history is None:  # to be read from the store again (ResetContext reload)
+            return
         # As the store reads it back: each row of a merged turn is a user message of its own.
-        assert self._history is not None
         self._history.extend(ChatMessage("user", text) for text in user_texts)
         self._history.append(ChatMessage("assistant", reply))
         excess = len(self._history) - self._deps.history_messages

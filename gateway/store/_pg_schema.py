@@ -111,6 +111,15 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  DOUBLE PRECISION NOT NULL
     );
     """,
+    # context: the one compaction summary of each conversation (SPEC 11).
+    """
+    CREATE TABLE summaries (
+        conversation TEXT PRIMARY KEY,
+        content      TEXT NOT NULL,
+        through      BIGINT NOT NULL,
+        updated_at   DOUBLE PRECISION NOT NULL
+    );
+    """,
     # queue modes (SPEC 10): the assistant row that answered a user row, for every row of a
     # merged turn (NULL: answered before, or linked through the reply's user_row_id alone).
     """

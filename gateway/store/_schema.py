@@ -83,6 +83,15 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  REAL NOT NULL
     );
     """,
+    # context: the one compaction summary of each conversation (SPEC 11).
+    """
+    CREATE TABLE summaries (
+        conversation TEXT PRIMARY KEY,
+        content      TEXT NOT NULL,
+        through      INTEGER NOT NULL,
+        updated_at   REAL NOT NULL
+    );
+    """,
     # queue modes (SPEC 10): the assistant row that answered a user row, for every row of a
     # merged turn (NULL: answered before, or linked through the reply's user_row_id alone).
     """

@@ -15,6 +15,7 @@ from gateway.messages import (
     Admission,
     Backlog,
     ConversationInfo,
+    ConversationSummary,
     Inbound,
     OutboxChunk,
     PairingCode,
@@ -100,6 +101,15 @@ class Store(Protocol):
         """The newest ``limit`` answered rows (user and assistant) since the last reset."""
         ...
 
+    async def summary(self, conversation: str) -> ConversationSummary | None:
+        """The conversation's compaction summary since the last reset, if any (SPEC 11)."""
+        ...
+
+    async def save_summary(self, conversation: str, content: str, through: int) -> bool:
+        """Store the summary of the history rows up to ``through``, replacing an older one;
+        refused (False) when a newer one is stored or a reset came after ``through``."""
+        ...
+
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         """Every row of the conversation, oldest first."""
         ...
@@ -160,6 +170,11 @@ class Store(Protocol):
 
     async def delete_conversation(self, conversation: str) -> int | None:
         """Remove the conversation, its rows and its outbox: the rows removed, None if absent."""
+        ...
+
+    async def delete_turn(self, user_row_id: int) -> bool | None:
+        """Remove one settled turn (its user row, replies, outbox, preview): True; False
+        while it is pending (nothing removed); None when there is no such user row."""
         ...
 
     async def expire_conversations(self, idle_before: float, anonymous_before: float) -> list[str]:
