@@ -148,6 +148,21 @@ async def test_a_merged_answer_settles_and_links_every_row(open_store: Opener) -
     assert [r.content for r in history] == ["a", "b", "c", "abc"]
 
 
+@pytest.mark.parametrize("by", ["last", "first"])
+async def test_deleting_a_merged_turn_removes_all_its_rows(open_store: Opener, by: str) -> None:
+    async with open_store() as store:
+        kept = (await store.admit(inbound("kept", "k"))).row
+        await store.answer(kept, TurnResult(reply="kept answer"), ["kept answer"])
+        rows = [(await store.admit(inbound(t, f"m{t}"))).row for t in ("a", "b", "c")]
+        await store.answer(
+            rows[-1], TurnResult(reply="abc"), ["abc"], also=[rows[0].id, rows[1].id]
+        )
+        deleted = await store.delete_turn((rows[-1] if by == "last" else rows[0]).id)
+        transcript = await store.transcript("peer:a")
+    assert deleted is True
+    assert [r.content for r in transcript] == ["kept", "kept answer"]
+
+
 async def test_a_stopped_burst_cancels_every_row(open_store: Opener) -> None:
     async with open_store() as store:
         rows = [(await store.admit(inbound(t, f"m{t}"))).row for t in ("a", "b")]
