@@ -161,7 +161,8 @@ class GatewayIntake:
                 return "Started a fresh context: earlier messages no longer count."
             case "stop":
                 actor = self._router.get(conversation)
-                if actor is not None and actor.statistics().running is not None:
+                stats = actor.statistics() if actor is not None else None
+                if stats is not None and (stats.running is not None or stats.collecting):
                     if self._send_control(conversation, StopTurn()):
                         return "Stopping the current reply."
                     return STOP_NOT_SENT  # the truth: nothing was told to stop

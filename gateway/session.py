@@ -117,6 +117,7 @@ class SessionStatistics:
     mailbox: int
     last_model: str | None
     last_fell_back: bool
+    collecting: bool = False  # a burst waits for its debounce (queue mode "collect")
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +208,7 @@ class SessionActor:
             mailbox=self._send.statistics().current_buffer_used,
             last_model=last.model if last else None,
             last_fell_back=last.fell_back if last else False,
+            collecting=self._debounce is not None,
         )
 
     @property
@@ -308,10 +310,14 @@ class SessionActor:
     def _cut_turn(self, why: str) -> None:
         """Cancel the running turn's model phase; a /stop outranks an interruption. A turn
         whose text already reached a viewer who cannot be shown a correction (a peer stream)
-        is not interrupted: the new row waits for the next turn."""
+        is not interrupted: the new row waits for the next turn. A /stop while a burst is
+        being collected cancels the burst (its turn starts stopped)."""
         if why == "interrupt" and self._stream is not None and self._stream.binding:
             return
-        if self._turn_scope is not None:
+        if why == "stop" and self._debounce is not None:
+            self._cut = why
+            self._debounce.cancel()
+        elif self._turn_scope is not None:
             self._cut = "stop" if "stop" in (why, self._cut) else why
             self._turn_scope.cancel()
 
@@ -349,6 +355,7 @@ class SessionActor:
                             self._queued.remove(row.id)
                     if not self._queued:
                         self.idle_since = self._deps.clock()
+                    self._cut = None
         finally:
             self._working = False
 
@@ -364,6 +371,10 @@ class SessionActor:
                     with anyio.CancelScope() as self._debounce:
                         await anyio.sleep(seconds)
                     self._debounce = None
+                    if self._cut == "stop" and self._waiting:  # /stop: the burst, cancelled
+                        rows = tuple(self._waiting)
+                        self._waiting.clear()
+                        return rows
         return ()
 
     async def _turn(self, burst: Sequence[StoredMessage]) -> bool:
@@ -391,8 +402,7 @@ class SessionActor:
             deps.observe(TurnMerged(self.key, self.platform, row.id, len(rows)))
         watch = self._watch(row)
         self._stream = watch.stream if watch is not None else None
-        state = TurnState()
-        self._cut = None
+        state = TurnState(stopped=self._cut == "stop")  # stopped while it was collected
         async with deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:
                 self._turn_scope = scope

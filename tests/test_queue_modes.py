@@ -409,3 +409,20 @@ async def test_interrupt_leaves_a_turn_already_streaming_to_a_peer_alone(tmp_pat
         assert answers == [("Hello there", (first.id,)), ("the second answer", (second.id,))]
         assert fake.closed == []
         assert [r.last_user for r in fake.requests] == ["first", "second"]
+
+
+async def test_stop_while_a_burst_is_collected_cancels_it_before_any_model_call(
+    tmp_path: Path,
+) -> None:
+    async with open_fake_model() as fake:
+        async with session(tmp_path, fake, QueuePolicy("collect", 30.0, 60.0)) as world:
+            rows = [await world.admit(t) for t in ("a", "b")]
+            await anyio.wait_all_tasks_blocked()  # the worker waits for the burst to grow
+            assert world.actor.statistics().collecting
+            await world.actor.send(StopTurn())
+            await delivered(world, 1)
+            (outcome,) = world.platform.delivered
+            assert (outcome.reply, outcome.rows) == (STOPPED_REPLY, tuple(r.id for r in rows))
+            assert await states(world.store) == [("user", "cancelled", None)] * 2
+            assert not world.actor.statistics().collecting
+        assert fake.requests == []
