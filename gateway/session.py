@@ -302,10 +302,14 @@ class SessionActor:
             rows = await self._deps.store.pending_headers(self.key)
             if finished == self._finished:
                 break  # no turn ended during the read, so every row read is still pending
+        newer = False
         for row in rows:
             if not self._is_queued(row.id) and not self._abandoned:
+                newer = newer or (bool(self._running) and row.id > self._running[-1].id)
                 self._enqueue(row)
                 self._floor = max(self._floor, row.id)
+        if newer and self._policy.mode == "interrupt":  # admitted on another node
+            self._cut_turn("interrupt")
 
     def _cut_turn(self, why: str) -> None:
         """Cancel the running turn's model phase; a /stop outranks an interruption. A turn

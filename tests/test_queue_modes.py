@@ -31,7 +31,7 @@ from gateway.messages import (
 )
 from gateway.ports import Watch
 from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text, next_burst
-from gateway.session import SessionActor, SessionDeps, StopTurn, TurnAdmitted
+from gateway.session import LoadPending, SessionActor, SessionDeps, StopTurn, TurnAdmitted
 from gateway.store.base import Store
 from gateway.store.postgres import open_postgres_store
 from gateway.store.sqlite import open_sqlite_store
@@ -426,3 +426,20 @@ async def test_stop_while_a_burst_is_collected_cancels_it_before_any_model_call(
             assert await states(world.store) == [("user", "cancelled", None)] * 2
             assert not world.actor.statistics().collecting
         assert fake.requests == []
+
+
+async def test_a_row_admitted_on_another_node_interrupts_too(tmp_path: Path) -> None:
+    async with open_fake_model() as fake:
+        fake.script(Hold(ok("alone")), ok("both"))
+        async with session(tmp_path, fake, QueuePolicy("interrupt")) as world:
+            first = await world.admit("slow question")
+            with anyio.fail_after(10):
+                await fake.wait_for_requests(1)
+            # Another node admitted it: this node hears of it as LoadPending, not the row.
+            other = Inbound("peer", "peer:s", "elsewhere", "from the other node")
+            second = (await world.store.admit(other)).row
+            await world.actor.send(LoadPending())
+            await delivered(world, 2)
+            answered = world.platform.delivered[-1]
+            assert (answered.reply, answered.rows) == ("both", (first.id, second.id))
+        assert fake.closed == [0]
