@@ -35,6 +35,7 @@ from gateway.events import (
     AnswerCommitted,
     ChunkRecorded,
     ChunkSent,
+    ConfigReloaded,
     ContextCompacted,
     DiscordBackfilled,
     DuplicateIgnored,
@@ -156,6 +157,7 @@ def place(event: Event) -> str | None:
             | TelegramNoticeFailed()
             | TelegramWebhookRefused()
             | DiscordBackfilled()
+            | ConfigReloaded()
         ):
             return None
         case _:

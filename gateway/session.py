@@ -139,6 +139,12 @@ class SessionDeps:
     holds_now: Callable[[str], bool] | None = None
     # Queue modes by platform (SPEC 10); a platform not named: followup.
     queues: Mapping[str, QueuePolicy] = field(default_factory=dict)
+    # A reload's [agent] history_messages, read at each turn (else history_messages).
+    history_live: Callable[[], int] | None = None
+
+    @property
+    def history_limit(self) -> int:
+        return self.history_messages if self.history_live is None else self.history_live()
 
 
 class SessionActor:
@@ -538,7 +544,7 @@ class SessionActor:
 
     async def _load_history(self) -> list[ChatMessage]:
         if self._history is None:
-            rows = await self._deps.store.history(self.key, self._deps.history_messages)
+            rows = await self._deps.store.history(self.key, self._deps.history_limit)
             self._history = [ChatMessage(r.role, r.content) for r in rows]
         return list(self._history)
 
@@ -548,7 +554,7 @@ class SessionActor:
         # As the store reads it back: each row of a merged turn is a user message of its own.
         self._history.extend(ChatMessage("user", text) for text in user_texts)
         self._history.append(ChatMessage("assistant", reply))
-        excess = len(self._history) - self._deps.history_messages
+        excess = len(self._history) - self._deps.history_limit
         if excess > 0:
             del self._history[:excess]
 
