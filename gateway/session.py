@@ -137,7 +137,7 @@ class SessionDeps:
     # waiting, right before each model request leaves (a node frozen in between).
     holds: Callable[[str], Awaitable[bool]] | None = None
     holds_now: Callable[[str], bool] | None = None
-    # Queue modes by platform (SPEC 10); a platform not named: followup.
+    # Queue modes by platform (SPEC 10), read at each use; a platform not named: followup.
     queues: Mapping[str, QueuePolicy] = field(default_factory=dict)
     # A reload's [agent] history_messages, read at each turn (else history_messages).
     history_live: Callable[[], int] | None = None
@@ -159,7 +159,6 @@ class SessionActor:
         "_history",
         "_last_result",
         "_outlet",
-        "_policy",
         "_queued",
         "_receive",
         "_running",
@@ -180,7 +179,6 @@ class SessionActor:
         self.platform = platform_of(key)
         self._deps = deps
         self._outlet = deps.outlets[self.platform]
-        self._policy = deps.queues.get(self.platform, QueuePolicy())
         self._send, self._receive = anyio.create_memory_object_stream[SessionMessage](
             deps.mailbox_size
         )
@@ -201,6 +199,11 @@ class SessionActor:
         self._abandoned = False
         self.idle_since: float | None = deps.clock()
         self._stats = {"turns": 0, "failed": 0, "cancelled": 0, "reruns": 0}
+
+    @property
+    def _policy(self) -> QueuePolicy:
+        """This platform's queue mode, read at each use (a reload may change it)."""
+        return self._deps.queues.get(self.platform, QueuePolicy())
 
     def __repr__(self) -> str:
         return f"<SessionActor {self.key} queued={len(self._queued)}>"

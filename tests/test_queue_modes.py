@@ -31,6 +31,7 @@ from gateway.messages import (
 )
 from gateway.ports import Watch
 from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text, next_burst
+from gateway.reload import ReloadPlan, plan_reload
 from gateway.session import LoadPending, SessionActor, SessionDeps, StopTurn, TurnAdmitted
 from gateway.store.base import Store
 from gateway.store.postgres import open_postgres_store
@@ -201,6 +202,7 @@ class World:
     events: list[Event]
     store: Store
     admit: Callable[[str], Awaitable[StoredMessage]]
+    queues: dict[str, QueuePolicy]
 
 
 class PeerStream:
@@ -254,6 +256,7 @@ async def session(
 
             for text in preload:  # admitted before the actor started (a restart)
                 await stored(text)
+            queues = {"peer": policy}
             deps = SessionDeps(
                 store=store,
                 runner=agent,
@@ -262,7 +265,7 @@ async def session(
                 history_messages=20,
                 mailbox_size=8,
                 observe=events.append,
-                queues={"peer": policy},
+                queues=queues,
             )
             actor = SessionActor(key, deps)
 
@@ -274,7 +277,7 @@ async def session(
             async with anyio.create_task_group() as tg:
                 await tg.start(actor.run)
                 try:
-                    yield World(actor, platform, events, store, admit)
+                    yield World(actor, platform, events, store, admit, queues)
                 finally:
                     actor.close()
     finally:
@@ -443,3 +446,34 @@ async def test_a_row_admitted_on_another_node_interrupts_too(tmp_path: Path) -> 
             answered = world.platform.delivered[-1]
             assert (answered.reply, answered.rows) == ("both", (first.id, second.id))
         assert fake.closed == [0]
+
+
+def test_the_queue_keys_apply_live_on_a_reload() -> None:
+    old = parse_config("", source="t", env={})
+    new = parse_config(
+        '[gateway]\nqueue_mode = "collect"\ndebounce_s = 0.5\ndebounce_max_s = 2.0\n'
+        '[peer]\nqueue_mode = "interrupt"\n',
+        source="t",
+        env={},
+    )
+    assert plan_reload(old, new) == ReloadPlan(
+        live=(
+            "peer.queue_mode",
+            "gateway.queue_mode",
+            "gateway.debounce_s",
+            "gateway.debounce_max_s",
+        )
+    )
+
+
+async def test_a_running_actor_takes_a_new_queue_mode_at_its_next_turn(tmp_path: Path) -> None:
+    async with open_fake_model() as fake:
+        fake.default = lambda r: ok("answer")
+        async with session(tmp_path, fake, QueuePolicy()) as world:
+            await world.admit("followup")
+            await delivered(world, 1)
+            world.queues["peer"] = QueuePolicy("collect", 0.2, 5.0)  # what a reload does
+            await world.admit("then")
+            await world.admit("a burst")
+            await delivered(world, 2)
+        assert [r.last_user for r in fake.requests] == ["followup", "then\n\na burst"]
