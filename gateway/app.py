@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import anyio
@@ -31,6 +31,7 @@ from gateway.live import LiveConfig
 from gateway.messages import platform_of
 from gateway.metrics import Metrics, Snapshot
 from gateway.ports import Intake, Leases, Outlet, PlatformAdapter
+from gateway.queue import QueuePolicy
 from gateway.redelivery import redeliver
 from gateway.reload import Reloader
 from gateway.retention import sweep_retention
@@ -128,6 +129,23 @@ def build_adapters(
             DiscordAdapter(discord, intake, observe=observe, leases=leases, live=dc_live)
         )
     return adapters
+
+
+class LiveQueues(Mapping[str, QueuePolicy]):
+    """Each platform's queue mode (SPEC 10) as the current config says (a reload may change
+    it): its section's ``queue_mode``, else ``[gateway] queue_mode``."""
+
+    def __init__(self, current: Callable[[], Config]) -> None:
+        self._current = current
+
+    def __getitem__(self, platform: str) -> QueuePolicy:
+        return self._current().queue_policy(platform)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(f.name for f in dataclasses.fields(self._current()))
+
+    def __len__(self) -> int:
+        return len(dataclasses.fields(self._current()))
 
 
 class GatewayApp:
@@ -257,6 +275,8 @@ class GatewayApp:
                         ),
                         observe=observe,
                     ),
+                    # Queue modes (SPEC 10): per platform section, else [gateway] queue_mode.
+                    queues=LiveQueues(live.view(lambda c: c)),
                 )
                 if config.store.shared:
                     # Session actors ask the cluster (built below) before each model call.
@@ -278,6 +298,7 @@ class GatewayApp:
                         total=config.gateway.max_pending_total,
                     ),
                     max_message_chars=config.gateway.max_message_chars,
+                    queues=deps.queues,
                     live=live.view(lambda c: c.gateway),
                 )
 

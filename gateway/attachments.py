@@ -114,14 +114,41 @@ class TurnInput:
     notices: tuple[str, ...] = ()
     answer: TurnResult | None = None
     kept_images: tuple[str, ...] = ()  # as the history keeps them
+    rows: tuple[ChatMessage, ...] = ()  # a merged turn's user messages, as kept (``merged``)
 
     @classmethod
     def plain(cls, row: StoredMessage, history: list[ChatMessage]) -> TurnInput:
         return cls(row.content, history)
 
-    def remembered(self) -> ChatMessage:
-        """The user message as the session's history cache keeps it."""
-        return ChatMessage("user", self.text, self.kept_images)
+    @classmethod
+    def merged(cls, inputs: Sequence[TurnInput], join: Callable[[Sequence[str]], str]) -> TurnInput:
+        """One turn's input for a burst of rows (SPEC 10): their texts joined in arrival
+        order, their images and notices together; answered without the model only when no
+        row of it has anything the model could use."""
+        if len(inputs) == 1:
+            return inputs[0]
+        answers = [i.answer for i in inputs]
+        answer = None
+        if all(a is not None for a in answers):
+            failure = next(a.failure for a in answers if a is not None)
+            answer = TurnResult(
+                reply="\n".join(n for i in inputs for n in i.notices), failure=failure
+            )
+        usable = [i for i in inputs if i.answer is None] or list(inputs)
+        return cls(
+            join([i.text for i in usable if i.text]),
+            inputs[0].history,
+            tuple(image for i in inputs for image in i.images),
+            tuple(n for i in inputs for n in i.notices),
+            answer,
+            tuple(image for i in inputs for image in i.kept_images),
+            tuple(m for i in inputs for m in i.remembered),
+        )
+
+    @property
+    def remembered(self) -> tuple[ChatMessage, ...]:
+        """The user messages as the session's history cache keeps them (one per row)."""
+        return self.rows or (ChatMessage("user", self.text, self.kept_images),)
 
     def finish(self, result: TurnResult) -> TurnResult:
         """The model's result with the notices at the top of its reply."""

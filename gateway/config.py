@@ -31,6 +31,7 @@ from pydantic import AfterValidator, BeforeValidator, TypeAdapter
 
 from gateway._schema import SECRET, TABLE, Problem, problem_error, rule, validate
 from gateway.errors import ConfigError
+from gateway.queue import QUEUE_MODES, QueueMode, QueuePolicy
 
 MIN_TOKEN_CHARS = 16
 
@@ -44,6 +45,15 @@ def _one_of(*choices: str) -> AfterValidator:
     return rule(
         lambda v: None if v in choices else f"must be one of {', '.join(map(repr, choices))}"
     )
+
+
+_queue_mode_or_none = rule(
+    lambda v: (
+        None
+        if v is None or v in QUEUE_MODES
+        else f"must be one of {', '.join(map(repr, QUEUE_MODES))}"
+    )
+)
 
 
 def _url(value: Any) -> str | None:
@@ -274,6 +284,8 @@ class PeerConfig:
     max_connections: Annotated[int, Gt(0)] = 1000
     # Direct peers whose X-Forwarded-For is believed (IPs or CIDRs): your reverse proxies.
     trusted_proxies: tuple[Annotated[str, rule(_network)], ...] = ()
+    # Queue mode for this platform's conversations (SPEC 10); None: [gateway] queue_mode.
+    queue_mode: Annotated[str | None, _queue_mode_or_none] = None
 
     @property
     def host(self) -> str:
@@ -314,6 +326,8 @@ class TelegramConfig:
     streaming: Annotated[str, _one_of("auto", "draft", "edit", "off")] = "auto"
     stream_interval_s: Annotated[float | None, Gt(0)] = None  # None: 0.5 (draft), 1.0 (edit)
     stream_min_chars: Annotated[int, Ge(0)] = 40  # before a preview message is sent
+    # Queue mode for this platform's conversations (SPEC 10); None: [gateway] queue_mode.
+    queue_mode: Annotated[str | None, _queue_mode_or_none] = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -350,6 +364,8 @@ class DiscordConfig:
     stream_interval_s: Annotated[float, Gt(0)] = 1.0
     connect_timeout_s: Annotated[float, Gt(0)] = 60.0
     shard_count: Annotated[int, Gt(0)] = 1  # gateway shards; several nodes share them (leases)
+    # Queue mode for this platform's conversations (SPEC 10); None: [gateway] queue_mode.
+    queue_mode: Annotated[str | None, _queue_mode_or_none] = None
 
 
 # -- [a2a] (SPEC 12): the A2A server on the peer listener ------------------------------
@@ -404,6 +420,13 @@ class GatewayConfig:
     max_pending_per_conversation: Annotated[int, Gt(0)] = 32
     max_pending_total: Annotated[int, Gt(0)] = 10_000
     max_message_chars: Annotated[int, Gt(0)] = 32_000
+    # Queue modes (SPEC 10): "followup" (a turn per message), "collect" (a burst is one turn:
+    # messages within debounce_s of each other, at most debounce_max_s after the first, or
+    # sent while a turn runs) or "interrupt" (a new message stops the running turn and both
+    # are answered together). Each platform section may set its own queue_mode.
+    queue_mode: Annotated[str, _one_of(*QUEUE_MODES)] = "followup"
+    debounce_s: Annotated[float, Ge(0)] = 1.5
+    debounce_max_s: Annotated[float, Ge(0)] = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +455,14 @@ class Config:
     # [model]'s shape (api_keys pool, fallbacks, retries); absent: voice is not configured.
     transcription: ModelConfig | None = None
     source: str = field(default="(embedded defaults)", metadata={"internal": True})
+
+    def queue_policy(self, platform: str) -> QueuePolicy:
+        """The queue mode of ``platform``'s conversations: its section's, else the gateway's."""
+        section = getattr(self, platform, None)
+        mode = getattr(section, "queue_mode", None) or self.gateway.queue_mode
+        assert mode in QUEUE_MODES  # validated
+        chosen: QueueMode = mode
+        return QueuePolicy(chosen, self.gateway.debounce_s, self.gateway.debounce_max_s)
 
     def secrets(self) -> tuple[str, ...]:
         """Every secret value in this config, for redaction."""
@@ -502,6 +533,14 @@ def _cross_checks(config: Config) -> list[Problem]:
                 "cluster.heartbeat_s",
                 f"{config.cluster.heartbeat_s} is more than a third of cluster.lease_s"
                 f" ({config.cluster.lease_s}): a node would lose leases between two heartbeats",
+            )
+        )
+    if config.gateway.debounce_max_s < config.gateway.debounce_s:
+        problems.append(
+            (
+                "gateway.debounce_max_s",
+                f"{config.gateway.debounce_max_s} is less than gateway.debounce_s"
+                f" ({config.gateway.debounce_s})",
             )
         )
     if config.telegram is not None and config.telegram.mode == "webhook":

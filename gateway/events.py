@@ -111,6 +111,31 @@ class TurnCancelled:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnInterrupted:
+    """Queue mode "interrupt": a newer message stopped the running turn; nothing of it was
+    stored or sent, its rows stay pending and the next turn answers them with the new one."""
+
+    name: ClassVar[str] = "turn_interrupted"
+    level: ClassVar[int] = INFO
+    conversation: str
+    row: int
+    platform: str
+
+
+@dataclass(frozen=True, slots=True)
+class TurnMerged:
+    """A turn answers several messages at once (queue modes "collect", "interrupt"): ``row``
+    is the last one (the one replied to), ``rows`` how many."""
+
+    name: ClassVar[str] = "turn_merged"
+    level: ClassVar[int] = DEBUG
+    conversation: str
+    platform: str
+    row: int
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
 class TurnFenced:
     """The answer commit found the lease taken over: nothing of the turn was stored."""
 
@@ -480,6 +505,8 @@ Event = (
     | TurnRerun
     | TurnAbandoned
     | TurnCancelled
+    | TurnInterrupted
+    | TurnMerged
     | TurnFenced
     | AnswerCommitted
     | TurnCompleted

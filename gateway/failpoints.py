@@ -67,6 +67,8 @@ from gateway.events import (
     TurnCancelled,
     TurnCompleted,
     TurnFenced,
+    TurnInterrupted,
+    TurnMerged,
     TurnRerun,
     TurnStarted,
 )
@@ -143,6 +145,8 @@ def place(event: Event) -> str | None:
             | TurnRerun()
             | TurnAbandoned()
             | TurnCancelled()
+            | TurnInterrupted()
+            | TurnMerged()
             | TurnFenced()
             | TurnCompleted()
             | FirstTokenShown()

@@ -32,8 +32,10 @@ from gateway.messages import (
     TurnOutcome,
     Usage,
     command_named,
+    platform_of,
 )
 from gateway.ports import TurnRunner
+from gateway.queue import QueuePolicy
 from gateway.router import Router
 from gateway.session import ResetContext, StopTurn
 from gateway.store.base import Store
@@ -70,8 +72,10 @@ class GatewayIntake:
         elsewhere: Callable[[str, str], Awaitable[bool]] | None = None,
         caps: Caps = DEFAULT_CAPS,
         max_message_chars: int = 32_000,
+        queues: Mapping[str, QueuePolicy] | None = None,
         live: Callable[[], GatewayConfig] | None = None,  # a reload's limits, read at use
     ) -> None:
+        self._queues = queues or {}  # by platform, for /status
         # Several nodes: send a control command to the node running the conversation (True
         # when another node holds it and was told).
         self._elsewhere = elsewhere
@@ -169,7 +173,8 @@ class GatewayIntake:
                 return "Started a fresh context: earlier messages no longer count."
             case "stop":
                 actor = self._router.get(conversation)
-                if actor is not None and actor.statistics().running is not None:
+                stats = actor.statistics() if actor is not None else None
+                if stats is not None and (stats.running is not None or stats.collecting):
                     if self._send_control(conversation, StopTurn()):
                         return "Stopping the current reply."
                     return STOP_NOT_SENT  # the truth: nothing was told to stop
@@ -204,6 +209,8 @@ class GatewayIntake:
         for line in status.get("lines", []):
             lines.append(str(line))
         lines.append(f"Queued turns here: {queued}")
+        policy = self._queues.get(platform_of(conversation), QueuePolicy())
+        lines.append(f"Queue mode: {policy.mode} ({queued} message(s) waiting or running)")
         lines.append(_context_line(status.get("context", {}).get(conversation)))
         if stats is not None and stats.last_fell_back:
             lines.append(f"The last turn fell back to {stats.last_model}.")

@@ -264,6 +264,16 @@ class TurnOutcome:
     failure: Failure | None
     chunks: tuple[OutboxChunk, ...]
     usage: Usage = field(default_factory=Usage)
+    # A merged turn (SPEC 10): the earlier rows it answered too (``user_row_id`` is the last).
+    also: tuple[int, ...] = ()
+    # An interrupted turn (queue mode "interrupt"): nothing to send, its preview goes, and its
+    # rows stay pending for the next turn (nobody waiting learns anything from this outcome).
+    interrupted: bool = False
+
+    @property
+    def rows(self) -> tuple[int, ...]:
+        """Every user row this outcome settles, oldest first."""
+        return (*self.also, self.user_row_id)
 
 
 @dataclass(frozen=True, slots=True)

@@ -50,6 +50,8 @@ from gateway.events import (
     TurnCancelled,
     TurnCompleted,
     TurnFenced,
+    TurnInterrupted,
+    TurnMerged,
     TurnRerun,
     TurnStarted,
 )
@@ -90,6 +92,12 @@ class Metrics:
         )
         self.turns = Counter(
             "botmux_turns", "Finished turns", ["platform", "outcome", "reason"], registry=r
+        )
+        self.merged = Counter(
+            "botmux_merged_messages",
+            "Messages answered in another message's turn (queue modes): model turns saved",
+            ["platform"],
+            registry=r,
         )
         self.turn_seconds = Histogram(
             "botmux_turn_seconds",
@@ -238,6 +246,10 @@ class Metrics:
                 self.refused.labels(platform, reason, scope).inc()
             case TurnCancelled(platform=platform):
                 self.turns.labels(platform, "cancelled", "").inc()
+            case TurnInterrupted(platform=platform):
+                self.turns.labels(platform, "interrupted", "").inc()
+            case TurnMerged(platform=platform, rows=rows):
+                self.merged.labels(platform).inc(rows - 1)
             case TurnRerun(reason=reason):
                 self.decisions.labels("rerun", reason).inc()
             case PolicyDecided(decision=decision, reason=reason):

@@ -53,8 +53,12 @@ LIVE_KEYS: tuple[str, ...] = (
     "gateway.max_pending_total",
     "gateway.max_message_chars",
     "gateway.drain_timeout_s",
-    # SPEC 10's queue_mode keys go here once the session deps read them through the holder
-    # (``live.view(...)``, as history_messages): one line each.
+    "gateway.queue_mode",  # SPEC 10: the session actors read them at each use
+    "gateway.debounce_s",
+    "gateway.debounce_max_s",
+    "peer.queue_mode",
+    "telegram.queue_mode",
+    "discord.queue_mode",
     "telegram.allow_users",
     "telegram.allow_chats",
     "telegram.group_mode",

@@ -7,8 +7,10 @@ turn does not read the transcript back from the store.
 
 The mailbox loop is the actor's one long-lived task: it takes admitted rows and control
 messages at once (control skips the queue). A worker task runs the queued turns, one at a
-time, and exists only while there are any, so an idle conversation costs one task. When the
-mailbox is closed (by eviction or shutdown), rows not yet started are forgotten here (they
+time, and exists only while there are any, so an idle conversation costs one task. A turn
+answers one row or, in the queue modes that merge (``gateway.queue``: collect, interrupt),
+a burst of them: the model sees their texts as one user message, one answer settles all.
+When the mailbox is closed (by eviction or shutdown), rows not yet started are forgotten here (they
 stay pending in the store) and the actor ends after the turn it is running.
 """
 
@@ -18,8 +20,8 @@ import bisect
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import assert_never
 
 import anyio
@@ -34,6 +36,8 @@ from gateway.events import (
     TurnCancelled,
     TurnCompleted,
     TurnFenced,
+    TurnInterrupted,
+    TurnMerged,
     TurnRerun,
     TurnStarted,
 )
@@ -50,7 +54,24 @@ from gateway.messages import (
     platform_of,
 )
 from gateway.ports import Outlet, ReplyStream, TurnRunner, Watch
+from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text, next_burst
 from gateway.store.base import Store
+from gateway.turn_plan import (
+    MAX_RUNS as MAX_RUNS,  # re-exported: the turn's plan lives in gateway.turn_plan
+)
+from gateway.turn_plan import (
+    Abandon,
+    Cancel,
+    Commit,
+    Requeue,
+    Rerun,
+    Run,
+    TurnState,
+    plan,
+)
+from gateway.turn_plan import (
+    TurnAction as TurnAction,
+)
 from policy import failure_reply
 
 log = logging.getLogger(__name__)
@@ -84,94 +105,6 @@ class LoadPending:
 SessionMessage = TurnAdmitted | StopTurn | ResetContext | LoadPending
 
 
-# -- the turn, decided: what to do next from what the turn knows (no I/O) -------------------
-
-MAX_RUNS = 2  # the first run, and one re-run after a transient failure
-
-
-@dataclass(frozen=True, slots=True)
-class TurnState:
-    """What one turn knows so far; each step makes a new one.
-
-    ``over``: the model phase ended (the turn's cancel scope closed), so no model runs again.
-    ``lost``: another node may own the conversation (a lease check said so, or the actor was
-    abandoned); ``fenced``: the answer commit was refused because the lease was taken over.
-    """
-
-    runs: int = 0
-    result: TurnResult | None = None
-    stopped: bool = False
-    lost: bool = False
-    fenced: bool = False
-    over: bool = False
-
-    def ran(self, result: TurnResult) -> TurnState:
-        return dataclasses.replace(self, runs=self.runs + 1, result=result)
-
-    def ended(self, *, stopped: bool, lost: bool) -> TurnState:
-        return dataclasses.replace(
-            self, stopped=self.stopped or stopped, lost=self.lost or lost, over=True
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """Call the model (after checking the lease)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Rerun:
-    """The run failed in a transient way: run once more, adopting the same stored row (nothing
-    of the failed attempt is visible yet: replies go out only after the answer commit)."""
-
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """Store the answer (a reply, or an honest failure text) and deliver it."""
-
-    result: TurnResult
-
-
-@dataclass(frozen=True, slots=True)
-class Cancel:
-    """Stopped: cancel the row; whoever waits for the turn learns it was stopped."""
-
-
-@dataclass(frozen=True, slots=True)
-class Abandon:
-    """Another node owns the conversation: write and send nothing, end the actor.
-    ``fenced``: found out at the answer commit."""
-
-    fenced: bool = False
-
-
-TurnAction = Run | Rerun | Commit | Cancel | Abandon
-
-
-def plan(state: TurnState) -> TurnAction:
-    """What the turn does next. Losing the lease beats a stop (the new owner runs the row),
-    a stop beats an answer; a turn whose model phase is over never runs the model again."""
-    if state.lost or state.fenced:
-        return Abandon(fenced=state.fenced)
-    if state.stopped:
-        return Cancel()
-    result = state.result
-    if result is None:
-        return Cancel() if state.over else Run()
-    failure = result.failure
-    if (
-        failure is not None
-        and failure.retryable
-        and not result.shown  # part of it reached a peer stream: the failure is the answer
-        and state.runs < MAX_RUNS
-        and not state.over
-    ):
-        return Rerun(failure.reason)
-    return Commit(result)
-
-
 @dataclass(frozen=True, slots=True)
 class SessionStatistics:
     """A session actor's counters and state (``SessionActor.statistics()``)."""
@@ -181,10 +114,11 @@ class SessionStatistics:
     cancelled: int
     reruns: int
     queued: int  # rows queued or running
-    running: int | None  # the running turn's row
+    running: int | None  # the running turn's row (a merged turn's last)
     mailbox: int
     last_model: str | None
     last_fell_back: bool
+    collecting: bool = False  # a burst waits for its debounce (queue mode "collect")
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +140,8 @@ class SessionDeps:
     holds_now: Callable[[str], bool] | None = None
     # The turn's attachment step (SPEC 9); None: rows are their text alone.
     attachments: Attachments | None = None
+    # Queue modes by platform (SPEC 10), read at each use; a platform not named: followup.
+    queues: Mapping[str, QueuePolicy] = field(default_factory=dict)
     # A reload's [agent] history_messages, read at each turn (else history_messages).
     history_live: Callable[[], int] | None = None
 
@@ -218,6 +154,8 @@ class SessionActor:
     # Slots: ten thousand idle conversations are ten thousand of these.
     __slots__ = (
         "_abandoned",
+        "_cut",
+        "_debounce",
         "_deps",
         "_finished",
         "_floor",
@@ -229,6 +167,7 @@ class SessionActor:
         "_running",
         "_send",
         "_stats",
+        "_stream",
         "_tg",
         "_turn_scope",
         "_waiting",
@@ -253,12 +192,21 @@ class SessionActor:
         self._floor = 0  # rows up to this id were loaded from the store at start
         self._history: list[ChatMessage] | None = None
         self._turn_scope: anyio.CancelScope | None = None
-        self._running: StoredMessage | None = None
+        # What cancelled the running turn's scope: /stop, or a newer row (queue "interrupt").
+        self._cut: str | None = None
+        self._debounce: anyio.CancelScope | None = None  # waiting for a burst to grow
+        self._stream: ReplyStream | None = None  # where the running turn's answer streams
+        self._running: tuple[StoredMessage, ...] = ()  # the running turn's rows
         self._last_result: TurnResult | None = None
         self._finished = 0  # turns ended: a store read that overlapped one is read again
         self._abandoned = False
         self.idle_since: float | None = deps.clock()
         self._stats = {"turns": 0, "failed": 0, "cancelled": 0, "reruns": 0}
+
+    @property
+    def _policy(self) -> QueuePolicy:
+        """This platform's queue mode, read at each use (a reload may change it)."""
+        return self._deps.queues.get(self.platform, QueuePolicy())
 
     def __repr__(self) -> str:
         return f"<SessionActor {self.key} queued={len(self._queued)}>"
@@ -268,10 +216,11 @@ class SessionActor:
         return SessionStatistics(
             **self._stats,
             queued=len(self._queued),
-            running=self._running.id if self._running else None,
+            running=self._running[-1].id if self._running else None,
             mailbox=self._send.statistics().current_buffer_used,
             last_model=last.model if last else None,
             last_fell_back=last.fell_back if last else False,
+            collecting=self._debounce is not None,
         )
 
     @property
@@ -311,8 +260,9 @@ class SessionActor:
         without writing or sending anything, drop the queue, end. The rows stay pending."""
         self._abandoned = True
         self._waiting.clear()
-        if self._turn_scope is not None:
-            self._turn_scope.cancel()
+        for scope in (self._turn_scope, self._debounce):
+            if scope is not None:
+                scope.cancel()
         self._send.close()
 
     # -- the actor ---------------------------------------------------------------------------
@@ -333,10 +283,12 @@ class SessionActor:
             task_status.started()
             await self._mailbox_loop()
             # Intake is closed: rows not started stay pending in the store for the next start;
-            # the task group waits for the turn that is running.
+            # the task group waits for the turn that is running (and starts no other).
+            self._tg = None
             self._waiting.clear()
-            self._queued = [self._running.id] if self._running else []
-        self._tg = None
+            if self._debounce is not None:
+                self._debounce.cancel()
+            self._queued = [row.id for row in self._running]
 
     async def _mailbox_loop(self) -> None:
         async with self._receive:
@@ -345,9 +297,10 @@ class SessionActor:
                     case TurnAdmitted(row=row):
                         if row.id > self._floor and not self._is_queued(row.id):
                             self._enqueue(dataclasses.replace(row, content=""))
+                            if self._policy.mode == "interrupt":
+                                self._cut_turn("interrupt")
                     case StopTurn():
-                        if self._turn_scope is not None:
-                            self._turn_scope.cancel()
+                        self._cut_turn("stop")
                     case ResetContext(reload=reload):
                         self._history = None if reload else []
                     case LoadPending():
@@ -361,10 +314,28 @@ class SessionActor:
             rows = await self._deps.store.pending_headers(self.key)
             if finished == self._finished:
                 break  # no turn ended during the read, so every row read is still pending
+        newer = False
         for row in rows:
             if not self._is_queued(row.id) and not self._abandoned:
+                newer = newer or (bool(self._running) and row.id > self._running[-1].id)
                 self._enqueue(row)
                 self._floor = max(self._floor, row.id)
+        if newer and self._policy.mode == "interrupt":  # admitted on another node
+            self._cut_turn("interrupt")
+
+    def _cut_turn(self, why: str) -> None:
+        """Cancel the running turn's model phase; a /stop outranks an interruption. A turn
+        whose text already reached a viewer who cannot be shown a correction (a peer stream)
+        is not interrupted: the new row waits for the next turn. A /stop while a burst is
+        being collected cancels the burst (its turn starts stopped)."""
+        if why == "interrupt" and self._stream is not None and self._stream.binding:
+            return
+        if why == "stop" and self._debounce is not None:
+            self._cut = why
+            self._debounce.cancel()
+        elif self._turn_scope is not None:
+            self._cut = "stop" if "stop" in (why, self._cut) else why
+            self._turn_scope.cancel()
 
     def _is_queued(self, row_id: int) -> bool:
         i = bisect.bisect_left(self._queued, row_id)
@@ -382,38 +353,75 @@ class SessionActor:
     async def _work(self) -> None:
         try:
             while self._waiting:
-                row = self._running = self._waiting.pop(0)
+                burst = await self._next_burst()
+                if not burst:
+                    continue
+                self._running = burst
+                requeue = False
                 try:
-                    await self._turn(row)
+                    requeue = await self._turn(burst)
                 finally:
-                    self._running = None
+                    self._running = ()
                     self._finished += 1
-                    self._queued.remove(row.id)
+                    if requeue and self._tg is not None and not self._abandoned:
+                        for row in burst:  # still queued: the next turn answers them too
+                            bisect.insort(self._waiting, row, key=lambda r: r.id)
+                    else:
+                        for row in burst:
+                            self._queued.remove(row.id)
                     if not self._queued:
                         self.idle_since = self._deps.clock()
+                    self._cut = None
         finally:
             self._working = False
 
-    async def _turn(self, row: StoredMessage) -> None:
+    async def _next_burst(self) -> tuple[StoredMessage, ...]:
+        """The rows of the next turn, taken out of the queue (``gateway.queue.next_burst``):
+        waits while a burst may still grow; nothing when intake closed meanwhile."""
+        while self._waiting:
+            match next_burst(self._policy, self._waiting, time.time()):
+                case TakeBurst(rows=rows):
+                    del self._waiting[: len(rows)]  # a prefix: the oldest rows
+                    return rows
+                case WaitForMore(seconds=seconds):
+                    with anyio.CancelScope() as self._debounce:
+                        await anyio.sleep(seconds)
+                    self._debounce = None
+                    if self._cut == "stop" and self._waiting:  # /stop: the burst, cancelled
+                        rows = tuple(self._waiting)
+                        self._waiting.clear()
+                        return rows
+        return ()
+
+    async def _turn(self, burst: Sequence[StoredMessage]) -> bool:
         """Plan, then act (``plan``): the model phase runs under the turn's cancel scope (what
-        ``/stop`` and ``abandon`` cancel), then the turn ends as the plan says."""
+        ``/stop``, ``abandon`` and, in queue mode "interrupt", a newer row cancel), then the
+        turn ends as the plan says. True: interrupted, its rows go back to the queue."""
         deps = self._deps
-        # The queue holds rows without their content; the row is read whole when its turn
+        # The queue holds rows without their content; the rows are read whole when their turn
         # comes, and one purged or deleted while it waited is skipped.
-        current = await deps.store.message(row.id)
-        if current is None or current.state != MessageState.PENDING:
-            return
-        row = current
+        rows: list[StoredMessage] = []
+        for header in burst:
+            current = await deps.store.message(header.id)
+            if current is not None and current.state == MessageState.PENDING:
+                rows.append(current)
+        if not rows:
+            return False
+        row = rows[-1]  # a merged turn replies to its last row
+        also = tuple(r.id for r in rows[:-1])
         history = await self._load_history()
         started = time.monotonic()
-        waited = max(0.0, time.time() - row.created_at)
+        waited = max(0.0, time.time() - rows[0].created_at)
         deps.observe(TurnStarted(self.key, self.platform, row.id, waited))
+        if also:
+            deps.observe(TurnMerged(self.key, self.platform, row.id, len(rows)))
         watch = self._watch(row)
-        state = TurnState()
+        self._stream = watch.stream if watch is not None else None
+        state = TurnState(stopped=self._cut == "stop")  # stopped while it was collected
         async with deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:
                 self._turn_scope = scope
-                prepared = await self._prepare(row, history)
+                prepared = await self._prepare(rows, history)
                 while isinstance(step := plan(state), Run | Rerun):
                     if not await self._may_run():
                         state = dataclasses.replace(state, lost=True)
@@ -423,7 +431,12 @@ class SessionActor:
                         deps.observe(TurnRerun(self.key, row.id, step.reason))
                     state = state.ran(await self._run(prepared, row, watch))
             self._turn_scope = None
-        state = state.ended(stopped=scope.cancelled_caught, lost=self._abandoned)
+            self._stream = None
+        cut = scope.cancelled_caught
+        interrupted = cut and self._cut == "interrupt"
+        state = state.ended(
+            stopped=cut and not interrupted, interrupted=interrupted, lost=self._abandoned
+        )
         while True:
             action = plan(state)
             assert not isinstance(action, Run | Rerun)  # the model phase is over
@@ -434,14 +447,21 @@ class SessionActor:
                         self.abandon()
                     else:
                         deps.observe(TurnAbandoned(self.key, row.id))
-                    return
+                    return False
                 case Cancel():
-                    await self._cancel(row)
-                    return
+                    await self._cancel(row, also)
+                    return False
+                case Requeue():
+                    deps.observe(TurnInterrupted(self.key, row.id, self.platform))
+                    # Nobody waiting learns anything (the rows are still pending); the outlet
+                    # removes the turn's preview.
+                    stopped = TurnOutcome(self.key, row.id, "", None, (), also=also)
+                    await self._outlet.deliver(dataclasses.replace(stopped, interrupted=True))
+                    return True
                 case Commit(result=result):
                     try:
                         outcome = await deps.store.answer(
-                            row, result, self._outlet.render(result.reply)
+                            row, result, self._outlet.render(result.reply), also=also
                         )
                     except LeaseLost as exc:
                         # Fenced: another node took the conversation over (this one was frozen
@@ -452,28 +472,34 @@ class SessionActor:
                         )
                         state = dataclasses.replace(state, fenced=True)
                         continue
-                    self._committed(row, result, time.monotonic() - started, prepared)
+                    self._committed(rows, result, time.monotonic() - started, prepared)
                     await self._outlet.deliver(outcome)
-                    return
+                    return False
                 case _:
                     assert_never(action)
 
-    async def _cancel(self, row: StoredMessage) -> None:
+    async def _cancel(self, row: StoredMessage, also: tuple[int, ...]) -> None:
         self._stats["cancelled"] += 1
-        await self._deps.store.cancel(row.id)
+        await self._deps.store.cancel(row.id, also=also)
         self._deps.observe(TurnCancelled(self.key, row.id, self.platform))
         # Nothing to send (the /stop command answered already), but whoever waits for this
-        # turn (a peer API request) learns how it ended.
-        await self._outlet.deliver(TurnOutcome(self.key, row.id, STOPPED_REPLY, None, ()))
+        # turn (a peer API request, for any of its rows) learns how it ended.
+        stopped = TurnOutcome(self.key, row.id, STOPPED_REPLY, None, (), also=also)
+        await self._outlet.deliver(stopped)
 
     def _committed(
-        self, row: StoredMessage, result: TurnResult, seconds: float, asked: TurnInput
+        self,
+        rows: list[StoredMessage],
+        result: TurnResult,
+        seconds: float,
+        asked: TurnInput,
     ) -> None:
+        row = rows[-1]
         self._deps.observe(AnswerCommitted(self.key, self.platform, row.id))
         self._last_result = result
         if result.failure is None:
             self._stats["turns"] += 1
-            self._remember(asked.remembered(), result.reply)
+            self._remember(asked.remembered, result.reply)
         else:
             self._stats["failed"] += 1
         failure = result.failure.reason if result.failure else None
@@ -513,13 +539,13 @@ class SessionActor:
         shown = _FirstToken(watch.stream, self._deps.observe, self.key, self.platform, row)
         return dataclasses.replace(watch, stream=shown)
 
-    async def _prepare(self, row: StoredMessage, history: list[ChatMessage]) -> TurnInput:
+    async def _prepare(self, rows: list[StoredMessage], history: list[ChatMessage]) -> TurnInput:
+        """The turn's input: each row's (its attachments fetched and used, SPEC 9), merged
+        into one user message for a burst (SPEC 10, ``burst_text``)."""
         attachments = self._deps.attachments
-        return (
-            TurnInput.plain(row, history)
-            if attachments is None
-            else await attachments.prepare(row, history)
-        )
+        if attachments is None:
+            return TurnInput.merged([TurnInput.plain(r, history) for r in rows], burst_text)
+        return TurnInput.merged([await attachments.prepare(r, history) for r in rows], burst_text)
 
     async def _run(self, asked: TurnInput, row: StoredMessage, watch: Watch | None) -> TurnResult:
         """The model turn; a bug in it fails this turn honestly instead of the whole gateway."""
@@ -549,10 +575,11 @@ class SessionActor:
             self._history = [history_message(r) for r in rows]
         return list(self._history)
 
-    def _remember(self, asked: ChatMessage, reply: str) -> None:
+    def _remember(self, asked: Sequence[ChatMessage], reply: str) -> None:
         if self._history is None:  # to be read from the store again (ResetContext reload)
             return
-        self._history.append(asked)
+        # As the store reads it back: each row of a merged turn is a user message of its own.
+        self._history.extend(asked)
         self._history.append(ChatMessage("assistant", reply))
         excess = len(self._history) - self._deps.history_limit
         if excess > 0:

@@ -191,7 +191,7 @@ async def test_history_images_are_resolved_for_recent_turns_only(tmp_path: Path)
         row = await admit(store, photo())
         files = Files(files={"file-1": PHOTO})
         asked = await attachments(store, files, history_images=1).prepare(row, [])
-        kept = asked.remembered()
+        (kept,) = asked.remembered
         assert kept.images == (f"sha256:{hashlib.sha256(PHOTO).hexdigest()}:image/jpeg",)
         history = [kept, ChatMessage("assistant", "a cat"), kept, ChatMessage("assistant", "b")]
         later = await attachments(store, files, history_images=1).prepare(

@@ -194,7 +194,8 @@ def test_check_names_three_problems_and_exits_2(tmp_path) -> None:  # type: igno
         "botmux: config error: model.timeout_s: must be greater than 0",
         "botmux: config error: peer.bogus: unknown key (known here: auth_fail_limit,"
         " auth_fail_window_s, header_timeout_s, idle_timeout_s, listen, max_body_bytes,"
-        " max_connections, token_burst, token_requests_per_min, tokens, trusted_proxies)",
+        " max_connections, queue_mode, token_burst, token_requests_per_min, tokens,"
+        " trusted_proxies)",
         "botmux: config error: log.format: must be one of 'console', 'json'",
     ]
 

@@ -31,6 +31,12 @@ _HEADERS = (
     " user_row_id, failure, reply_target FROM messages"
     " WHERE conversation = ? AND state = 'pending' ORDER BY id"
 )
+#: The user row a turn's reply names (a merged turn's last row), from any row of the turn.
+_TURN_OF = (
+    "SELECT COALESCE((SELECT a.user_row_id FROM messages a WHERE a.id = m.answered_by), m.id)"
+    " FROM messages m WHERE m.id = ?"
+)
+_REPLIES = "SELECT id FROM messages WHERE user_row_id = ? AND role = 'assistant'"
 _EXPIRED = (
     "SELECT key FROM conversations c WHERE (updated_at < ? OR (key LIKE ? AND updated_at < ?))"
     " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.conversation = c.key"
@@ -139,17 +145,29 @@ class LifecycleMixin:
             if not found or found[0][0] == "pending":
                 results.append(None if not found else False)
                 continue
+            # A merged turn (SPEC 10) goes whole: the rows its reply answered, and the reply.
+            ((last,),) = db.execute(_TURN_OF, (op.user_row_id,)).fetchall()
+            replies = [r for (r,) in db.execute(_REPLIES, (last,)).fetchall()]
+            marks = ", ".join("?" * len(replies)) or "NULL"
+            rows = {last, op.user_row_id} | {
+                r
+                for (r,) in db.execute(
+                    f"SELECT id FROM messages WHERE answered_by IN ({marks})", replies
+                ).fetchall()
+            }
             # A compaction summary that folded this turn in would keep its text: it goes too.
             db.execute(
                 "DELETE FROM summaries WHERE through >= ? AND conversation ="
                 " (SELECT conversation FROM messages WHERE id = ?)",
-                (op.user_row_id, op.user_row_id),
+                (min(rows), last),
             )
-            db.execute("DELETE FROM outbox WHERE user_row_id = ?", (op.user_row_id,))
-            db.execute("DELETE FROM previews WHERE user_row_id = ?", (op.user_row_id,))
-            db.execute("DELETE FROM a2a_push_configs WHERE user_row_id = ?", (op.user_row_id,))
-            db.execute("DELETE FROM messages WHERE user_row_id = ?", (op.user_row_id,))
-            delete_attachments(db, "", user_row_id=op.user_row_id)
-            db.execute("DELETE FROM messages WHERE id = ?", (op.user_row_id,))
+            db.execute("DELETE FROM outbox WHERE user_row_id = ?", (last,))
+            db.executemany("DELETE FROM previews WHERE user_row_id = ?", [(r,) for r in rows])
+            for r in sorted(rows):
+                db.execute("DELETE FROM a2a_push_configs WHERE user_row_id = ?", (r,))
+                delete_attachments(db, "", user_row_id=r)
+            # One statement: a merged turn's rows and its reply refer to each other.
+            gone = [*rows, *replies]
+            db.execute(f"DELETE FROM messages WHERE id IN ({', '.join('?' * len(gone))})", gone)
             results.append(True)
         return results

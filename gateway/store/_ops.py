@@ -37,11 +37,13 @@ class AdmitRow(Write[Admission]):
 
 @dataclass(frozen=True, slots=True)
 class AnswerTurn(Write[TurnOutcome]):
-    """Store the reply, settle the user row, queue the reply's chunks."""
+    """Store the reply, settle the user row, queue the reply's chunks. ``also``: the earlier
+    rows of a merged turn (SPEC 10), settled with it and linked to the same reply."""
 
     user_row: StoredMessage
     result: TurnResult
     chunks: tuple[str, ...]
+    also: tuple[int, ...] = ()
 
     @property
     def tokens(self) -> tuple[int | None, int | None]:
@@ -55,6 +57,11 @@ class AnswerTurn(Write[TurnOutcome]):
 @dataclass(frozen=True, slots=True)
 class CancelTurn(Write[None]):
     user_row_id: int
+    also: tuple[int, ...] = ()  # the other rows of a merged turn, cancelled with it
+
+    @property
+    def rows(self) -> tuple[int, ...]:
+        return (*self.also, self.user_row_id)
 
 
 @dataclass(frozen=True, slots=True)

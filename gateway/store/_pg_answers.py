@@ -2,7 +2,8 @@
 
 One transaction per batch locks the conversations and user rows, refuses an answer whose
 node no longer holds the conversation's lease (owner and fence) or whose row is not the
-oldest pending one (``LeaseLost``, that write alone), then stores the reply rows, settles
+oldest pending one (a merged turn: whose rows are all pending, its first the oldest)
+(``LeaseLost``, that write alone), then stores the reply rows, settles
 the user rows, queues the outbox chunks and notifies the nodes that wait for them. A mixin
 of :class:`~gateway.store.postgres.PostgresStore`, split out to keep that module readable.
 """
@@ -49,7 +50,7 @@ class PgAnswersMixin:
             for r in await db.fetch(
                 "SELECT id, state, seq, received_by FROM messages WHERE id = ANY($1::bigint[])"
                 " ORDER BY id FOR UPDATE",
-                [u.id for u in users],
+                [row for op in ops for row in (*op.also, op.user_row.id)],
             )
         }
         oldest = {
@@ -65,18 +66,16 @@ class PgAnswersMixin:
         accepted: list[tuple[int, AnswerTurn]] = []
         for op, user in zip(ops, users, strict=True):
             owner, fence = owners.get(user.conversation, (None, -1))
-            row = rows.get(user.id)
+            burst = [rows.get(i) for i in (*op.also, user.id)]  # a merged turn's rows (SPEC 10)
             results.append(None)
             if owner != self.node or fence != self.leases.get(user.conversation):
                 results[-1] = LeaseLost(
                     f"{user.conversation} is held by {owner or 'nobody'} now (fence {fence})",
                     conversation=user.conversation,
                 )
-            elif (
-                row is None
-                or row["state"] != "pending"
-                or oldest.get(user.conversation) != row["seq"]
-            ):
+            elif any(row is None or row["state"] != "pending" for row in burst) or oldest.get(
+                user.conversation
+            ) != min(row["seq"] for row in burst if row):
                 results[-1] = LeaseLost(
                     f"row {user.id} of {user.conversation} is not the oldest pending row",
                     conversation=user.conversation,
@@ -102,6 +101,7 @@ class PgAnswersMixin:
         assistant: list[tuple[Any, ...]] = []
         chunk_rows: list[OutboxChunk] = []
         notify: list[tuple[str, int]] = []
+        settles: list[tuple[int, str, int]] = []  # user row, its state, the reply answering it
         for (position, op), message_id in zip(accepted, message_ids, strict=True):
             user_row: StoredMessage = op.user_row
             result: TurnResult = op.result
@@ -129,9 +129,11 @@ class PgAnswersMixin:
                 for seq, text in enumerate(op.chunks)
             )
             chunk_rows.extend(chunks)
-            receiver = rows[user_row.id]["received_by"]
-            if receiver and receiver != self.node:
-                notify.append((receiver, user_row.id))
+            for settled in (*op.also, user_row.id):
+                settles.append((settled, str(state), message_id))
+                receiver = rows[settled]["received_by"]
+                if receiver and receiver != self.node:
+                    notify.append((receiver, settled))
             results[position] = TurnOutcome(
                 conversation=user_row.conversation,
                 user_row_id=user_row.id,
@@ -139,6 +141,7 @@ class PgAnswersMixin:
                 failure=result.failure,
                 chunks=chunks,
                 usage=result.usage,
+                also=op.also,
             )
         columns = list(zip(*assistant, strict=True))
         await db.execute(
@@ -151,11 +154,11 @@ class PgAnswersMixin:
             *columns,
             now,
         )
+        links = list(zip(*settles, strict=True))
         await db.execute(
-            "UPDATE messages m SET state = x.s FROM unnest($1::bigint[], $2::text[]) AS x(i, s)"
-            " WHERE m.id = x.i",
-            columns[4],
-            columns[7],
+            "UPDATE messages m SET state = x.s, answered_by = x.a"
+            " FROM unnest($1::bigint[], $2::text[], $3::bigint[]) AS x(i, s, a) WHERE m.id = x.i",
+            *links,
         )
         if chunk_rows:
             await db.executemany(

@@ -149,17 +149,38 @@ class PgLifecycleMixin:
             if state is None or state == "pending":
                 results.append(None if state is None else False)
                 continue
+            # A merged turn (SPEC 10) goes whole: the rows its reply answered, and the reply.
+            last = await db.fetchval(
+                "SELECT COALESCE((SELECT a.user_row_id FROM messages a WHERE a.id = m.answered_by),"
+                " m.id) FROM messages m WHERE m.id = $1",
+                op.user_row_id,
+            )
+            replies = [
+                r["id"]
+                for r in await db.fetch(
+                    "SELECT id FROM messages WHERE user_row_id = $1 AND role = 'assistant'", last
+                )
+            ]
+            rows = {last, op.user_row_id} | {
+                r["id"]
+                for r in await db.fetch(
+                    "SELECT id FROM messages WHERE answered_by = ANY($1::bigint[])", replies
+                )
+            }
             # A compaction summary that folded this turn in would keep its text: it goes too.
             await db.execute(
                 "DELETE FROM summaries WHERE conversation = $1 AND through >= $2",
                 row["conversation"],
-                op.user_row_id,
+                min(rows),
             )
-            await db.execute("DELETE FROM outbox WHERE user_row_id = $1", op.user_row_id)
-            await db.execute("DELETE FROM previews WHERE user_row_id = $1", op.user_row_id)
-            await db.execute("DELETE FROM a2a_push_configs WHERE user_row_id = $1", op.user_row_id)
-            await db.execute("DELETE FROM messages WHERE user_row_id = $1", op.user_row_id)
-            await delete_attachments(db, "", user_row_id=op.user_row_id)
-            await db.execute("DELETE FROM messages WHERE id = $1", op.user_row_id)
+            await db.execute("DELETE FROM outbox WHERE user_row_id = $1", last)
+            await db.execute(
+                "DELETE FROM previews WHERE user_row_id = ANY($1::bigint[])", sorted(rows)
+            )
+            for r in sorted(rows):
+                await db.execute("DELETE FROM a2a_push_configs WHERE user_row_id = $1", r)
+                await delete_attachments(db, "", user_row_id=r)
+            # One statement: a merged turn's rows and its reply refer to each other.
+            await db.execute("DELETE FROM messages WHERE id = ANY($1::bigint[])", [*rows, *replies])
             results.append(True)
         return results

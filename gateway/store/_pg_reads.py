@@ -106,7 +106,8 @@ class PgReadsMixin:
 
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         rows = await self._fetch(
-            f"SELECT {MSG_COLUMNS} FROM messages WHERE user_row_id = $1 AND role = 'assistant'"
+            f"SELECT {MSG_COLUMNS} FROM messages WHERE role = 'assistant'"
+            " AND (user_row_id = $1 OR id = (SELECT answered_by FROM messages WHERE id = $1))"
             " ORDER BY id LIMIT 1",
             user_row_id,
         )

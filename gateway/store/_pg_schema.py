@@ -155,6 +155,11 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (user_row_id, config_id)
     );
     """,
+    # 7 (queue modes, SPEC 10): the assistant row that answered a user row, for every row of a
+    # merged turn (NULL: answered before, or linked through the reply's user_row_id alone).
+    """
+    ALTER TABLE messages ADD COLUMN answered_by BIGINT REFERENCES messages(id);
+    """,
 )
 
 

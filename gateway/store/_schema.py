@@ -127,4 +127,9 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (user_row_id, config_id)
     );
     """,
+    # 8 (queue modes, SPEC 10): the assistant row that answered a user row, for every row of a
+    # merged turn (NULL: answered before, or linked through the reply's user_row_id alone).
+    """
+    ALTER TABLE messages ADD COLUMN answered_by INTEGER REFERENCES messages(id);
+    """,
 )

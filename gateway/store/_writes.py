@@ -50,12 +50,17 @@ class QueuedWrites:
         await self._group.submit(SaveAttachment(user_row_id, position, sha256, data, text))
 
     async def answer(
-        self, user_row: StoredMessage, result: TurnResult, chunks: Sequence[str]
+        self,
+        user_row: StoredMessage,
+        result: TurnResult,
+        chunks: Sequence[str],
+        *,
+        also: Sequence[int] = (),
     ) -> TurnOutcome:
-        return await self._group.submit(AnswerTurn(user_row, result, tuple(chunks)))
+        return await self._group.submit(AnswerTurn(user_row, result, tuple(chunks), tuple(also)))
 
-    async def cancel(self, user_row_id: int) -> None:
-        await self._group.submit(CancelTurn(user_row_id))
+    async def cancel(self, user_row_id: int, *, also: Sequence[int] = ()) -> None:
+        await self._group.submit(CancelTurn(user_row_id, tuple(also)))
 
     async def reset(self, conversation: str) -> None:
         await self._group.submit(ResetConversation(conversation))

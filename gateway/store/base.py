@@ -54,13 +54,20 @@ class Store(Protocol):
         ...
 
     async def answer(
-        self, user_row: StoredMessage, result: TurnResult, chunks: Sequence[str]
+        self,
+        user_row: StoredMessage,
+        result: TurnResult,
+        chunks: Sequence[str],
+        *,
+        also: Sequence[int] = (),
     ) -> TurnOutcome:
-        """Store the reply (or failure reply), settle the user row, queue the chunks."""
+        """Store the reply (or failure reply), settle the user row, queue the chunks.
+        ``also``: the earlier rows of a merged turn (SPEC 10), settled in the same
+        transaction and linked to the reply (``reply_to`` finds it for each)."""
         ...
 
-    async def cancel(self, user_row_id: int) -> None:
-        """Mark a pending user row cancelled (``/stop``): it will not be resumed."""
+    async def cancel(self, user_row_id: int, *, also: Sequence[int] = ()) -> None:
+        """Mark pending user rows cancelled (``/stop``): they will not be resumed."""
         ...
 
     async def reset(self, conversation: str) -> None:
@@ -149,7 +156,7 @@ class Store(Protocol):
         ...
 
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
-        """The assistant row that settled a user row, if any."""
+        """The assistant row that settled a user row (its own, or a merged turn's), if any."""
         ...
 
     async def undelivered(self, platform: str | None = None) -> list[OutboxChunk]: ...

@@ -403,7 +403,7 @@ class PostgresStore(
         rows = await db.fetch(
             "UPDATE messages SET state = 'cancelled' WHERE id = ANY($1::bigint[])"
             " AND state = 'pending' RETURNING id, received_by",
-            [op.user_row_id for op in ops],
+            [row for op in ops for row in op.rows],
         )
         await self._notify_replies(
             db,

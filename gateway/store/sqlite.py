@@ -211,9 +211,10 @@ class SqliteStore(
 
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         rows = await self._fetch(
-            f"SELECT {_MSG_COLUMNS} FROM messages WHERE user_row_id = ? AND role = 'assistant'"
+            f"SELECT {_MSG_COLUMNS} FROM messages WHERE role = 'assistant'"
+            " AND (user_row_id = ? OR id = (SELECT answered_by FROM messages WHERE id = ?))"
             " ORDER BY id LIMIT 1",
-            (user_row_id,),
+            (user_row_id, user_row_id),
         )
         return _row_to_message(rows[0]) if rows else None
 
@@ -402,7 +403,9 @@ class SqliteStore(
                 )
             )
             state = MessageState.FAILED if result.failure else MessageState.ANSWERED
-            user_updates.append((str(state), user_row.id))
+            # A merged turn's rows all settle here, each linked to the one reply (SPEC 10).
+            for settled in (*op.also, user_row.id):
+                user_updates.append((str(state), message_id, settled))
             chunks = []
             for seq, text in enumerate(texts):
                 self._next_chunk_id += 1
@@ -439,6 +442,7 @@ class SqliteStore(
                     failure=result.failure,
                     chunks=tuple(chunks),
                     usage=result.usage,
+                    also=op.also,
                 )
             )
         db.executemany(
@@ -447,7 +451,7 @@ class SqliteStore(
             " VALUES (?, ?, 'assistant', ?, 'final', ?, ?, ?, ?, ?, ?, ?)",
             assistant_rows,
         )
-        db.executemany("UPDATE messages SET state = ? WHERE id = ?", user_updates)
+        db.executemany("UPDATE messages SET state = ?, answered_by = ? WHERE id = ?", user_updates)
         if chunk_rows:
             db.executemany(
                 "INSERT INTO outbox (id, conversation, platform, message_id, user_row_id, seq,"
@@ -463,7 +467,7 @@ class SqliteStore(
     def _apply_cancel(self, db: sqlite3.Connection, ops: list[CancelTurn]) -> list[None]:
         db.executemany(
             "UPDATE messages SET state = 'cancelled' WHERE id = ? AND state = 'pending'",
-            [(op.user_row_id,) for op in ops],
+            [(row,) for op in ops for row in op.rows],
         )
         return [None] * len(ops)
 

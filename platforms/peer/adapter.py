@@ -156,9 +156,12 @@ class PeerAdapter:
         # The HTTP response is the delivery; a reply nobody waits for (the client left, or
         # the turn was resumed after a restart) stays readable in the transcript and through
         # a retry with the same Idempotency-Key.
-        pmid = self._pmids.pop(outcome.user_row_id, None)
-        if pmid is not None:
-            self._waiters.resolve(pmid, outcome)  # answer first: recording is off the reply path
+        if outcome.interrupted:  # its rows are still pending: their requests wait on
+            return
+        for row in outcome.rows:  # a merged turn (SPEC 10) answers the request of each row
+            pmid = self._pmids.pop(row, None)
+            if pmid is not None:
+                self._waiters.resolve(pmid, outcome)  # answer first: recording is off the path
         for chunk in outcome.chunks:
             await self._intake.delivered(chunk.id, f"http:{chunk.user_row_id}")
 

@@ -365,6 +365,9 @@ class FakeModel:
         self.streams_cut: list[int] = []
         self.streams_done: list[int] = []
         self._stream_release = asyncio.Event()
+        #: requests (by index) whose client closed the connection before the answer was
+        #: written: the handler was cancelled (a turn stopped or interrupted, a client timeout)
+        self.closed: list[int] = []
         self._changed = asyncio.Condition()
         self.base_url = ""
         self.transcriptions: list[Transcription] = []
@@ -455,6 +458,10 @@ class FakeModel:
         async with self._changed:
             await self._changed.wait_for(lambda: len(self.requests) >= count)
 
+    async def wait_for_closed(self, count: int) -> None:
+        async with self._changed:
+            await self._changed.wait_for(lambda: len(self.closed) >= count)
+
     async def wait_for_completed(self, count: int) -> None:
         async with self._changed:
             await self._changed.wait_for(lambda: len(self.completed) >= count)
@@ -501,6 +508,9 @@ class FakeModel:
                 self.overflowed.append(number)
             outcome = refused or self._next(request)
             return await self._answer(http, request, outcome)
+        except asyncio.CancelledError:
+            self.closed.append(next(i for i, r in enumerate(self.requests) if r is request))
+            raise
         finally:
             self.active[session] -= 1
             self.in_flight[session].remove((request, http))
