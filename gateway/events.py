@@ -405,6 +405,24 @@ class DiscordBackfilled:
     truncated: bool  # as many as backfill_messages: older ones may be missing
 
 
+# -- the operator console (SPEC 13) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AdminActed:
+    """An operator acted through the admin API: who (the peer token's name, never the token;
+    "loopback" without tokens), what, on what, and whether it took (``ok``) or named nothing
+    (``unknown``: no such code or user)."""
+
+    name: ClassVar[str] = "admin_action"
+    level: ClassVar[int] = INFO
+    action: Literal["approve", "reject", "revoke", "reload"]
+    by: str
+    platform: str
+    target: str  # the pairing code, or the user id
+    result: Literal["ok", "unknown"]
+
+
 Event = (
     MessageAdmitted
     | DuplicateIgnored
@@ -437,6 +455,7 @@ Event = (
     | TelegramNoticeFailed
     | TelegramWebhookRefused
     | DiscordBackfilled
+    | AdminActed
 )
 Observe = Callable[[Event], None]
 

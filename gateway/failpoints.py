@@ -32,6 +32,7 @@ from typing import assert_never
 
 from gateway.errors import ConfigError
 from gateway.events import (
+    AdminActed,
     AnswerCommitted,
     ChunkRecorded,
     ChunkSent,
@@ -150,6 +151,7 @@ def place(event: Event) -> str | None:
             | TelegramNoticeFailed()
             | TelegramWebhookRefused()
             | DiscordBackfilled()
+            | AdminActed()
         ):
             return None
         case _:

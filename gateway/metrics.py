@@ -16,6 +16,7 @@ from typing import assert_never
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gateway.events import (
+    AdminActed,
     AnswerCommitted,
     ChunkRecorded,
     ChunkSent,
@@ -177,6 +178,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.admin_actions = Counter(
+            "botmux_admin_actions",
+            "Operator actions through the admin API (approve, reject, revoke, reload)",
+            ["action", "result"],
+            registry=r,
+        )
         self.discord_backfilled = Counter(
             "botmux_discord_backfilled_messages",
             "Discord: messages read back by backfills",
@@ -241,6 +248,8 @@ class Metrics:
             case DiscordBackfilled(reason=reason, messages=messages):
                 self.discord_backfills.labels(reason).inc()
                 self.discord_backfilled.labels(reason).inc(messages)
+            case AdminActed(action=action, result=result):
+                self.admin_actions.labels(action, result).inc()
             case _:
                 assert_never(event)
 

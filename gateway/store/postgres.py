@@ -68,6 +68,7 @@ from gateway.store._pg_connection import (
     connection_lost,
     redact,
 )
+from gateway.store._pg_console import PgConsoleReadsMixin
 from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
 from gateway.store._pg_lifecycle import PgLifecycleMixin
 from gateway.store._pg_pairing import PgPairingMixin
@@ -91,7 +92,13 @@ def channel(node: str) -> str:
 
 
 class PostgresStore(
-    QueuedWrites, PgReadsMixin, PgPairingMixin, LeasesMixin, PgLifecycleMixin, PgAnswersMixin
+    QueuedWrites,
+    PgReadsMixin,
+    PgPairingMixin,
+    LeasesMixin,
+    PgLifecycleMixin,
+    PgAnswersMixin,
+    PgConsoleReadsMixin,
 ):
     """The :class:`~gateway.store.base.Store` on PostgreSQL; see :func:`open_postgres_store`."""
 

@@ -39,6 +39,7 @@ from gateway.messages import (
     TurnResult,
 )
 from gateway.store import _queries as q
+from gateway.store._console import ConsoleReadsMixin
 from gateway.store._errors import SQLITE_ERRORS, mapped
 from gateway.store._lifecycle import LifecycleMixin
 from gateway.store._ops import (
@@ -108,7 +109,7 @@ def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
     )
 
 
-class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin):
+class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, ConsoleReadsMixin):
     """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
 
     def __init__(

@@ -36,6 +36,7 @@ from gateway.messages import CONTROL_COMMANDS, Inbound, StoredMessage, TurnOutco
 from gateway.ports import Intake, Watch
 from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.peer import convert, limits, streaming
+from platforms.peer.admin import Admin, AdminDeps
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
 from platforms.peer.streaming import SSE_HEADERS, LiveReply, Watched, finish
@@ -98,6 +99,7 @@ class PeerAdapter:
         ready: Callable[[], dict[str, bool]],
         metrics: Callable[[], Awaitable[bytes]],
         clock: Callable[[], float] = time.monotonic,
+        admin: AdminDeps | None = None,
     ) -> None:
         self._config = config
         self._intake = intake
@@ -128,6 +130,8 @@ class PeerAdapter:
         self._openapi = json.dumps(build_openapi(auth=bool(config.tokens))).encode()
         self.port: int | None = None
         self._stats = {"requests": 0, "turns": 0, "unauthorized": 0, "rate_limited": 0}
+        # The operator console and its admin API (platforms.peer.admin), when wired.
+        self.admin = Admin(admin, who=self._who, token_index=self._token_index) if admin else None
 
     def __repr__(self) -> str:
         return f"<PeerAdapter {self._config.listen} waiting={len(self._waiters)}>"
@@ -181,6 +185,8 @@ class PeerAdapter:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics_route)
         app.router.add_get("/openapi.json", self._openapi_route)
+        if self.admin is not None:
+            self.admin.add_routes(app.router)
         app.on_response_prepare.append(_server_header)
         app.on_response_prepare.append(self._count)
         return app
@@ -221,14 +227,17 @@ class PeerAdapter:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         self._stats["requests"] += 1
-        if request.path in _OPEN_ROUTES:
-            return await handler(request)
+        if request.path in _OPEN_ROUTES or Admin.is_page(request.path):
+            return await handler(request)  # the console page is static and holds no secret
         if not self._digests:
             refusal = _not_local(request, self._config.host)
             return refusal if refusal is not None else await handler(request)
         # The token first, in constant time: a valid token is served whatever other clients
         # sharing its address (a proxy, a NAT) have failed.
         index = limits.match_bearer(request.headers.get("Authorization", ""), self._digests)
+        if index is None and self.admin is not None:  # the console's event stream: a ticket
+            ticket = self.admin.ticket_index(request)
+            index = ticket if ticket is not None and 0 <= ticket < len(self._digests) else None
         if index is not None:
             token = self._config.tokens[index]
             request[_TOKEN] = token
@@ -264,6 +273,16 @@ class PeerAdapter:
         response = json_error(401, "a valid bearer token is required", "unauthorized")
         response.headers["WWW-Authenticate"] = 'Bearer realm="botmux"'
         return response
+
+    def _who(self, request: web.Request) -> str:
+        """Who a request acts as, for the operator log: its token's name (never the token),
+        or "loopback" without tokens."""
+        token = request.get(_TOKEN)
+        return token.name if isinstance(token, PeerToken) else "loopback"
+
+    def _token_index(self, request: web.Request) -> int:
+        token = request.get(_TOKEN)
+        return self._config.tokens.index(token) if isinstance(token, PeerToken) else -1
 
     def _session(self, request: web.Request, session_id: str) -> str:
         """``session_id``, if the request's token may use it; else 404, as if it did not
