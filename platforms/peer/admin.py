@@ -267,16 +267,18 @@ class Admin:
         return path in PAGE_ROUTES
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
+        # Path parameters take any character but "/" (a key has ":", a code may be typed
+        # with braces by a fuzzer: its answer is 404 from the handler, not an unknown route).
         for path in PAGE_ROUTES:
             router.add_get(path, self._page)
         router.add_get("/api/admin/overview", self._overview)
         router.add_get("/api/admin/conversations", self._conversations)
-        router.add_get("/api/admin/conversations/{key}/messages", self._messages)
+        router.add_get("/api/admin/conversations/{key:[^/]+}/messages", self._messages)
         router.add_get("/api/admin/outbox", self._outbox)
         router.add_get("/api/admin/pairing", self._pairing)
-        router.add_post("/api/admin/pairing/{platform}/{code}/approve", self._approve)
-        router.add_post("/api/admin/pairing/{platform}/{code}/reject", self._reject)
-        router.add_post("/api/admin/users/{platform}/{user_id}/revoke", self._revoke)
+        router.add_post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/approve", self._approve)
+        router.add_post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/reject", self._reject)
+        router.add_post("/api/admin/users/{platform:[^/]+}/{user_id:[^/]+}/revoke", self._revoke)
         router.add_post("/api/admin/events/ticket", self._ticket)
         router.add_get("/api/admin/events", self._events)
 

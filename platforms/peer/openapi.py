@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from platforms.peer._admin_openapi import ADMIN_SCHEMAS, admin_paths
 from platforms.peer._schemas import IDEMPOTENCY_KEY, SCHEMAS, SESSION_ID
 from platforms.peer._schemas import ref as _ref
 from platforms.peer.convert import MODEL_NAME
@@ -284,9 +285,9 @@ def build_openapi(*, auth: bool, version: str = "0.1.0") -> dict[str, Any]:
             "description": "Peer agents and OpenAI clients talk to botmux's agent. Every error"
             ' is JSON: {"error": {"message", "type", "code", "status"}}.',
         },
-        "paths": _paths(),
+        "paths": {**_paths(), **admin_paths()},  # the admin API and the console (SPEC 13)
         "components": {
-            "schemas": SCHEMAS,
+            "schemas": {**SCHEMAS, **ADMIN_SCHEMAS},
             "parameters": _PARAMETERS,
             "headers": _HEADERS,
             "responses": {
