@@ -185,6 +185,15 @@ ADMIN_SCHEMAS: dict[str, Any] = {
             "revoked": {"const": True},
         }
     ),
+    "AdminEvent": {
+        "type": "object",
+        "description": "event: overview, data: an AdminOverview (JSON).",
+        "required": ["event", "data"],
+        "properties": {
+            "event": {"const": "overview"},
+            "data": {"type": "string", "contentMediaType": "application/json"},
+        },
+    },
     "AdminTicket": _object(
         {"ticket": {"type": "string"}, "expires_in_s": {"type": "number"}},
     ),
@@ -262,6 +271,16 @@ def _page(operation: str, media: str) -> dict[str, Any]:
             },
         }
     }
+
+
+#: The event stream's credential (GET /api/admin/events): see platforms.peer.admin.
+TICKET_SCHEME = {
+    "type": "apiKey",
+    "in": "query",
+    "name": "ticket",
+    "description": "A ticket from POST /api/admin/events/ticket (signed, valid about a"
+    " minute): an EventSource cannot send an Authorization header.",
+}
 
 
 def admin_paths() -> dict[str, Any]:
@@ -351,20 +370,11 @@ def admin_paths() -> dict[str, Any]:
                 " headers); the ticket is the only credential that ever goes in a URL, expires"
                 " within a minute and is never logged.",
                 "tags": ["admin"],
-                "parameters": [
-                    {
-                        "name": "ticket",
-                        "in": "query",
-                        "required": True,
-                        "schema": {"type": "string"},
-                    }
-                ],
+                "security": [{"ticket": []}],
                 "responses": {
                     "200": {
-                        "description": "overview events (the AdminOverview schema).",
-                        "content": {
-                            "text/event-stream": {"schema": ref("schemas", "AdminOverview")}
-                        },
+                        "description": "overview events.",
+                        "content": {"text/event-stream": {"schema": ref("schemas", "AdminEvent")}},
                     },
                     **_errors("400"),
                 },

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from platforms.peer._admin_openapi import ADMIN_SCHEMAS, admin_paths
+from platforms.peer._admin_openapi import ADMIN_SCHEMAS, TICKET_SCHEME, admin_paths
 from platforms.peer._schemas import IDEMPOTENCY_KEY, SCHEMAS, SESSION_ID
 from platforms.peer._schemas import ref as _ref
 from platforms.peer.convert import MODEL_NAME
@@ -301,7 +301,8 @@ def build_openapi(*, auth: bool, version: str = "0.1.0") -> dict[str, Any]:
                     "type": "http",
                     "scheme": "bearer",
                     "description": "One of peer.tokens, compared in constant time.",
-                }
+                },
+                "ticket": TICKET_SCHEME,
             },
         },
     }
