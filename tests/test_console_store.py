@@ -15,7 +15,9 @@ __all__ = ["open_store"]  # the two-backend fixture, used below
 
 def inbound(conversation: str, pmid: str, text: str = "hi") -> Inbound:
     platform = conversation.split(":", 1)[0]
-    return Inbound(platform=platform, conversation=conversation, platform_message_id=pmid, text=text)
+    return Inbound(
+        platform=platform, conversation=conversation, platform_message_id=pmid, text=text
+    )
 
 
 async def test_conversations_are_searched_by_key_and_paged_newest_first(
@@ -49,9 +51,7 @@ async def test_conversations_are_searched_by_key_and_paged_newest_first(
         assert [len(p) for p in pages] == [2, 2, 1]
 
         assert len(await store.search_conversations("", 100)) == len(keys)
-        assert [c.key for c in await store.search_conversations("telegram:", 10)] == [
-            "telegram:42"
-        ]
+        assert [c.key for c in await store.search_conversations("telegram:", 10)] == ["telegram:42"]
         assert await store.search_conversations("nobody", 10) == []
         assert await store.search_conversations("%", 10) == []  # no LIKE wildcards
 

@@ -285,9 +285,7 @@ TICKET_SCHEME = {
 
 def admin_paths() -> dict[str, Any]:
     return {
-        "/console": _page("consolePage", "text/html"),
         "/console/": _page("consoleIndex", "text/html"),
-        "/console/index.html": _page("consoleHtml", "text/html"),
         "/console/app.js": _page("consoleScript", "text/javascript"),
         "/console/app.css": _page("consoleStyle", "text/css"),
         "/api/admin/overview": _get(

@@ -53,8 +53,10 @@ EVENTS_KEEPALIVE_S = 15.0
 #: After a change, wait this long for the burst to end before sending the overview.
 EVENTS_COALESCE_S = 0.25
 PAGE_FILES = {"index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css"}
-PAGE_ROUTES = {"/console": "index.html", "/console/": "index.html"} | {
-    f"/console/{name}": name for name in PAGE_FILES
+PAGE_ROUTES = {
+    "/console/": "index.html",
+    "/console/app.js": "app.js",
+    "/console/app.css": "app.css",
 }
 #: The page may load only what it is served from: no CDN, no inline script, no framing.
 PAGE_HEADERS = {

@@ -285,7 +285,7 @@ function sum(values) {
 function chart(series) {
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
-  const width = 600, height = 160, bottom = 16, n = series.turns.length;
+  const width = 600, height = 140, bottom = 2, n = series.turns.length;
   const top = Math.max(1, ...series.turns);
   svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
   svg.setAttribute("preserveAspectRatio", "none");
@@ -298,7 +298,7 @@ function chart(series) {
     svg.append(node);
     return node;
   };
-  const slot = width / n, plot = height - bottom - 12;
+  const slot = width / n, plot = height - bottom - 4;
   series.turns.forEach((turns, i) => {
     const failed = series.failures[i];
     const h = (turns / top) * plot, hf = (failed / top) * plot;
@@ -312,10 +312,9 @@ function chart(series) {
     if (failed) add("rect", { class: "failures", x, y: height - bottom - hf, width: slot - 2, height: hf });
   });
   add("line", { class: "axis", x1: 0, x2: width, y1: height - bottom, y2: height - bottom });
-  add("text", { x: 2, y: height - 3 }, "-60 min");
-  add("text", { x: width - 2, y: height - 3, "text-anchor": "end" }, "now");
-  add("text", { x: 2, y: 10 }, `${top} / min`);
-  return svg;
+  // Labels are HTML: the SVG stretches to the panel's width, text in it would too.
+  return el("div", {}, el("div", { class: "scale muted" }, `${top} per minute`), svg,
+    el("div", { class: "axis-labels muted" }, el("span", {}, "60 min ago"), el("span", {}, "now")));
 }
 
 function conversationRows(list) {
@@ -363,11 +362,13 @@ function renderOverview() {
           el("td", {}, b.reason), el("td", {}, duration(b.seconds_left)))), "No key is benched.")),
     el("div", { class: "panel", id: "recent" }, el("h2", {}, "Recent conversations"),
       table(CONVERSATION_HEADERS, conversationRows(o.recent), "No conversation yet.")),
-    o.cluster ? el("div", { class: "panel" },
+    o.cluster === null
+      ? el("div", { class: "panel muted", id: "cluster" }, "One node (no cluster: the store is not shared).")
+      : el("div", { class: "panel", id: "cluster" },
       el("h2", {}, `Cluster: this node ${o.cluster.node}, ${o.cluster.leases} leases`),
       table(["Node", "Alive", "Last seen", "Conversations"], o.cluster.nodes.map((n) =>
         el("tr", {}, el("td", { class: "mono" }, n.node), el("td", {}, badge(n.alive, "alive", "dead")),
-          el("td", {}, stamp(n.last_seen)), el("td", {}, n.conversations))), "No node.")) : null,
+          el("td", {}, stamp(n.last_seen)), el("td", {}, n.conversations))), "No node.")),
   );
 }
 
