@@ -131,7 +131,11 @@ class PeerAdapter:
         self.port: int | None = None
         self._stats = {"requests": 0, "turns": 0, "unauthorized": 0, "rate_limited": 0}
         # The operator console and its admin API (platforms.peer.admin), when wired.
-        self.admin = Admin(admin, who=self._who, token_index=self._token_index) if admin else None
+        self.admin = (
+            Admin(admin, who=self._who, token_index=self._token_index, operator=self._operator)
+            if admin
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"<PeerAdapter {self._config.listen} waiting={len(self._waiters)}>"
@@ -279,6 +283,12 @@ class PeerAdapter:
         or "loopback" without tokens."""
         token = request.get(_TOKEN)
         return token.name if isinstance(token, PeerToken) else "loopback"
+
+    def _operator(self, request: web.Request) -> bool:
+        """Whether the request may use the admin API: no tokens (loopback), or a token that
+        may use every session."""
+        token = request.get(_TOKEN)
+        return not isinstance(token, PeerToken) or "*" in token.sessions
 
     def _token_index(self, request: web.Request) -> int:
         token = request.get(_TOKEN)

@@ -252,10 +252,12 @@ class Admin:
         *,
         who: Callable[[web.Request], str],
         token_index: Callable[[web.Request], int],
+        operator: Callable[[web.Request], bool],
     ) -> None:
         self._deps = deps
         self._who = who
         self._token_index = token_index
+        self._operator = operator
         self.tickets = Tickets(wall=deps.wall)
         self._pages = {name: _page(name) for name in PAGE_FILES}
         self.keepalive_s = EVENTS_KEEPALIVE_S
@@ -273,16 +275,35 @@ class Admin:
         # with braces by a fuzzer: its answer is 404 from the handler, not an unknown route).
         for path in PAGE_ROUTES:
             router.add_get(path, self._page)
-        router.add_get("/api/admin/overview", self._overview)
-        router.add_get("/api/admin/conversations", self._conversations)
-        router.add_get("/api/admin/conversations/{key:[^/]+}/messages", self._messages)
-        router.add_get("/api/admin/outbox", self._outbox)
-        router.add_get("/api/admin/pairing", self._pairing)
-        router.add_post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/approve", self._approve)
-        router.add_post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/reject", self._reject)
-        router.add_post("/api/admin/users/{platform:[^/]+}/{user_id:[^/]+}/revoke", self._revoke)
-        router.add_post("/api/admin/events/ticket", self._ticket)
-        router.add_get("/api/admin/events", self._events)
+        get, post, only = router.add_get, router.add_post, self._operators_only
+        get("/api/admin/overview", only(self._overview))
+        get("/api/admin/conversations", only(self._conversations))
+        get("/api/admin/conversations/{key:[^/]+}/messages", only(self._messages))
+        get("/api/admin/outbox", only(self._outbox))
+        get("/api/admin/pairing", only(self._pairing))
+        post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/approve", only(self._approve))
+        post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/reject", only(self._reject))
+        post("/api/admin/users/{platform:[^/]+}/{user_id:[^/]+}/revoke", only(self._revoke))
+        post("/api/admin/events/ticket", only(self._ticket))
+        get("/api/admin/events", self._events)  # its ticket was minted by an operator
+
+    def _operators_only(
+        self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+        """The admin API sees every conversation: a token limited to some sessions (its
+        ``sessions`` globs lack ``*``) is no operator's, and gets 403."""
+
+        async def guarded(request: web.Request) -> web.StreamResponse:
+            if not self._operator(request):
+                raise BadRequest(
+                    "this token is limited to some sessions; the admin API needs a token"
+                    ' whose sessions include "*"',
+                    status=403,
+                    code="forbidden",
+                )
+            return await handler(request)
+
+        return guarded
 
     async def _page(self, request: web.Request) -> web.Response:
         name = PAGE_ROUTES[request.path]
