@@ -20,7 +20,7 @@ import pytest
 from gateway.config import Config, parse_config
 from platforms.peer.admin import PAGE_FILES, PAGE_ROUTES, Tickets
 from platforms.peer.openapi import build_openapi
-from tests.fakes.openai_server import FakeModel, open_fake_model
+from tests.fakes.openai_server import Fail, FakeModel, Hold, open_fake_model
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
 from tests.harness import config_text, running_gateway
 
@@ -294,3 +294,62 @@ async def test_without_tokens_the_admin_api_keeps_the_loopback_rules(
                 assert (await next_event(events))[0] == "overview"
     (action,) = [r for r in caplog.records if r.getMessage() == "admin_action"]
     assert action.by == "loopback" and action.result == "unknown"  # type: ignore[attr-defined]
+
+
+async def test_the_overview_shows_running_turns_benched_keys_failures_and_the_cluster(
+    tmp_path: Path, model: FakeModel, postgres_url: str
+) -> None:
+    text = config_text(
+        tmp_path / "unused.db",
+        model.base_url,
+        keys=("sk-first-key-000001", "sk-second-key-00002"),
+        extra=TOKENS,
+        store_url=postgres_url,
+    )
+    bad_key = {"error": {"message": "invalid api key", "type": "invalid_request_error"}}
+    model.script(Fail(401, bad_key), Hold())  # the first key is refused, the second holds
+    async with (
+        running_gateway(parse_config(text, source="t", env={})) as (app, url),
+        aiohttp.ClientSession() as http,
+        anyio.create_task_group() as tg,
+    ):
+        answered = anyio.Event()
+
+        async def chat(session: str) -> None:
+            await http.post(
+                f"{url}/api/sessions/{session}/chat", json={"message": "hi"}, headers=AUTH
+            )
+
+        async def held() -> None:
+            await chat("held")
+            answered.set()
+
+        tg.start_soon(held)
+        with anyio.fail_after(10):
+            await model.wait_for_requests(2)
+        overview = await (await http.get(f"{url}/api/admin/overview", headers=AUTH)).json()
+        assert overview["live_turns"] == 1 and overview["running"] == ["peer:held"]
+        assert overview["queued"] == {"peer": 1}
+        (benched,) = overview["benched"]
+        assert benched["model"] == "gpt-test" and "sk-first" not in json.dumps(overview)
+        assert app.cluster is not None
+        cluster = overview["cluster"]
+        assert cluster["node"] == app.cluster.node
+        assert [(n["node"], n["alive"]) for n in cluster["nodes"]] == [(app.cluster.node, True)]
+
+        model.release()
+        model.script(Fail(400, {"error": {"message": "no", "type": "invalid_request_error"}}))
+        with anyio.fail_after(10):
+            await answered.wait()
+            await chat("broken")
+        # The reply reaches its client before the turn is counted: wait for the timeline
+        # to count it (each finished turn is a change).
+        with anyio.fail_after(10):
+            seen = -1
+            while sum(app.timeline.series().turns) < 2:
+                seen = await app.timeline.wait_changed(seen)
+        overview = await (await http.get(f"{url}/api/admin/overview", headers=AUTH)).json()
+        assert sum(overview["series"]["turns"]) == 2 and sum(overview["series"]["failures"]) == 1
+        assert sum(overview["series"]["model_failures"]) >= 2
+        (broken,) = [c for c in overview["recent"] if c["key"] == "peer:broken"]
+        assert broken["last_failure"] is not None
