@@ -172,7 +172,7 @@ async def test_the_event_stream_pushes_overviews_and_tickets_are_never_logged(
 ) -> None:
     caplog.set_level(logging.DEBUG)
     async with (
-        running_gateway(config(tmp_path, model)) as (_, url),
+        running_gateway(config(tmp_path, model)) as (app, url),
         aiohttp.ClientSession() as http,
     ):
         r = await http.post(f"{url}/api/admin/events/ticket", headers=AUTH)
@@ -190,6 +190,12 @@ async def test_the_event_stream_pushes_overviews_and_tickets_are_never_logged(
                 while "peer:live-1" not in [c["key"] for c in first["recent"]]:
                     name, first = await next_event(events)
                 assert name == "overview"
+                # Stopping the gateway ends the stream cleanly (not cut at the stop deadline).
+                assert app.peer is not None and app.peer.admin is not None
+                assert app.peer.admin.streams == 1
+                app.stop.set()
+                await events.content.read()  # to its end: ClientPayloadError if it was cut
+                assert app.peer.admin.streams == 0
     records = [f"{r.getMessage()} {r.__dict__}" for r in caplog.records]
     assert records  # the gateway logged (startup, the turn) ...
     assert not [r for r in records if ticket in r or OPS in r]  # ... never a ticket or token

@@ -224,7 +224,11 @@ class PeerAdapter:
                 },
             )
             task_status.started()
-            await anyio.sleep_forever()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                if self.admin is not None:
+                    self.admin.close()  # the console's event streams end before the server
 
     @web.middleware
     async def _auth_middleware(
