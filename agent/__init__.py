@@ -1,6 +1,7 @@
 """The model turn: context building, the openai client, error translation."""
 
 from agent.clients import ClientPool
+from agent.compaction import CompactingRunner
 from agent.turn import Agent
 
-__all__ = ["Agent", "ClientPool"]
+__all__ = ["Agent", "ClientPool", "CompactingRunner"]

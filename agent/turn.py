@@ -1,11 +1,14 @@
 """The model turn: build the context, call the model, return the reply.
 
-The context is the configured system prompt, the conversation's answered history, and the new
-user message (once: the pending row is never also in the history). The history is bounded by
-``[agent] history_chars`` (SPEC section 11): the oldest rows are left out until its content
-fits, so one huge message is not billed again on every later turn; and every request carries
-the endpoint's ``max_output_tokens`` as ``max_tokens``. Calls go through
-``policy``'s caller, which owns retries, credential rotation and fallback.
+The context is the configured system prompt, the compaction summary if any, the conversation's
+answered history, and the new user message (once: the pending row is never also in the
+history). It is built per endpoint of the chain (:mod:`agent.context`, SPEC section 11): the
+oldest rows are left out until it fits the endpoint's ``context_tokens`` (estimated, calibrated
+by the ``prompt_tokens`` each answered call reports) and ``[agent] history_chars``, so one huge
+message is not billed again on every later turn; every request carries the endpoint's
+``max_output_tokens`` as ``max_tokens``. A new message that alone cannot fit any endpoint is
+answered honestly without a model call. Calls go through ``policy``'s caller, which owns
+retries, credential rotation, fallback and the one trimmed retry after a context overflow.
 
 When someone watches the turn with a stream (SPEC 8) and ``[agent] stream`` is on, the model
 streams (``stream_options.include_usage``) and each piece goes to that stream as it arrives.
@@ -16,7 +19,9 @@ binding (a peer client has it), a failure of that attempt ends the turn (``Answe
 from __future__ import annotations
 
 import itertools
+import math
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -28,30 +33,31 @@ from openai.types.chat import ChatCompletion
 
 from agent import _sse
 from agent.clients import ClientPool
+from agent.context import SUMMARY_PREFIX, Calibration, Window, fit, prompt_budget, prompt_chars
 from agent.errors import translate_openai_errors
 from gateway.config import AgentConfig, ModelConfig, ModelEndpoint
 from gateway.errors import GatewayError, ModelNotConfigured
-from gateway.events import ModelTokensUsed
-from gateway.messages import AttemptFailed, ChatMessage, ReplyDelta, TurnResult, Usage
+from gateway.events import ModelTokensUsed, PolicyDecided
+from gateway.messages import (
+    AttemptFailed,
+    ChatMessage,
+    Failure,
+    ReplyDelta,
+    TurnResult,
+    Usage,
+    platform_of,
+)
 from gateway.ports import ReplyStream, Watch
 from policy import classify, failure_reply
 from policy.backoff import Backoff
+from policy.classify import CONTEXT_OVERFLOW
 from policy.engine import AnswerShown, ModelPolicy, Observe, TurnFailed
+from policy.replies import too_long_reply
 
 _OPTIONS: Any = {"security": {"bearer_auth": True}}
-
-
-def fit_history(history: Sequence[ChatMessage], budget: int) -> Sequence[ChatMessage]:
-    """The newest rows whose content fits in ``budget`` characters, starting with a user
-    message (an answer without its question would mislead the model)."""
-    used = 0
-    start = len(history)
-    while start > 0 and used + len(history[start - 1].content) <= budget:
-        start -= 1
-        used += len(history[start].content)
-    while start < len(history) and history[start].role != "user":
-        start += 1
-    return history[start:]
+#: Conversations whose last request ``/status`` can show (the least recent are forgotten).
+CONTEXT_SEEN = 4096
+Messages = list[dict[str, str]]
 
 
 class Agent:
@@ -69,6 +75,9 @@ class Agent:
         self._clients = clients
         self._observe = observe
         self._chain: tuple[ModelEndpoint, ...] = model.chain if model else ()
+        self.calibration = Calibration()
+        # conversation -> (estimated prompt tokens of its last request, that endpoint's window)
+        self._context: OrderedDict[str, tuple[int, int]] = OrderedDict()
         self._policy: ModelPolicy | None = None
         if model is not None:
             self._policy = ModelPolicy(
@@ -82,12 +91,62 @@ class Agent:
     def __repr__(self) -> str:
         return f"<Agent model={self._model.model if self._model else None!r}>"
 
-    def build_messages(self, history: Sequence[ChatMessage], text: str) -> list[dict[str, str]]:
-        messages = [{"role": "system", "content": self._config.system_prompt}]
-        kept = fit_history(history, self._config.history_chars)
-        messages.extend({"role": m.role, "content": m.content} for m in kept)
+    @property
+    def chain(self) -> tuple[ModelEndpoint, ...]:
+        return self._chain
+
+    @property
+    def policy(self) -> ModelPolicy | None:
+        return self._policy
+
+    def build(
+        self,
+        endpoint: ModelEndpoint,
+        history: Sequence[ChatMessage],
+        text: str,
+        *,
+        summary: str | None = None,
+        instructions: str | None = None,
+        halve: bool = False,
+        share: float = 1.0,
+    ) -> tuple[Messages, Window]:
+        """The request to ``endpoint``: what of ``history`` fits its window (``share`` of it:
+        compaction asks what would fit in part of it), and the window as built.
+        ``instructions``: this turn's extra system message (``/v1/responses``)."""
+        system = self._config.system_prompt
+        budget = prompt_budget(endpoint)
+        ratio = self.calibration.ratio(endpoint)
+        fixed = len(system) + len(text) + len(instructions or "")
+        fits = not budget or math.ceil(fixed / ratio) <= budget
+        note = SUMMARY_PREFIX + summary if summary else None
+        if note and budget and math.ceil((fixed + len(note)) / ratio) > budget:
+            note = None  # it cannot fit beside the message: left out of this request
+        if note:
+            fixed += len(note)
+        kept, tokens = fit(
+            history,
+            fixed_chars=fixed,
+            history_chars=int(self._config.history_chars * share),
+            budget=int(budget * share),
+            ratio=ratio,
+            halve=halve,
+        )
+        messages = [{"role": "system", "content": system}]
+        if instructions:
+            messages.append({"role": "system", "content": instructions})
+        if note:
+            messages.append({"role": "system", "content": note})
+        messages.extend(
+            {"role": m.role, "content": m.content} for m in history[len(history) - kept :]
+        )
         messages.append({"role": "user", "content": text})
-        return messages
+        return messages, Window(kept, len(history), tokens, budget, note is not None, fits)
+
+    def _sent(self, conversation: str, window: Window) -> None:
+        self._context[conversation] = (window.tokens, window.budget)
+        self._context.move_to_end(conversation)
+        while len(self._context) > CONTEXT_SEEN:
+            self._context.popitem(last=False)
 
     async def complete(
         self,
@@ -191,18 +250,30 @@ class Agent:
         turn: int = 0,
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
+        summary: str | None = None,
     ) -> TurnResult:
+        """``summary``: the conversation's compaction summary, sent before the history."""
         if self._policy is None:
             failure = classify(ModelNotConfigured("no model is configured"))
             return TurnResult(reply=failure_reply(failure), failure=failure)
-        messages = self.build_messages(history, text)
+        instructions = watch.instructions if watch is not None else None
+        windows = [self.build(e, (), text, instructions=instructions)[1] for e in self._chain]
+        if not any(w.fits for w in windows):
+            return self._too_long(conversation, turn, windows[0])
         stream = watch.stream if watch is not None and self._config.stream else None
         response_format = watch.response_format if watch is not None else None
         attempts = itertools.count(1)
 
-        async def call(index: int, api_key: str, *, rebuild: bool) -> tuple[str, Usage]:
-            return await self.complete(
-                self._chain[index],
+        async def call(
+            index: int, api_key: str, *, rebuild: bool, trimmed: bool
+        ) -> tuple[str, Usage]:
+            endpoint = self._chain[index]
+            messages, window = self.build(
+                endpoint, history, text, summary=summary, instructions=instructions, halve=trimmed
+            )
+            self._sent(conversation, window)
+            reply, usage = await self.complete(
+                endpoint,
                 api_key,
                 messages,
                 rebuild=rebuild,
@@ -211,6 +282,8 @@ class Agent:
                 attempt=next(attempts),
                 response_format=response_format,
             )
+            self.calibration.learn(endpoint, prompt_chars(messages), usage.prompt_tokens)
+            return reply, usage
 
         try:
             answer = await self._policy.run(conversation, call, turn=turn)
@@ -229,13 +302,28 @@ class Agent:
             fell_back=answer.fell_back,
         )
 
+    def _too_long(self, conversation: str, turn: int, window: Window) -> TurnResult:
+        """The message alone does not fit any model's window: an honest reply, no call."""
+        self._observe(
+            PolicyDecided(
+                conversation,
+                platform_of(conversation),
+                turn,
+                "give_up",
+                self._chain[0].model,
+                CONTEXT_OVERFLOW,
+            )
+        )
+        failure = Failure(CONTEXT_OVERFLOW, False, detail="the message alone exceeds the window")
+        return TurnResult(reply=too_long_reply(window.tokens, window.budget), failure=failure)
+
     def benched_keys(self) -> list[tuple[str, str, str, float]]:
         return self._policy.benched_keys() if self._policy else []
 
     def status(self) -> dict[str, Any]:
         if self._policy is None:
             return {"model": None}
-        return self._policy.status()
+        return {**self._policy.status(), "context": self._context}
 
 
 def _piece(choices: Any) -> str:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from agent import Agent, ClientPool
+from agent import Agent, ClientPool, CompactingRunner
 from gateway.backlog import Caps
 from gateway.config import Config
 from gateway.events import Event, Observe, log_line
@@ -230,9 +230,18 @@ class GatewayApp:
             async with open_store(config, observe=observe) as store:
                 self._ready["store"] = True
                 outlets: dict[str, Outlet] = {}
+                runner: Agent | CompactingRunner = agent
+                if config.agent.compaction == "summary":
+                    runner = CompactingRunner(
+                        agent,
+                        store,
+                        config.agent.history_messages,
+                        history_chars=config.agent.history_chars,
+                        observe=observe,
+                    )
                 deps = SessionDeps(
                     store=store,
-                    runner=agent,
+                    runner=runner,
                     outlets=outlets,
                     limiter=anyio.CapacityLimiter(config.gateway.max_concurrent_turns),
                     history_messages=config.agent.history_messages,
@@ -251,7 +260,7 @@ class GatewayApp:
                 intake = GatewayIntake(
                     store,
                     router,
-                    agent,
+                    runner,
                     observe=observe,
                     at_most_once=config.gateway.unrecorded_sends == "drop",
                     elsewhere=self._control_elsewhere if config.store.shared else None,

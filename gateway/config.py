@@ -149,6 +149,8 @@ class ModelEndpoint:
     timeout_s: Annotated[float, Gt(0)] = 60.0
     max_retries: Annotated[int, Gt(0)] = 3
     max_output_tokens: Annotated[int, Gt(0)] = 4096  # sent as the request's max_tokens
+    # context: the model's window in tokens (prompt + max_output_tokens); 0: no token bound.
+    context_tokens: Annotated[int, Ge(0)] = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +171,7 @@ class ModelConfig(ModelEndpoint):
             timeout_s=self.timeout_s,
             max_retries=self.max_retries,
             max_output_tokens=self.max_output_tokens,
+            context_tokens=self.context_tokens,
         )
         return (primary, *self.fallbacks)
 
@@ -183,6 +186,8 @@ class AgentConfig:
     history_chars: Annotated[int, Gt(0)] = 200_000
     # Stream from the model when the turn has somewhere to show the growing text (SPEC 8).
     stream: bool = True
+    # context: rows leaving the window are folded by the model into one stored summary.
+    compaction: Annotated[str, _one_of("off", "summary")] = "off"
 
 
 @dataclass(frozen=True, slots=True)

@@ -186,7 +186,9 @@ class ModelTokensUsed:
     completion_tokens: int
 
 
-Decision = Literal["retry", "rotate", "bench", "recover", "fallback", "wait_bench", "give_up"]
+Decision = Literal[
+    "retry", "rotate", "bench", "recover", "fallback", "wait_bench", "give_up", "trim"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +213,20 @@ class PolicyDecided:
     seconds: float | None = None
     key: str | None = None
     benched_for_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextCompacted:
+    """Compaction (SPEC 11, ``[agent] compaction = "summary"``) folded ``rows`` history rows
+    that left the window into the conversation's summary (``outcome`` "ok"), or its model
+    call failed with the class ``reason`` and the turn went on without it ("failed")."""
+
+    name: ClassVar[str] = "context_compacted"
+    level: ClassVar[int] = INFO
+    conversation: str
+    outcome: Literal["ok", "failed"]
+    rows: int
+    reason: str  # the failure class, "" when ok
 
 
 # -- delivery ---------------------------------------------------------------------------------
@@ -438,6 +454,7 @@ Event = (
     | ModelCalled
     | ModelTokensUsed
     | PolicyDecided
+    | ContextCompacted
     | ChunkSent
     | ChunkRecorded
     | SendRetried

@@ -36,6 +36,7 @@ from gateway.events import (
     AnswerCommitted,
     ChunkRecorded,
     ChunkSent,
+    ContextCompacted,
     DiscordBackfilled,
     DuplicateIgnored,
     Event,
@@ -136,6 +137,7 @@ def place(event: Event) -> str | None:
             | FirstTokenShown()
             | ModelTokensUsed()
             | PolicyDecided()
+            | ContextCompacted()
             | SendRetried()
             | SendFailed()
             | StoreCommitted()

@@ -192,6 +192,7 @@ class GatewayIntake:
         for line in status.get("lines", []):
             lines.append(str(line))
         lines.append(f"Queued turns here: {queued}")
+        lines.append(_context_line(status.get("context", {}).get(conversation)))
         if stats is not None and stats.last_fell_back:
             lines.append(f"The last turn fell back to {stats.last_model}.")
         return "\n".join(lines)
@@ -275,6 +276,24 @@ class GatewayIntake:
             )
         return removed
 
+    async def delete_turn(self, user_row_id: int, *, by: str) -> bool | None:
+        """Remove one settled turn (``DELETE /v1/responses/{id}``), keeping the rest of its
+        conversation: True; False while it is pending; None when there is no such row. The
+        actor reads its history from the store again, so the model no longer sees it."""
+        row = await self._store.message(user_row_id)
+        deleted = await self._store.delete_turn(user_row_id)
+        if deleted and row is not None:
+            if self._router.get(row.conversation) is not None:
+                self._send_control(row.conversation, ResetContext(reload=True))
+            log.warning(
+                "turn deleted",
+                extra={"conversation": row.conversation, "turn": user_row_id, "by": by},
+            )
+        return deleted
+
+    async def message(self, row_id: int) -> StoredMessage | None:
+        return await self._store.message(row_id)
+
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         return await self._store.reply_to(user_row_id)
 
@@ -286,3 +305,14 @@ class GatewayIntake:
 
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         return await self._store.transcript(conversation)
+
+
+def _context_line(used: tuple[int, int] | None) -> str:
+    """The context the conversation's last request used (SPEC 11), as the agent estimated it."""
+    if used is None:
+        return "Context: no request yet"
+    tokens, window = used
+    if not window:
+        return f"Context: ~{tokens} tokens in the last request (no token bound)"
+    share = 100 * tokens // window
+    return f"Context: ~{tokens} of {window} prompt tokens in the last request ({share}%)"

@@ -240,7 +240,7 @@ class ConversationInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class ConversationSummary:
+class ConversationListing:
     """A conversation as the operator console lists it: its activity, its pending rows and
     its newest failure reply (None: none)."""
 
@@ -275,3 +275,14 @@ class Backlog:
     conversation: int
     total: int
     stored: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationSummary:
+    """The model's summary of a conversation's rows that left the context window (SPEC 11,
+    ``[agent] compaction = "summary"``): it covers every history row up to ``through``."""
+
+    conversation: str
+    content: str
+    through: int  # the id of the newest row folded into it
+    updated_at: float

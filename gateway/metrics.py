@@ -20,6 +20,7 @@ from gateway.events import (
     AnswerCommitted,
     ChunkRecorded,
     ChunkSent,
+    ContextCompacted,
     DiscordBackfilled,
     DuplicateIgnored,
     Event,
@@ -127,6 +128,12 @@ class Metrics:
         self.model_calls = Counter(
             "botmux_model_calls", "Model calls", ["model", "outcome", "reason"], registry=r
         )
+        self.compactions = Counter(
+            "botmux_context_compactions",
+            "Compaction summaries of rows that left the context window (outcome: ok, failed)",
+            ["outcome", "reason"],
+            registry=r,
+        )
         self.benched = Gauge(
             "botmux_credential_benched_seconds",
             "Seconds until a benched key comes back (+Inf: until restart)",
@@ -227,6 +234,8 @@ class Metrics:
                 self.decisions.labels("rerun", reason).inc()
             case PolicyDecided(decision=decision, reason=reason):
                 self.decisions.labels(decision, reason).inc()
+            case ContextCompacted(outcome=outcome, reason=reason):
+                self.compactions.labels(outcome, reason).inc()
             case SendRetried(platform=platform, reason=reason):
                 self.deliveries.labels(platform, "retry", reason).inc()
             case SendFailed(platform=platform, reason=reason):

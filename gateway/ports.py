@@ -53,6 +53,8 @@ class Watch:
 
     stream: ReplyStream | None = None
     response_format: Mapping[str, Any] | None = None
+    #: An extra system instruction for this turn only (``/v1/responses`` ``instructions``).
+    instructions: str | None = None
 
 
 class TurnRunner(Protocol):
@@ -215,3 +217,12 @@ class Intake(Protocol):
         ...
 
     async def transcript(self, conversation: str) -> list[StoredMessage]: ...
+
+    async def message(self, row_id: int) -> StoredMessage | None:
+        """One stored row by its id (None: no such row, or deleted)."""
+        ...
+
+    async def delete_turn(self, user_row_id: int, *, by: str) -> bool | None:
+        """Remove one settled turn, keeping its conversation's other rows (logged, naming
+        ``by``): True; False while it is pending (nothing removed); None: no such row."""
+        ...

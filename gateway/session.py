@@ -69,7 +69,10 @@ class StopTurn:
 
 @dataclass(frozen=True, slots=True)
 class ResetContext:
-    """Forget the cached history (``/new``); the store was reset already."""
+    """Forget the cached history (``/new``); the store was reset already. ``reload``: read
+    it from the store again at the next turn (rows of it were deleted)."""
+
+    reload: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,8 +339,8 @@ class SessionActor:
                     case StopTurn():
                         if self._turn_scope is not None:
                             self._turn_scope.cancel()
-                    case ResetContext():
-                        self._history = []
+                    case ResetContext(reload=reload):
+                        self._history = None if reload else []
                     case LoadPending():
                         await self._load_pending()
                     case _:
@@ -519,7 +522,8 @@ class SessionActor:
         return list(self._history)
 
     def _remember(self, user_text: str, reply: str) -> None:
-        assert self._history is not None
+        if self._history is None:  # to be read from the store again (ResetContext reload)
+            return
         self._history.append(ChatMessage("user", user_text))
         self._history.append(ChatMessage("assistant", reply))
         excess = len(self._history) - self._deps.history_messages

@@ -53,10 +53,15 @@ _QUOTA_CODES = frozenset(
     {"insufficient_quota", "billing_hard_limit_reached", "billing_not_active", "quota_exceeded"}
 )
 _QUOTA_WORDS = re.compile(r"\b(quota|billing|credit balance|insufficient (funds|credit))\b", re.I)
-_CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
+_CONTEXT_CODES = frozenset(
+    {"context_length_exceeded", "string_above_max_length", "exceed_context_size_error"}
+)
+# OpenAI, Azure, vLLM, Mistral ("maximum context length"), Anthropic ("prompt is too long"),
+# llama.cpp ("exceeds the available context size"), Gemini's OpenAI endpoint ("exceeds the
+# maximum number of tokens allowed").
 _CONTEXT_WORDS = re.compile(
-    r"(context[ _-]?(length|window)|maximum context|too many tokens|prompt is too long"
-    r"|reduce the length)",
+    r"(context[ _-]?(length|window|size)|maximum context|too many tokens|prompt is too long"
+    r"|reduce the length|exceeds the maximum number of tokens)",
     re.I,
 )
 _FILTER_CODES = frozenset({"content_filter", "content_policy_violation"})
@@ -128,7 +133,7 @@ def _reason_for_status(exc: ProviderError) -> str:
     if status >= 500:
         return SERVER
     if 400 <= status < 500:
-        if code in _CONTEXT_CODES or _CONTEXT_WORDS.search(exc.message):
+        if code in _CONTEXT_CODES or kind in _CONTEXT_CODES or _CONTEXT_WORDS.search(exc.message):
             return CONTEXT_OVERFLOW
         if code in _FILTER_CODES or kind in _FILTER_CODES:
             return CONTENT_FILTER

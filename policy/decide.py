@@ -27,6 +27,7 @@ class TurnState:
     calls: int = 0
     recovered: bool = False
     fell_back: bool = False
+    trimmed: bool = False  # a context overflow halved the history (once per turn)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,11 +49,17 @@ class Recover:
 
 
 @dataclass(frozen=True, slots=True)
+class Trim:
+    """The request was too long for the model's context: halve the history, try once more
+    (SPEC 11)."""
+
+
+@dataclass(frozen=True, slots=True)
 class GiveUp:
     failure: Failure
 
 
-Action = Retry | FallBack | Recover | GiveUp
+Action = Retry | FallBack | Recover | Trim | GiveUp
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +121,10 @@ def decide(
                 return Decision(Retry(0.0, rotate=True), bench)
         case "model_not_found":
             pass
+        case "context_overflow":
+            if not state.trimmed:
+                return Decision(Trim(), None)
+            return Decision(GiveUp(failure), None)
         case _:
             return Decision(GiveUp(failure), None)
     if view.next_model is not None:
@@ -130,5 +141,7 @@ def apply(state: TurnState, action: Action, max_retries: int) -> None:
             # A fresh cycle on the primary, chain walkable again, but exactly one more call.
             state.index, state.fell_back, state.recovered = 0, False, True
             state.calls = max_retries - 1
+        case Trim():
+            state.trimmed = True
         case Retry() | GiveUp():
             pass

@@ -32,6 +32,7 @@ from policy.decide import (
     PoolView,
     Recover,
     Retry,
+    Trim,
     TurnState,
     apply,
     decide,
@@ -56,9 +57,12 @@ class Endpoint(Protocol):
 
 
 class CallFn(Protocol[T_co]):
-    """One model call; ``rebuild``: replace the client's transport before calling."""
+    """One model call; ``rebuild``: replace the client's transport before calling;
+    ``trimmed``: a context overflow was seen this turn, send half the history (SPEC 11)."""
 
-    def __call__(self, index: int, api_key: str, *, rebuild: bool) -> Awaitable[T_co]: ...
+    def __call__(
+        self, index: int, api_key: str, *, rebuild: bool, trimmed: bool
+    ) -> Awaitable[T_co]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,7 +222,7 @@ class ModelPolicy:
             pool.used(key, self._clock())
             state.calls += 1
             try:
-                value = await call(state.index, key, rebuild=rebuild)
+                value = await call(state.index, key, rebuild=rebuild, trimmed=state.trimmed)
             except AnswerShown as exc:
                 final = classify(exc.cause)
                 self._observe(ModelCalled(endpoint.model, "error", final.reason))
@@ -261,6 +265,8 @@ class ModelPolicy:
                 case Recover():
                     self._emit("recover", where, state.index, reason=failure.reason)
                     rebuild = True
+                case Trim():
+                    self._emit("trim", where, state.index, reason=failure.reason)
                 case GiveUp(failure=final):
                     self._emit("give_up", where, state.index, reason=final.reason)
                     raise TurnFailed(final, state.fell_back)

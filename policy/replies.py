@@ -39,6 +39,15 @@ NOT_CONFIGURED = (
 )
 
 
+def too_long_reply(tokens: int, budget: int) -> str:
+    """A message that alone does not fit the model's context window (SPEC 11)."""
+    return (
+        f"This message is too long for the model: it is about {tokens} tokens, and the model"
+        f" takes at most {budget} beside its answer. Please send a shorter message or split it."
+        " (failure: context_overflow)"
+    )
+
+
 def failure_reply(failure: Failure) -> str:
     """The user-facing text for a failed turn."""
     if failure.reason == "model_not_found" and failure.detail == "no model is configured":

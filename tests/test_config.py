@@ -116,8 +116,8 @@ def test_every_problem_is_reported_at_once_each_with_its_key() -> None:
         "model.timeout_s": "must be greater than 0",
         "model.max_retries": "must be an integer, got a string",
         "model.fallbacks[0].bogus": (
-            "unknown key (known here: api_keys, base_url, max_output_tokens, max_retries,"
-            " model, timeout_s)"
+            "unknown key (known here: api_keys, base_url, context_tokens, max_output_tokens,"
+            " max_retries, model, timeout_s)"
         ),
         "peer.listen": "must be HOST:PORT, for example 127.0.0.1:8642",
         "surprise": (

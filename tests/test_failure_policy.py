@@ -227,11 +227,17 @@ async def test_model_not_found_falls_back_and_context_overflow_does_not(tmp_path
         async with running_gateway(config) as (_, url):
             fake.script(model_not_found("gpt-primary"), model="gpt-primary")
             assert (await chat(url, "m", "hi"))["message"]["content"] == "echo: hi"
-            fake.script(context_overflow(), model="gpt-primary")
+            fake.script(context_overflow(), context_overflow(), model="gpt-primary")
             body = await chat(url, "m", "long")
     assert body["failure"] == {"reason": "context_overflow", "retryable": False}
     assert "/new" in body["message"]["content"]
-    assert [r.model for r in fake.requests] == ["gpt-primary", "gpt-fallback", "gpt-primary"]
+    # The overflow is trimmed and tried once more (SPEC 11), on the same model; then no retry.
+    assert [r.model for r in fake.requests] == [
+        "gpt-primary",
+        "gpt-fallback",
+        "gpt-primary",
+        "gpt-primary",
+    ]
 
 
 def _with_timeout(config: Any, seconds: float) -> Any:

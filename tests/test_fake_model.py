@@ -173,6 +173,26 @@ async def test_plain_replies_carry_scripted_or_deterministic_usage() -> None:
     assert joined.choices[0].message.content == "x y z"
 
 
+async def test_an_enforced_context_limit_refuses_as_openai_and_counts_prompt_tokens() -> None:
+    async with open_fake_model() as fake, client(fake) as api:
+        fake.enforce_context(100)  # characters / 4, plus max_tokens
+        system = {"role": "system", "content": "s" * 40}  # 10 tokens
+        with anyio.fail_after(10):
+            fits = await api.chat.completions.create(
+                model="m", messages=[system, {"role": "user", "content": "u" * 161}], max_tokens=49
+            )  # 10 + 41 + 49 = 100: at the limit
+            with pytest.raises(openai.BadRequestError) as refused:
+                await api.chat.completions.create(
+                    model="m",
+                    messages=[system, {"role": "user", "content": "u" * 161}],
+                    max_tokens=50,
+                )
+    assert fits.usage is not None and fits.usage.prompt_tokens == 51
+    assert refused.value.status_code == 400 and refused.value.code == "context_length_exceeded"
+    assert refused.value.type == "invalid_request_error"
+    assert fake.overflowed == [1] and len(fake.requests) == 2
+
+
 @pytest.mark.parametrize("http_client", ["httpx", "aiohttp"])
 async def test_a_stream_cut_after_n_chunks_raises_the_clients_connection_error(
     http_client: str,

@@ -91,6 +91,7 @@ async def test_the_document_is_valid_openapi_and_names_exactly_the_served_routes
             for method, op in ops.items():
                 needs_token = op.get("security", doc["security"]) != []
                 concrete = path.replace("{session_id}", "s").replace("{model_id}", "botmux")
+                concrete = concrete.replace("{response_id}", "resp_1")
                 r = await http.request(method.upper(), url + concrete)
                 assert r.status == (401 if needs_token else 200), (method, path)
                 # Every status a route answers is documented, with an Error body for errors.
@@ -174,6 +175,15 @@ async def test_schemathesis_finds_no_5xx_every_error_is_json_and_the_gateway_kee
         assert len(entries) > 200, statuses
         assert not {s for s in statuses if s >= 500}, statuses
         assert {200, 400, 401, 405} <= set(statuses), statuses
+        # The Responses routes were fuzzed too, and served some of it (SPEC 12).
+        responses = Counter(
+            (e["request"]["method"], e["response"]["status"])
+            for e in entries
+            if "/v1/responses" in e["request"]["url"]
+        )
+        assert {("POST", 200), ("POST", 400), ("GET", 404), ("DELETE", 404)} <= set(responses), (
+            responses
+        )
         for entry in entries:
             response = entry["response"]
             if response["status"] >= 400:

@@ -19,7 +19,18 @@ from gateway.errors import ProviderError, ProviderTimeout, ProviderUnreachable
 from gateway.messages import Failure
 from policy import REASONS, TRANSIENT, classify, parse_retry_after
 from policy.backoff import Backoff
-from policy.decide import FallBack, GiveUp, PoolView, Recover, Retry, TurnState, apply, decide
+from policy.decide import (
+    Decision,
+    FallBack,
+    GiveUp,
+    PoolView,
+    Recover,
+    Retry,
+    Trim,
+    TurnState,
+    apply,
+    decide,
+)
 
 QUOTA_CODES = ("insufficient_quota", "billing_hard_limit_reached")
 
@@ -187,6 +198,18 @@ def test_recovery_resets_stale_chain_state_so_a_429_still_falls_back() -> None:
     assert decision.action == FallBack(1)  # ...gets a 429: fall back at once
 
 
+def test_a_context_overflow_is_trimmed_once_then_given_up() -> None:
+    state = TurnState(index=0, calls=1)
+    overflow = Failure("context_overflow", False)
+    decision = decide(overflow, state, VIEW_FALLBACK, retry_after_cap=60, backoff=0.1)
+    assert decision == Decision(Trim(), None)
+    apply(state, decision.action, max_retries=2)
+    assert state.trimmed and state.index == 0
+    state.calls += 1
+    again = decide(overflow, state, VIEW_FALLBACK, retry_after_cap=60, backoff=0.1)
+    assert again == Decision(GiveUp(overflow), None)  # still too long: no retry, no fallback
+
+
 def test_recovery_happens_once_per_turn() -> None:
     state = TurnState(index=0, calls=2, recovered=True)
     decision = decide(Failure("timeout", True), state, VIEW_ALONE, retry_after_cap=60, backoff=0.1)
@@ -209,8 +232,10 @@ def test_decisions_follow_the_table(
         failure, TurnState(index=0, calls=calls), view, retry_after_cap=60, backoff=0.5
     )
     action = decision.action
-    if reason in ("context_overflow", "bad_request", "content_filter", "unknown"):
+    if reason in ("bad_request", "content_filter", "unknown"):
         assert isinstance(action, GiveUp) and decision.bench_s is None
+    if reason == "context_overflow":  # trimmed and tried once more, on the same model (SPEC 11)
+        assert action == Trim() and decision.bench_s is None
     if isinstance(action, Retry) and not action.rotate:
         assert reason in TRANSIENT and action.delay <= 60
     if isinstance(action, Retry) and action.rotate:

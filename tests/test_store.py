@@ -434,3 +434,28 @@ def test_which_writer_failures_count_as_a_lost_connection(error: Exception, lost
     from gateway.store._pg_connection import connection_lost
 
     assert connection_lost(error) is lost
+
+
+async def test_delete_turn_removes_one_turn_and_keeps_the_rest(open_store: Opener) -> None:
+    """``DELETE /v1/responses/{id}``'s write: the user row, its reply and their outbox go;
+    the conversation's other turns stay; a pending turn is not deleted."""
+    async with open_store() as store:
+        rows = [(await store.admit(inbound(f"q{i}", f"d{i}"))).row for i in range(2)]
+        for row in rows:
+            await store.answer(row, TurnResult(reply=f"a-{row.content}"), [f"a-{row.content}"])
+        await store.record_preview(rows[0].id, "preview-1")
+        pending = (await store.admit(inbound("later", "d2"))).row
+        assert await store.delete_turn(pending.id) is False
+        assert await store.delete_turn(rows[0].id) is True
+        assert await store.delete_turn(rows[0].id) is None  # gone
+        reply = await store.reply_to(rows[1].id)
+        assert reply is not None
+        assert await store.delete_turn(reply.id) is None  # an assistant row is no turn
+        assert [m.content for m in await store.transcript("peer:a")] == ["q1", "a-q1", "later"]
+        assert await store.message(rows[0].id) is None
+        assert await store.preview_of(rows[0].id) is None
+        assert [c.text for c in await store.undelivered("peer")] == ["a-q1"]
+        assert [m.content for m in await store.history("peer:a", 10)] == ["q1", "a-q1"]
+    async with open_store() as store:  # committed
+        assert await store.message(pending.id) is not None
+        assert await store.message(rows[0].id) is None

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from gateway.messages import ConversationSummary, OutboxChunk
+from gateway.messages import ConversationListing, OutboxChunk
 
 #: What the console shows of the outbox: every chunk not delivered (waiting, in flight,
 #: expired, refused by its platform).
@@ -66,8 +66,8 @@ def numbered(sql: str) -> str:
     return re.sub(r"\?", lambda _: f"${next(count)}", sql)
 
 
-def summary(row: Any) -> ConversationSummary:
-    return ConversationSummary(*row)
+def summary(row: Any) -> ConversationListing:
+    return ConversationListing(*row)
 
 
 def chunk(row: Any) -> OutboxChunk:
@@ -83,7 +83,7 @@ class ConsoleReadsMixin:
 
     async def search_conversations(
         self, query: str, limit: int, after: tuple[float, str] | None = None
-    ) -> list[ConversationSummary]:
+    ) -> list[ConversationListing]:
         tail, params = search_params(query, limit, after)
         return [summary(r) for r in await self._fetch(search_sql("instr") + tail, params)]
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.messages import Backlog, StoredMessage
-from gateway.store._ops import DeleteConversation, PurgeConversation
+from gateway.store._ops import DeleteConversation, DeleteTurn, PurgeConversation
 from gateway.store._writer import GroupWriter
 
 #: Both backends' retention rule: idle past the cutoff, and nothing pending.
@@ -110,6 +110,7 @@ class LifecycleMixin:
                 results.append(None)
                 continue
             db.execute("DELETE FROM outbox WHERE conversation = ?", (key,))
+            db.execute("DELETE FROM summaries WHERE conversation = ?", (key,))
             db.execute(
                 "DELETE FROM previews WHERE user_row_id IN"
                 " (SELECT id FROM messages WHERE conversation = ?)",
@@ -118,4 +119,28 @@ class LifecycleMixin:
             removed = db.execute("DELETE FROM messages WHERE conversation = ?", (key,)).rowcount
             db.execute("DELETE FROM conversations WHERE key = ?", (key,))
             results.append(removed)
+        return results
+
+    def _apply_delete_turn(
+        self, db: sqlite3.Connection, ops: list[DeleteTurn]
+    ) -> list[bool | None]:
+        results: list[bool | None] = []
+        for op in ops:
+            found = db.execute(
+                "SELECT state FROM messages WHERE id = ? AND role = 'user'", (op.user_row_id,)
+            ).fetchall()
+            if not found or found[0][0] == "pending":
+                results.append(None if not found else False)
+                continue
+            # A compaction summary that folded this turn in would keep its text: it goes too.
+            db.execute(
+                "DELETE FROM summaries WHERE through >= ? AND conversation ="
+                " (SELECT conversation FROM messages WHERE id = ?)",
+                (op.user_row_id, op.user_row_id),
+            )
+            db.execute("DELETE FROM outbox WHERE user_row_id = ?", (op.user_row_id,))
+            db.execute("DELETE FROM previews WHERE user_row_id = ?", (op.user_row_id,))
+            db.execute("DELETE FROM messages WHERE user_row_id = ?", (op.user_row_id,))
+            db.execute("DELETE FROM messages WHERE id = ?", (op.user_row_id,))
+            results.append(True)
         return results

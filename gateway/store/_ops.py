@@ -144,6 +144,25 @@ class RecordPreview(Write[None]):
     message_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class DeleteTurn(Write[bool | None]):
+    """Remove one answered turn (``DELETE /v1/responses/{id}``): the user row, its replies,
+    their outbox chunks and preview; the conversation's other rows stay. True: deleted,
+    False: the turn is still pending (nothing removed), None: no such user row."""
+
+    user_row_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SaveSummary(Write[bool]):
+    """Store the conversation's summary (compaction, SPEC 11) if it covers more than the one
+    stored and nothing of it precedes a reset: whether it was stored."""
+
+    conversation: str
+    content: str
+    through: int
+
+
 StoreWrite = (
     AdmitRow
     | AnswerTurn
@@ -161,6 +180,8 @@ StoreWrite = (
     | PurgeConversation
     | DeleteConversation
     | RecordPreview
+    | DeleteTurn
+    | SaveSummary
 )
 
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from gateway.messages import ConversationSummary, OutboxChunk
+from gateway.messages import ConversationListing, OutboxChunk
 from gateway.store._console import OUTBOX_SQL, chunk, numbered, search_params, search_sql, summary
 
 
@@ -18,7 +18,7 @@ class PgConsoleReadsMixin:
 
     async def search_conversations(
         self, query: str, limit: int, after: tuple[float, str] | None = None
-    ) -> list[ConversationSummary]:
+    ) -> list[ConversationListing]:
         tail, params = search_params(query, limit, after)
         rows = await self._fetch(numbered(search_sql("strpos") + tail), *params)
         return [summary(r) for r in rows]

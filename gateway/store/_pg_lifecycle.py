@@ -16,7 +16,7 @@ import asyncpg
 
 from gateway.messages import Backlog, StoredMessage
 from gateway.store._lifecycle import ANONYMOUS_PATTERN
-from gateway.store._ops import DeleteConversation, PurgeConversation
+from gateway.store._ops import DeleteConversation, DeleteTurn, PurgeConversation
 from gateway.store._writer import GroupWriter
 
 _BACKLOG = (
@@ -112,6 +112,7 @@ class PgLifecycleMixin:
                 results[i] = None
                 continue
             await db.execute("DELETE FROM outbox WHERE conversation = $1", key)
+            await db.execute("DELETE FROM summaries WHERE conversation = $1", key)
             await db.execute(
                 "DELETE FROM previews WHERE user_row_id IN"
                 " (SELECT id FROM messages WHERE conversation = $1)",
@@ -121,3 +122,35 @@ class PgLifecycleMixin:
             await db.execute("DELETE FROM conversations WHERE key = $1", key)
             results[i] = int(status.split()[-1])
         return [results[i] for i in range(len(ops))]
+
+    async def _apply_delete_turn(
+        self, db: asyncpg.Connection, ops: list[DeleteTurn]
+    ) -> list[bool | None]:
+        results: list[bool | None] = []
+        for op in ops:
+            row = await db.fetchrow(
+                "SELECT conversation FROM messages WHERE id = $1 AND role = 'user'", op.user_row_id
+            )
+            if row is None:
+                results.append(None)
+                continue
+            # The conversation's lock first, as admission and answers take it.
+            await db.execute(
+                "SELECT 1 FROM conversations WHERE key = $1 FOR UPDATE", row["conversation"]
+            )
+            state = await db.fetchval("SELECT state FROM messages WHERE id = $1", op.user_row_id)
+            if state is None or state == "pending":
+                results.append(None if state is None else False)
+                continue
+            # A compaction summary that folded this turn in would keep its text: it goes too.
+            await db.execute(
+                "DELETE FROM summaries WHERE conversation = $1 AND through >= $2",
+                row["conversation"],
+                op.user_row_id,
+            )
+            await db.execute("DELETE FROM outbox WHERE user_row_id = $1", op.user_row_id)
+            await db.execute("DELETE FROM previews WHERE user_row_id = $1", op.user_row_id)
+            await db.execute("DELETE FROM messages WHERE user_row_id = $1", op.user_row_id)
+            await db.execute("DELETE FROM messages WHERE id = $1", op.user_row_id)
+            results.append(True)
+        return results

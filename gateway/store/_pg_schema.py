@@ -111,6 +111,15 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  DOUBLE PRECISION NOT NULL
     );
     """,
+    # context: the one compaction summary of each conversation (SPEC 11).
+    """
+    CREATE TABLE summaries (
+        conversation TEXT PRIMARY KEY,
+        content      TEXT NOT NULL,
+        through      BIGINT NOT NULL,
+        updated_at   DOUBLE PRECISION NOT NULL
+    );
+    """,
 )
 
 

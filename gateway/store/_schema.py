@@ -83,4 +83,13 @@ MIGRATIONS: tuple[str, ...] = (
         created_at  REAL NOT NULL
     );
     """,
+    # context: the one compaction summary of each conversation (SPEC 11).
+    """
+    CREATE TABLE summaries (
+        conversation TEXT PRIMARY KEY,
+        content      TEXT NOT NULL,
+        through      INTEGER NOT NULL,
+        updated_at   REAL NOT NULL
+    );
+    """,
 )

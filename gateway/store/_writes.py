@@ -14,6 +14,7 @@ from gateway.store._ops import (
     ApprovePairing,
     CancelTurn,
     DeleteConversation,
+    DeleteTurn,
     ExpireChunks,
     FailChunk,
     MarkDelivered,
@@ -24,6 +25,7 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SaveSummary,
 )
 from gateway.store._writer import GroupWriter
 
@@ -77,11 +79,17 @@ class QueuedWrites:
     async def record_preview(self, user_row_id: int, message_id: str) -> None:
         await self._group.submit(RecordPreview(user_row_id, message_id))
 
+    async def save_summary(self, conversation: str, content: str, through: int) -> bool:
+        return await self._group.submit(SaveSummary(conversation, content, through))
+
     async def purge(self, conversation: str) -> int:
         return await self._group.submit(PurgeConversation(conversation))
 
     async def delete_conversation(self, conversation: str) -> int | None:
         return await self._group.submit(DeleteConversation(conversation))
+
+    async def delete_turn(self, user_row_id: int) -> bool | None:
+        return await self._group.submit(DeleteTurn(user_row_id))
 
     async def _delete_expired(
         self, keys: Sequence[str], idle_before: float, anonymous_before: float

@@ -15,6 +15,7 @@ from gateway.messages import (
     Admission,
     Backlog,
     ConversationInfo,
+    ConversationListing,
     ConversationSummary,
     Inbound,
     OutboxChunk,
@@ -94,6 +95,15 @@ class Store(Protocol):
         """The newest ``limit`` answered rows (user and assistant) since the last reset."""
         ...
 
+    async def summary(self, conversation: str) -> ConversationSummary | None:
+        """The conversation's compaction summary since the last reset, if any (SPEC 11)."""
+        ...
+
+    async def save_summary(self, conversation: str, content: str, through: int) -> bool:
+        """Store the summary of the history rows up to ``through``, replacing an older one;
+        refused (False) when a newer one is stored or a reset came after ``through``."""
+        ...
+
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         """Every row of the conversation, oldest first."""
         ...
@@ -128,7 +138,7 @@ class Store(Protocol):
 
     async def search_conversations(
         self, query: str, limit: int, after: tuple[float, str] | None = None
-    ) -> list[ConversationSummary]:
+    ) -> list[ConversationListing]:
         """Conversations whose key contains ``query``, newest activity first, at most
         ``limit``; ``after``: those after the page that ended at (updated_at, key)."""
         ...
@@ -167,6 +177,11 @@ class Store(Protocol):
 
     async def delete_conversation(self, conversation: str) -> int | None:
         """Remove the conversation, its rows and its outbox: the rows removed, None if absent."""
+        ...
+
+    async def delete_turn(self, user_row_id: int) -> bool | None:
+        """Remove one settled turn (its user row, replies, outbox, preview): True; False
+        while it is pending (nothing removed); None when there is no such user row."""
         ...
 
     async def expire_conversations(self, idle_before: float, anonymous_before: float) -> list[str]:

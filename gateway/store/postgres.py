@@ -46,6 +46,7 @@ from gateway.store._ops import (
     ApprovePairing,
     CancelTurn,
     DeleteConversation,
+    DeleteTurn,
     ExpireChunks,
     ExpireInFlight,
     FailChunk,
@@ -57,6 +58,7 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SaveSummary,
     StoreWrite,
     only,
 )
@@ -74,6 +76,8 @@ from gateway.store._pg_lifecycle import PgLifecycleMixin
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_reads import MSG_COLUMNS, PgReadsMixin, to_message
 from gateway.store._pg_schema import migrate
+from gateway.store._pg_summaries import PgSummariesMixin
+from gateway.store._summaries import DELETE as DELETE_SUMMARY
 from gateway.store._writer import GroupWriter
 from gateway.store._writes import QueuedWrites
 
@@ -98,6 +102,7 @@ class PostgresStore(
     LeasesMixin,
     PgLifecycleMixin,
     PgAnswersMixin,
+    PgSummariesMixin,
     PgConsoleReadsMixin,
 ):
     """The :class:`~gateway.store.base.Store` on PostgreSQL; see :func:`open_postgres_store`."""
@@ -212,6 +217,8 @@ class PostgresStore(
                 return await self._apply_purge(db, only(PurgeConversation, run))
             case DeleteConversation():
                 return await self._apply_delete(db, only(DeleteConversation, run))
+            case DeleteTurn():
+                return await self._apply_delete_turn(db, only(DeleteTurn, run))
             case RecordPreview():
                 ops = only(RecordPreview, run)
                 await db.execute(
@@ -222,6 +229,8 @@ class PostgresStore(
                     [op.message_id for op in ops],
                     self._clock(),
                 )
+            case SaveSummary():
+                return await self._apply_save_summary(db, only(SaveSummary, run))
             case unknown:
                 assert_never(unknown)
         return [None] * len(run)
@@ -397,6 +406,7 @@ class PostgresStore(
                 " WHERE key = $1",
                 op.conversation,
             )
+            await db.execute(DELETE_SUMMARY.format("$1"), op.conversation)
         return [None] * len(ops)
 
     async def _apply_delivered(

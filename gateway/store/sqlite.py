@@ -48,6 +48,7 @@ from gateway.store._ops import (
     ApprovePairing,
     CancelTurn,
     DeleteConversation,
+    DeleteTurn,
     ExpireChunks,
     ExpireInFlight,
     FailChunk,
@@ -59,12 +60,15 @@ from gateway.store._ops import (
     RequestPairing,
     ResetConversation,
     RevokeUser,
+    SaveSummary,
     StoreWrite,
     only,
 )
 from gateway.store._pairing import PairingMixin
 from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._schema import MIGRATIONS
+from gateway.store._summaries import DELETE as DELETE_SUMMARY
+from gateway.store._summaries import SummariesMixin
 from gateway.store._writer import GroupWriter
 from gateway.store._writes import QueuedWrites
 
@@ -109,7 +113,7 @@ def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
     )
 
 
-class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, ConsoleReadsMixin):
+class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, SummariesMixin, ConsoleReadsMixin):
     """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
 
     def __init__(
@@ -296,6 +300,8 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, ConsoleReadsMixin)
                 return self._apply_purge(db, only(PurgeConversation, run))
             case DeleteConversation():
                 return self._apply_delete(db, only(DeleteConversation, run))
+            case DeleteTurn():
+                return self._apply_delete_turn(db, only(DeleteTurn, run))
             case RecordPreview():
                 now = self._clock()
                 db.executemany(
@@ -304,6 +310,8 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, ConsoleReadsMixin)
                     [(op.user_row_id, op.message_id, now) for op in only(RecordPreview, run)],
                 )
                 return [None] * len(run)
+            case SaveSummary():
+                return self._apply_save_summary(db, only(SaveSummary, run))
             case unknown:
                 assert_never(unknown)
 
@@ -451,6 +459,7 @@ class SqliteStore(QueuedWrites, PairingMixin, LifecycleMixin, ConsoleReadsMixin)
             " (SELECT COALESCE(MAX(id), 0) FROM messages WHERE conversation = ?) WHERE key = ?",
             [(op.conversation, op.conversation) for op in ops],
         )
+        db.executemany(DELETE_SUMMARY.format("?"), [(op.conversation,) for op in ops])
         return [None] * len(ops)
 
     def _apply_delivered(self, db: sqlite3.Connection, ops: list[MarkDelivered]) -> list[None]:

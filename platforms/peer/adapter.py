@@ -35,7 +35,7 @@ from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, Inbound, StoredMessage, TurnOutcome
 from gateway.ports import Intake, Watch
 from platforms._guarded import ConnectionGuard, guarded_serving
-from platforms.peer import convert, limits, streaming
+from platforms.peer import convert, limits, responses, streaming
 from platforms.peer.admin import Admin, AdminDeps
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.openapi import build_openapi
@@ -183,6 +183,7 @@ class PeerAdapter:
         app.router.add_get("/api/sessions/{session_id}/messages", self._messages)
         app.router.add_delete("/api/sessions/{session_id}", self._delete)
         app.router.add_post("/v1/chat/completions", self._completions)
+        responses.add_routes(app.router, self)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/v1/models/{model_id}", self._model)
         app.router.add_get("/healthz", self._healthz)
@@ -310,6 +311,11 @@ class PeerAdapter:
             raise convert.BadRequest("no such session", status=404, code="not_found")
         return session_id
 
+    def _by(self, request: web.Request) -> str:
+        """Who asks, for the log of a deletion: the token's name, never the token."""
+        token = request.get(_TOKEN)
+        return f"peer API, token {token.name}" if isinstance(token, PeerToken) else "peer API"
+
     def _anon_scope(self, request: web.Request) -> bytes:
         """What an anonymous completion's Idempotency-Key is scoped to: the token (its
         digest, a secret, so nobody can work the session id out), or nothing without tokens."""
@@ -331,9 +337,11 @@ class PeerAdapter:
         retry: bool = False,
         reply: LiveReply | None = None,
         response_format: Mapping[str, Any] | None = None,
+        instructions: str | None = None,
     ) -> TurnOutcome:
         """Admit the message and wait for its outcome; ``reply``: stream the answer into it
-        while the model writes it; ``response_format``: ask the model for it.
+        while the model writes it; ``response_format``: ask the model for it;
+        ``instructions``: an extra system message for this turn.
 
         A repeat under an Idempotency-Key must carry the same message (else 422) and gets the
         stored outcome; if that was a retryable failure, the first repeat runs the turn once
@@ -345,7 +353,7 @@ class PeerAdapter:
         pmid = convert.platform_message_id(session_id, idempotency_key, retry=retry)
         event = self._waiters.expect(pmid)
         watched = self._watched.get(pmid) or self._watched.setdefault(
-            pmid, Watched(response_format)
+            pmid, Watched(response_format, instructions)
         )
         watched.requests += 1
         if reply is not None:
@@ -377,6 +385,7 @@ class PeerAdapter:
                             retry=True,
                             reply=reply,
                             response_format=response_format,
+                            instructions=instructions,
                         )
                     return settled
             self._pmids[row.id] = pmid
@@ -443,9 +452,9 @@ class PeerAdapter:
 
     async def _delete(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])
-        token = request.get(_TOKEN)
-        by = f"peer API, token {token.name}" if isinstance(token, PeerToken) else "peer API"
-        removed = await self._intake.delete(convert.conversation_key(session_id), by=by)
+        removed = await self._intake.delete(
+            convert.conversation_key(session_id), by=self._by(request)
+        )
         if removed is None:
             return json_error(404, f"no session {session_id}", "not_found")
         return web.json_response({"session_id": session_id, "deleted": True, "messages": removed})

@@ -37,7 +37,7 @@ from aiohttp import web
 
 from gateway.events import AdminActed, Observe
 from gateway.messages import (
-    ConversationSummary,
+    ConversationListing,
     OutboxChunk,
     PairingCode,
     StoredMessage,
@@ -80,7 +80,7 @@ class AdminStore(Protocol):
 
     async def search_conversations(
         self, query: str, limit: int, after: tuple[float, str] | None = None
-    ) -> list[ConversationSummary]: ...
+    ) -> list[ConversationListing]: ...
 
     async def transcript(self, conversation: str) -> list[StoredMessage]: ...
 
@@ -178,7 +178,7 @@ def _cursor(raw: str | None) -> tuple[float, str] | None:
     return float(stamp), key
 
 
-def summary_json(c: ConversationSummary) -> dict[str, Any]:
+def summary_json(c: ConversationListing) -> dict[str, Any]:
     return {
         "key": c.key,
         "platform": c.platform,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from platforms.peer import _responses_schema
 from platforms.peer._admin_openapi import ADMIN_SCHEMAS, TICKET_SCHEME, admin_paths
 from platforms.peer._schemas import IDEMPOTENCY_KEY, SCHEMAS, SESSION_ID
 from platforms.peer._schemas import ref as _ref
@@ -42,6 +43,7 @@ _ERROR_RESPONSES: dict[str, tuple[str, dict[str, Any]]] = {
         {},
     ),
     "405": ("The route does not take this method.", {"Allow": _ref("headers", "Allow")}),
+    "409": ("The response is still in progress (DELETE /v1/responses/{id}).", {}),
     "413": (
         "The body is over peer.max_body_bytes, or the message over gateway.max_message_chars.",
         {},
@@ -191,6 +193,7 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        **_responses_schema.paths(_errors, _COMMON),
         "/v1/models": {
             "get": {
                 "operationId": "models",
@@ -287,7 +290,7 @@ def build_openapi(*, auth: bool, version: str = "0.1.0") -> dict[str, Any]:
         },
         "paths": {**_paths(), **admin_paths()},  # the admin API and the console (SPEC 13)
         "components": {
-            "schemas": {**SCHEMAS, **ADMIN_SCHEMAS},
+            "schemas": SCHEMAS | _responses_schema.SCHEMAS | ADMIN_SCHEMAS,
             "parameters": _PARAMETERS,
             "headers": _HEADERS,
             "responses": {

@@ -99,10 +99,13 @@ class Watched:
     """Every request waiting for one turn: what they asked of the model, and the turn's
     reply stream, fanned out to those that stream."""
 
-    __slots__ = ("_binding", "replies", "requests", "response_format")
+    __slots__ = ("_binding", "instructions", "replies", "requests", "response_format")
 
-    def __init__(self, response_format: Mapping[str, Any] | None) -> None:
+    def __init__(
+        self, response_format: Mapping[str, Any] | None, instructions: str | None = None
+    ) -> None:
         self.response_format = response_format
+        self.instructions = instructions
         self.replies: list[LiveReply] = []
         self.requests = 0
         self._binding = False
@@ -111,7 +114,11 @@ class Watched:
         return f"<Watched requests={self.requests} streaming={len(self.replies)}>"
 
     def watch(self) -> Watch:
-        return Watch(stream=self if self.replies else None, response_format=self.response_format)
+        return Watch(
+            stream=self if self.replies else None,
+            response_format=self.response_format,
+            instructions=self.instructions,
+        )
 
     def put(self, event: StreamEvent) -> None:
         match event:

@@ -34,6 +34,12 @@ usage, as OpenAI sends it. Counts are deterministic: ``ok(text, usage=Usage(p, c
 ``streamed(..., usage=...)`` script them; otherwise ``fake.usage_of(request, text)`` decides
 (by default 3 prompt + 2 completion tokens; ``word_usage`` counts words instead).
 
+A context limit (``fake.enforce_context(limit, chars_per_token=4)``): a request whose prompt
+tokens (``fake.prompt_tokens(request)``: the characters of every message's text, divided by
+``chars_per_token``, rounded up) plus its ``max_tokens`` exceed ``limit`` gets OpenAI's 400
+``context_length_exceeded``; an answered one reports that count as ``usage.prompt_tokens``.
+Refused requests are recorded in ``fake.overflowed`` (their indexes in ``requests``).
+
 Every ``Request`` keeps its whole ``body``; ``content_parts``, ``max_tokens``,
 ``response_format``, ``include_usage``, ``tools`` and ``stream_options`` read it.
 """
@@ -346,6 +352,36 @@ class FakeModel:
         self._stream_release = asyncio.Event()
         self._changed = asyncio.Condition()
         self.base_url = ""
+        self.context_limit: int | None = None
+        self.chars_per_token = 4
+        self.overflowed: list[int] = []
+
+    def enforce_context(self, limit: int, *, chars_per_token: int = 4) -> None:
+        """Refuse requests over ``limit`` tokens (prompt + ``max_tokens``), as OpenAI does,
+        and report ``prompt_tokens`` by the same count on the others."""
+        self.context_limit, self.chars_per_token = limit, chars_per_token
+        self.usage_of = lambda r, text: Usage(self.prompt_tokens(r), max(1, len(text) // 4))
+
+    def prompt_tokens(self, request: Request) -> int:
+        """The deterministic prompt count: text characters / ``chars_per_token``, rounded up."""
+        chars = sum(len(str(p.get("text") or "")) for p in request.content_parts)
+        return -(-chars // self.chars_per_token)
+
+    def _over_limit(self, request: Request) -> Fail | None:
+        if self.context_limit is None:
+            return None
+        prompt = self.prompt_tokens(request)
+        wanted = prompt + (request.max_tokens or 0)
+        if wanted <= self.context_limit:
+            return None
+        return error(
+            400,
+            f"This model's maximum context length is {self.context_limit} tokens. However, you"
+            f" requested {wanted} tokens ({prompt} in the messages, {request.max_tokens or 0}"
+            " in the completion). Please reduce the length of the messages or completion.",
+            code="context_length_exceeded",
+            type="invalid_request_error",
+        )
 
     def script(self, *outcomes: Outcome, model: str | None = None) -> None:
         """Queue outcomes for the next calls (of ``model`` only, when given)."""
@@ -404,6 +440,7 @@ class FakeModel:
             started=time.monotonic(),
             body=body,
         )
+        number = len(self.requests)
         self.requests.append(request)
         session = self.session_of(request)
         self.active[session] += 1
@@ -417,7 +454,10 @@ class FakeModel:
         self.in_flight[session].append((request, http))
         await self._notify()
         try:
-            outcome = self._next(request)
+            refused = self._over_limit(request)
+            if refused is not None:
+                self.overflowed.append(number)
+            outcome = refused or self._next(request)
             return await self._answer(http, request, outcome)
         finally:
             self.active[session] -= 1
