@@ -131,11 +131,7 @@ class PeerAdapter:
         self.port: int | None = None
         self._stats = {"requests": 0, "turns": 0, "unauthorized": 0, "rate_limited": 0}
         # The operator console and its admin API (platforms.peer.admin), when wired.
-        self.admin = (
-            Admin(admin, who=self._who, token_index=self._token_index, operator=self._operator)
-            if admin
-            else None
-        )
+        self.admin = Admin(admin, token_of=self._token_of, tokens=config.tokens) if admin else None
 
     def __repr__(self) -> str:
         return f"<PeerAdapter {self._config.listen} waiting={len(self._waiters)}>"
@@ -283,21 +279,9 @@ class PeerAdapter:
         response.headers["WWW-Authenticate"] = 'Bearer realm="botmux"'
         return response
 
-    def _who(self, request: web.Request) -> str:
-        """Who a request acts as, for the operator log: its token's name (never the token),
-        or "loopback" without tokens."""
+    def _token_of(self, request: web.Request) -> PeerToken | None:
         token = request.get(_TOKEN)
-        return token.name if isinstance(token, PeerToken) else "loopback"
-
-    def _operator(self, request: web.Request) -> bool:
-        """Whether the request may use the admin API: no tokens (loopback), or a token that
-        may use every session."""
-        token = request.get(_TOKEN)
-        return not isinstance(token, PeerToken) or "*" in token.sessions
-
-    def _token_index(self, request: web.Request) -> int:
-        token = request.get(_TOKEN)
-        return self._config.tokens.index(token) if isinstance(token, PeerToken) else -1
+        return token if isinstance(token, PeerToken) else None
 
     def _session(self, request: web.Request, session_id: str) -> str:
         """``session_id``, if the request's token may use it; else 404, as if it did not

@@ -35,6 +35,7 @@ from typing import Any, Literal, Protocol
 import anyio
 from aiohttp import web
 
+from gateway.config import PeerToken
 from gateway.events import AdminActed, Observe
 from gateway.messages import (
     ConversationListing,
@@ -250,14 +251,12 @@ class Admin:
         self,
         deps: AdminDeps,
         *,
-        who: Callable[[web.Request], str],
-        token_index: Callable[[web.Request], int],
-        operator: Callable[[web.Request], bool],
+        token_of: Callable[[web.Request], PeerToken | None],
+        tokens: Sequence[PeerToken],
     ) -> None:
         self._deps = deps
-        self._who = who
-        self._token_index = token_index
-        self._operator = operator
+        self._token_of = token_of  # the token a request authenticated with (None: no tokens)
+        self._tokens = tuple(tokens)
         self.tickets = Tickets(wall=deps.wall)
         self._pages = {name: _page(name) for name in PAGE_FILES}
         self.keepalive_s = EVENTS_KEEPALIVE_S
@@ -275,6 +274,22 @@ class Admin:
         of holding the shutdown up until its deadline."""
         for scope in self._streams:
             scope.cancel()
+
+    def _who(self, request: web.Request) -> str:
+        """Who a request acts as, for the operator log: its token's name (never the token),
+        or "loopback" without tokens."""
+        token = self._token_of(request)
+        return token.name if token is not None else "loopback"
+
+    def _operator(self, request: web.Request) -> bool:
+        """Whether the request may use the admin API: no tokens (loopback), or a token that
+        may use every session."""
+        token = self._token_of(request)
+        return token is None or "*" in token.sessions
+
+    def _token_index(self, request: web.Request) -> int:
+        token = self._token_of(request)
+        return self._tokens.index(token) if token is not None else -1
 
     @staticmethod
     def is_page(path: str) -> bool:
