@@ -27,21 +27,28 @@ _LAST_FAILURE = (
 )
 
 
-def search_sql(find: str) -> str:
-    """``find``: the backend's substring function (``instr`` / ``strpos``). Parameters:
-    the substring, then (after a cursor) updated_at twice and the key, then the limit."""
+def search_sql(find: str, after: bool) -> str:
+    """``find``: the backend's substring function (``instr`` / ``strpos``). Parameters: the
+    substring, then (``after`` a cursor) updated_at twice and the key, then the limit. The
+    page is picked first and only its rows are counted (counting every conversation before
+    sorting them was 100 ms at 10,000)."""
+    page = (
+        "SELECT key, platform, created_at, updated_at FROM conversations"
+        f" WHERE {find}(key, ?) > 0"
+        + (" AND (updated_at < ? OR (updated_at = ? AND key < ?))" if after else "")
+        + ORDER
+    )
     return (
         "SELECT c.key, c.platform, c.created_at, c.updated_at,"
         " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key),"
         " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key"
         "  AND m.state = 'pending'),"
         f" {_LAST_FAILURE.format(col='f.failure')}, {_LAST_FAILURE.format(col='f.created_at')}"
-        f" FROM conversations c WHERE {find}(c.key, ?) > 0"
+        f" FROM ({page}) c ORDER BY c.updated_at DESC, c.key DESC"
     )
 
 
-AFTER = " AND (c.updated_at < ? OR (c.updated_at = ? AND c.key < ?))"
-ORDER = " ORDER BY c.updated_at DESC, c.key DESC LIMIT ?"
+ORDER = " ORDER BY updated_at DESC, key DESC LIMIT ?"
 
 OUTBOX_SQL = (
     "SELECT id, conversation, platform, message_id, user_row_id, seq, text, created_at,"
@@ -51,13 +58,10 @@ OUTBOX_SQL = (
 )
 
 
-def search_params(
-    query: str, limit: int, after: tuple[float, str] | None
-) -> tuple[str, tuple[Any, ...]]:
-    """The statement's tail and its parameters (after the find function's part)."""
+def search_params(query: str, limit: int, after: tuple[float, str] | None) -> tuple[Any, ...]:
     if after is None:
-        return ORDER, (query, limit)
-    return AFTER + ORDER, (query, after[0], after[0], after[1], limit)
+        return (query, limit)
+    return (query, after[0], after[0], after[1], limit)
 
 
 def numbered(sql: str) -> str:
@@ -84,8 +88,8 @@ class ConsoleReadsMixin:
     async def search_conversations(
         self, query: str, limit: int, after: tuple[float, str] | None = None
     ) -> list[ConversationListing]:
-        tail, params = search_params(query, limit, after)
-        return [summary(r) for r in await self._fetch(search_sql("instr") + tail, params)]
+        sql = search_sql("instr", after is not None)
+        return [summary(r) for r in await self._fetch(sql, search_params(query, limit, after))]
 
     async def outbox_chunks(self, limit: int) -> list[OutboxChunk]:
         return [chunk(r) for r in await self._fetch(OUTBOX_SQL, (limit,))]

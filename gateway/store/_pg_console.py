@@ -19,8 +19,8 @@ class PgConsoleReadsMixin:
     async def search_conversations(
         self, query: str, limit: int, after: tuple[float, str] | None = None
     ) -> list[ConversationListing]:
-        tail, params = search_params(query, limit, after)
-        rows = await self._fetch(numbered(search_sql("strpos") + tail), *params)
+        sql = numbered(search_sql("strpos", after is not None))
+        rows = await self._fetch(sql, *search_params(query, limit, after))
         return [summary(r) for r in rows]
 
     async def outbox_chunks(self, limit: int) -> list[OutboxChunk]:
