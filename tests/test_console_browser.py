@@ -41,6 +41,7 @@ from playwright.async_api import Page, async_playwright, expect  # noqa: E402
 OPS = "ops-console-token-0123456789"
 AUTH = {"Authorization": f"Bearer {OPS}"}
 WAIT_MS = 15_000
+HOSTILE = '<img src="/pwned" onerror="alert(1)">'  # a Telegram user's chosen name
 
 
 @pytest.fixture
@@ -145,6 +146,9 @@ async def test_log_in_see_a_conversation_arrive_live_and_read_its_transcript(
         await expect(listed).to_have_count(3)
         await page.screenshot(path=shots("conversations"), full_page=True)
 
+        await page.click('#tabs a[data-tab="outbox"]')
+        await expect(page.locator("#view-outbox")).to_contain_text("Every reply was delivered")
+
         await page.click("#reload")  # served by the reload feature; its answer is shown
         await expect(page.locator("#toast")).to_contain_text("eload")
 
@@ -156,8 +160,8 @@ async def test_approve_a_telegram_pairing_code_and_the_user_is_answered(
         running_gateway(gateway_config(tmp_path, model, tg)) as (_, base),
         browser_page(base) as (page, _),
     ):
-        for user in (701, 702):
-            tg.inject_message(user, "let me in")
+        tg.inject_message(701, "let me in")
+        tg.inject_message(702, "me too", first_name=HOSTILE)  # shown as text, never as HTML
         with anyio.fail_after(20):
             await tg.wait_until(lambda: bool(tg.sent_messages(701) and tg.sent_messages(702)))
         code = tg.sent_messages(701)[0].split("approve telegram ")[1].split()[0]
@@ -171,7 +175,10 @@ async def test_approve_a_telegram_pairing_code_and_the_user_is_answered(
         await expect(page.locator("#toast")).to_contain_text("Approved telegram user 701")
         await expect(page.locator('#approved-users tr[data-user="701"]')).to_be_visible()
         await expect(pending).to_have_count(0)
-        await expect(page.locator("#pending-codes tbody tr")).to_have_count(1)  # 702 waits
+        waiting = page.locator("#pending-codes tbody tr")
+        await expect(waiting).to_have_count(1)  # 702 waits
+        await expect(waiting).to_contain_text(HOSTILE)
+        assert await page.locator("#pending-codes img").count() == 0
         await page.screenshot(path=shots("pairing"), full_page=True)
 
         tg.inject_message(701, "thanks!")
