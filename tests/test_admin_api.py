@@ -108,8 +108,10 @@ async def test_every_admin_route_refuses_a_missing_or_wrong_token_and_the_page_h
             assert "default-src 'self'" in r.headers["Content-Security-Policy"]
             body = await r.text()
             assert OPS not in body and OTHER not in body
+            assert "{{auth}}" not in body
             # Offline: the only URL in the page is the SVG namespace (a name, never fetched).
             assert set(re.findall(r"https?://[^\s\"'`]+", body)) <= {"http://www.w3.org/2000/svg"}
+        assert 'data-auth="token"' in await (await http.get(f"{url}/console/")).text()
 
 
 async def test_conversations_are_searched_paged_and_read_with_their_transcript(
@@ -283,6 +285,8 @@ async def test_without_tokens_the_admin_api_keeps_the_loopback_rules(
         running_gateway(config(tmp_path, model, extra="")) as (_, url),
         aiohttp.ClientSession() as http,
     ):
+        page = await (await http.get(f"{url}/console/")).text()
+        assert 'data-auth="loopback"' in page  # the page opens without a login
         overview = f"{url}/api/admin/overview"
         assert (await http.get(overview)).status == 200
         assert (await http.get(overview, headers={"Host": "evil.example"})).status == 421

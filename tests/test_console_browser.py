@@ -101,7 +101,7 @@ async def test_log_in_see_a_conversation_arrive_live_and_read_its_transcript(
     tmp_path: Path, model: FakeModel, tg: FakeTelegram, shots: Callable[[str], str]
 ) -> None:
     async with (
-        running_gateway(gateway_config(tmp_path, model, tg)) as (_, base),
+        running_gateway(gateway_config(tmp_path, model, tg)) as (app, base),
         aiohttp.ClientSession() as http,
         browser_page(base) as (page, _),
     ):
@@ -110,6 +110,8 @@ async def test_log_in_see_a_conversation_arrive_live_and_read_its_transcript(
         await log_in(page, base, "not-the-token-0123456789")
         await expect(page.locator("#login-error")).to_contain_text("Wrong token")
         await expect(page.locator("#view-overview")).to_be_hidden()
+        assert app.peer is not None  # opening the page cost no failed authentication
+        assert app.peer.statistics()["unauthorized"] == 1
         await page.screenshot(path=shots("login-refused"))
 
         await page.fill("#token", OPS)

@@ -258,7 +258,10 @@ class Admin:
         self._token_of = token_of  # the token a request authenticated with (None: no tokens)
         self._tokens = tuple(tokens)
         self.tickets = Tickets(wall=deps.wall)
-        self._pages = {name: _page(name) for name in PAGE_FILES}
+        # The page says whether to ask for a token (no secret: /openapi.json says as much),
+        # so opening it never costs a failed authentication.
+        auth = b"token" if self._tokens else b"loopback"
+        self._pages = {name: _page(name).replace(b"{{auth}}", auth) for name in PAGE_FILES}
         self.keepalive_s = EVENTS_KEEPALIVE_S
         self._streams: set[anyio.CancelScope] = set()  # the event streams open
 

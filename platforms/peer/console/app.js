@@ -117,6 +117,8 @@ async function start() {
   });
   $("more").addEventListener("click", () => loadConversations(true));
   window.addEventListener("hashchange", route);
+  // With tokens set, ask for one first: a call without it would count as a failed login.
+  if (document.body.dataset.auth === "token" && !state.token) return showLogin("");
   try {
     state.overview = await api("/api/admin/overview");
     enter(state.token ? "token" : "loopback");
