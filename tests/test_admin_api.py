@@ -82,7 +82,7 @@ async def test_every_admin_route_refuses_a_missing_or_wrong_token_and_the_page_h
     routes = admin_routes()
     assert len(routes) == 10
     async with (
-        running_gateway(config(tmp_path, model)) as (_, url),
+        running_gateway(config(tmp_path, model)) as (app, url),
         aiohttp.ClientSession() as http,
     ):
         for method, path in routes:
@@ -97,9 +97,13 @@ async def test_every_admin_route_refuses_a_missing_or_wrong_token_and_the_page_h
             "ticket"
         ]
         expiry, index, mac = ticket.split(".")
+        assert app.peer is not None
+        failed = app.peer.statistics()["unauthorized"]
         for forged in (f"{expiry}.1.{mac}", f"{int(expiry) + 600}.{index}.{mac}", ticket + "x"):
             r = await http.get(f"{url}/api/admin/events", params={"ticket": forged})
             assert r.status == 401, forged
+        # An expired ticket is what a reconnecting page has: no failed authentication.
+        assert app.peer.statistics()["unauthorized"] == failed
 
         for path, name in PAGE_ROUTES.items():
             r = await http.get(url + path)

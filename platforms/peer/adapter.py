@@ -232,17 +232,14 @@ class PeerAdapter:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         self._stats["requests"] += 1
-        if request.path in _OPEN_ROUTES or Admin.is_page(request.path):
-            return await handler(request)  # the console page is static and holds no secret
+        if request.path in _OPEN_ROUTES or Admin.checks_itself(request.path):
+            return await handler(request)  # the console page (static) and its event stream
         if not self._digests:
             refusal = _not_local(request, self._config.host)
             return refusal if refusal is not None else await handler(request)
         # The token first, in constant time: a valid token is served whatever other clients
         # sharing its address (a proxy, a NAT) have failed.
         index = limits.match_bearer(request.headers.get("Authorization", ""), self._digests)
-        if index is None and self.admin is not None:  # the console's event stream: a ticket
-            ticket = self.admin.ticket_index(request)
-            index = ticket if ticket is not None and 0 <= ticket < len(self._digests) else None
         if index is not None:
             token = self._config.tokens[index]
             request[_TOKEN] = token

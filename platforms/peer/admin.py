@@ -67,6 +67,7 @@ PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-cache",
 }
+EVENTS_PATH = "/api/admin/events"
 MAX_LIMIT = 200
 MAX_QUERY = 200
 #: A page cursor: the last row's updated_at (as Python prints a float) and key.
@@ -295,8 +296,12 @@ class Admin:
         return self._tokens.index(token) if token is not None else -1
 
     @staticmethod
-    def is_page(path: str) -> bool:
-        return path in PAGE_ROUTES
+    def checks_itself(path: str) -> bool:
+        """The routes the adapter's auth middleware leaves to this module: the static page
+        (open), and the event stream (its ticket, checked here; a refused ticket is not
+        counted as a failed authentication: an expired one is what a reconnecting page has,
+        and no one guesses an HMAC)."""
+        return path in PAGE_ROUTES or path == EVENTS_PATH
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
         # Path parameters take any character but "/" (a key has ":", a code may be typed
@@ -313,7 +318,7 @@ class Admin:
         post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/reject", only(self._reject))
         post("/api/admin/users/{platform:[^/]+}/{user_id:[^/]+}/revoke", only(self._revoke))
         post("/api/admin/events/ticket", only(self._ticket))
-        get("/api/admin/events", self._events)  # its ticket was minted by an operator
+        get(EVENTS_PATH, self._events)  # its ticket was minted by an operator
 
     def _operators_only(
         self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -477,14 +482,16 @@ class Admin:
         ticket = self.tickets.mint(self._token_index(request))
         return web.json_response({"ticket": ticket, "expires_in_s": TICKET_TTL_S})
 
-    def ticket_index(self, request: web.Request) -> int | None:
-        """The token index of the request's valid event-stream ticket, if it has one."""
-        if request.path != "/api/admin/events":
-            return None
-        return self.tickets.check(request.query.get("ticket", ""))
+    def _ticket_valid(self, request: web.Request) -> bool:
+        """A valid, unexpired ticket naming a token that is still configured (-1 without
+        tokens)."""
+        index = self.tickets.check(request.query.get("ticket", ""))
+        if index is None:
+            return False
+        return 0 <= index < len(self._tokens) if self._tokens else index == -1
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
-        if self.ticket_index(request) is None:
+        if not self._ticket_valid(request):
             raise BadRequest(
                 "a valid ticket is required (POST /api/admin/events/ticket)",
                 status=401,
