@@ -7,7 +7,8 @@ package offers. Retries inside the client are off: retry and fallback belong to 
 Transport recovery replaces a client while other turns may still be using the old one, so
 clients are borrowed with :meth:`ClientPool.use`: a replaced client is closed only when the
 last call borrowing it returns. Many turns recovering at once share one rebuild: a client
-younger than ``REBUILD_AFTER_S`` is not replaced again.
+younger than ``REBUILD_AFTER_S`` is not replaced again. A reload that drops a key or an
+endpoint retires its clients the same way (:meth:`ClientPool.retire_except`).
 """
 
 from __future__ import annotations
@@ -79,6 +80,17 @@ class ClientPool:
             max_retries=0,
             http_client=openai.DefaultAioHttpClient(timeout=endpoint.timeout_s),
         )
+
+    async def retire_except(self, keep: set[_Key]) -> None:
+        """Drop the clients not in ``keep`` (a reload removed their key or endpoint): those no
+        call borrows are closed now, the others when their last call returns."""
+        for key in [k for k in self._clients if k not in keep]:
+            entry = self._clients.pop(key)
+            if entry.borrowed:
+                entry.retired = True
+                self._retired.append(entry)
+            else:
+                await entry.client.close()
 
     async def aclose(self) -> None:
         entries = [*self._clients.values(), *self._retired]

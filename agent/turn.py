@@ -14,6 +14,10 @@ When someone watches the turn with a stream (SPEC 8) and ``[agent] stream`` is o
 streams (``stream_options.include_usage``) and each piece goes to that stream as it arrives.
 A failure before any piece was shown is the policy's as ever; once a piece of an attempt is
 binding (a peer client has it), a failure of that attempt ends the turn (``AnswerShown``).
+
+A reload (SPEC 13) hands the agent a new model chain and agent config
+(:meth:`Agent.reconfigure`): a turn reads both once, at its start, so running turns finish on
+what they started with and the next turn uses the new ones.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -60,6 +65,17 @@ CONTEXT_SEEN = 4096
 Messages = list[dict[str, str]]
 
 
+@dataclass(frozen=True, slots=True)
+class _Generation:
+    """One config's model side: a turn keeps the one it started with to its end, so a reload
+    (:meth:`Agent.reconfigure`) changes the next turn and never a running one."""
+
+    model: ModelConfig | None
+    config: AgentConfig
+    chain: tuple[ModelEndpoint, ...]
+    policy: ModelPolicy | None
+
+
 class Agent:
     def __init__(
         self,
@@ -70,34 +86,51 @@ class Agent:
         observe: Observe = lambda event: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._model = model
-        self._config = config
         self._clients = clients
         self._observe = observe
-        self._chain: tuple[ModelEndpoint, ...] = model.chain if model else ()
+        self._clock = clock
         self.calibration = Calibration()
         # conversation -> (estimated prompt tokens of its last request, that endpoint's window)
         self._context: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        self._policy: ModelPolicy | None = None
+        self._gen = self._generation(model, config)
+
+    def _generation(self, model: ModelConfig | None, config: AgentConfig) -> _Generation:
+        chain: tuple[ModelEndpoint, ...] = model.chain if model else ()
+        policy = None
         if model is not None:
-            self._policy = ModelPolicy(
-                self._chain,
+            policy = ModelPolicy(
+                chain,
                 backoff=Backoff(model.backoff_base_s, model.backoff_cap_s),
                 retry_after_cap=model.retry_after_cap_s,
-                observe=observe,
-                clock=clock,
+                observe=self._observe,
+                clock=self._clock,
             )
+        return _Generation(model, config, chain, policy)
+
+    async def reconfigure(self, model: ModelConfig | None, config: AgentConfig) -> None:
+        """Use this model chain and agent config from the next turn on (a reload). Running
+        turns finish on the chain they started with; the clients of keys no longer configured
+        are closed once no call borrows them. Benched keys start unbenched (a new policy)."""
+        self._gen = self._generation(model, config)
+        await self._clients.retire_except(
+            {(e.base_url, key, e.timeout_s) for e in self._gen.chain for key in e.api_keys}
+        )
 
     def __repr__(self) -> str:
-        return f"<Agent model={self._model.model if self._model else None!r}>"
+        model = self._gen.model
+        return f"<Agent model={model.model if model else None!r}>"
 
     @property
     def chain(self) -> tuple[ModelEndpoint, ...]:
-        return self._chain
+        return self._gen.chain
 
     @property
     def policy(self) -> ModelPolicy | None:
-        return self._policy
+        return self._gen.policy
+
+    @property
+    def _config(self) -> AgentConfig:
+        return self._gen.config
 
     def build(
         self,
@@ -109,11 +142,14 @@ class Agent:
         instructions: str | None = None,
         halve: bool = False,
         share: float = 1.0,
+        config: AgentConfig | None = None,
     ) -> tuple[Messages, Window]:
         """The request to ``endpoint``: what of ``history`` fits its window (``share`` of it:
         compaction asks what would fit in part of it), and the window as built.
-        ``instructions``: this turn's extra system message (``/v1/responses``)."""
-        system = self._config.system_prompt
+        ``instructions``: this turn's extra system message (``/v1/responses``); ``config``:
+        the turn's agent config (else the current one)."""
+        config = config or self._config
+        system = config.system_prompt
         budget = prompt_budget(endpoint)
         ratio = self.calibration.ratio(endpoint)
         fixed = len(system) + len(text) + len(instructions or "")
@@ -126,7 +162,7 @@ class Agent:
         kept, tokens = fit(
             history,
             fixed_chars=fixed,
-            history_chars=int(self._config.history_chars * share),
+            history_chars=int(config.history_chars * share),
             budget=int(budget * share),
             ratio=ratio,
             halve=halve,
@@ -253,23 +289,33 @@ class Agent:
         summary: str | None = None,
     ) -> TurnResult:
         """``summary``: the conversation's compaction summary, sent before the history."""
-        if self._policy is None:
+        gen = self._gen  # this turn's, whatever a reload does meanwhile
+        if gen.policy is None:
             failure = classify(ModelNotConfigured("no model is configured"))
             return TurnResult(reply=failure_reply(failure), failure=failure)
         instructions = watch.instructions if watch is not None else None
-        windows = [self.build(e, (), text, instructions=instructions)[1] for e in self._chain]
+        windows = [
+            self.build(e, (), text, instructions=instructions, config=gen.config)[1]
+            for e in gen.chain
+        ]
         if not any(w.fits for w in windows):
-            return self._too_long(conversation, turn, windows[0])
-        stream = watch.stream if watch is not None and self._config.stream else None
+            return self._too_long(conversation, turn, windows[0], gen.chain[0])
+        stream = watch.stream if watch is not None and gen.config.stream else None
         response_format = watch.response_format if watch is not None else None
         attempts = itertools.count(1)
 
         async def call(
             index: int, api_key: str, *, rebuild: bool, trimmed: bool
         ) -> tuple[str, Usage]:
-            endpoint = self._chain[index]
+            endpoint = gen.chain[index]
             messages, window = self.build(
-                endpoint, history, text, summary=summary, instructions=instructions, halve=trimmed
+                endpoint,
+                history,
+                text,
+                summary=summary,
+                instructions=instructions,
+                halve=trimmed,
+                config=gen.config,
             )
             self._sent(conversation, window)
             reply, usage = await self.complete(
@@ -286,7 +332,7 @@ class Agent:
             return reply, usage
 
         try:
-            answer = await self._policy.run(conversation, call, turn=turn)
+            answer = await gen.policy.run(conversation, call, turn=turn)
         except TurnFailed as exc:
             return TurnResult(
                 reply=failure_reply(exc.failure),
@@ -302,7 +348,9 @@ class Agent:
             fell_back=answer.fell_back,
         )
 
-    def _too_long(self, conversation: str, turn: int, window: Window) -> TurnResult:
+    def _too_long(
+        self, conversation: str, turn: int, window: Window, endpoint: ModelEndpoint
+    ) -> TurnResult:
         """The message alone does not fit any model's window: an honest reply, no call."""
         self._observe(
             PolicyDecided(
@@ -310,7 +358,7 @@ class Agent:
                 platform_of(conversation),
                 turn,
                 "give_up",
-                self._chain[0].model,
+                endpoint.model,
                 CONTEXT_OVERFLOW,
             )
         )
@@ -318,12 +366,14 @@ class Agent:
         return TurnResult(reply=too_long_reply(window.tokens, window.budget), failure=failure)
 
     def benched_keys(self) -> list[tuple[str, str, str, float]]:
-        return self._policy.benched_keys() if self._policy else []
+        policy = self._gen.policy
+        return policy.benched_keys() if policy else []
 
     def status(self) -> dict[str, Any]:
-        if self._policy is None:
+        policy = self._gen.policy
+        if policy is None:
             return {"model": None}
-        return {**self._policy.status(), "context": self._context}
+        return {**policy.status(), "context": self._context}
 
 
 def _piece(choices: Any) -> str:

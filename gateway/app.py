@@ -25,10 +25,12 @@ from gateway.config import Config
 from gateway.events import Event, Observe, log_line
 from gateway.failpoints import Failpoints
 from gateway.intake import GatewayIntake
+from gateway.live import LiveConfig
 from gateway.messages import platform_of
 from gateway.metrics import Metrics, Snapshot
 from gateway.ports import Intake, Leases, Outlet, PlatformAdapter
 from gateway.redelivery import redeliver
+from gateway.reload import Reloader
 from gateway.retention import sweep_retention
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
@@ -102,18 +104,27 @@ def build_adapters(
     intake: Intake,
     observe: Observe,
     leases: Leases | None = None,
+    live: LiveConfig | None = None,
 ) -> list[PlatformAdapter]:
     """The chat platform adapters the config turns on (imported only when on). ``leases``:
-    several nodes share the store, so what only one node may do is leased."""
+    several nodes share the store, so what only one node may do is leased. ``live``: the
+    adapters read their section from it at use (a reload keeps every section present)."""
     adapters: list[PlatformAdapter] = []
-    if config.telegram is not None:
+    live = live or LiveConfig(config)
+    if (telegram := config.telegram) is not None:
         from platforms.telegram import TelegramAdapter
 
-        adapters.append(TelegramAdapter(config.telegram, intake, observe=observe, leases=leases))
-    if config.discord is not None:
+        tg_live = live.view(lambda c: c.telegram or telegram)
+        adapters.append(
+            TelegramAdapter(telegram, intake, observe=observe, leases=leases, live=tg_live)
+        )
+    if (discord := config.discord) is not None:
         from platforms.discord import DiscordAdapter
 
-        adapters.append(DiscordAdapter(config.discord, intake, observe=observe, leases=leases))
+        dc_live = live.view(lambda c: c.discord or discord)
+        adapters.append(
+            DiscordAdapter(discord, intake, observe=observe, leases=leases, live=dc_live)
+        )
     return adapters
 
 
@@ -126,8 +137,13 @@ class GatewayApp:
         *,
         clock: Callable[[], float] = time.monotonic,
         failpoints: Failpoints | None = None,
+        read: Callable[[], Config] | None = None,
     ) -> None:
-        self.config = config
+        self.config = config  # as started; what a reload applied is live.current
+        self.live = LiveConfig(config)
+        # What a reload re-reads: the file and environment the gateway started with.
+        self._read = read or (lambda: self.live.current)
+        self.reloader: Reloader | None = None
         self.clock = clock
         self.failpoints = failpoints or Failpoints()
         self.metrics = Metrics()
@@ -222,10 +238,19 @@ class GatewayApp:
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        config = self.config
+        config, live = self.config, self.live
         observe = Observer(self.metrics, self.failpoints, self.timeline)
         clients = ClientPool()
         agent = Agent(config.model, config.agent, clients, observe=observe, clock=self.clock)
+        limiter = anyio.CapacityLimiter(config.gateway.max_concurrent_turns)
+
+        async def apply(old: Config, new: Config) -> None:
+            """What a reload does besides swapping the LiveConfig the other parts read."""
+            if (old.model, old.agent) != (new.model, new.agent):
+                await agent.reconfigure(new.model, new.agent)
+            limiter.total_tokens = new.gateway.max_concurrent_turns
+
+        reloader = self.reloader = Reloader(live, self._read, apply, observe=observe)
         try:
             async with open_store(config, observe=observe) as store:
                 self._ready["store"] = True
@@ -243,8 +268,9 @@ class GatewayApp:
                     store=store,
                     runner=runner,
                     outlets=outlets,
-                    limiter=anyio.CapacityLimiter(config.gateway.max_concurrent_turns),
+                    limiter=limiter,
                     history_messages=config.agent.history_messages,
+                    history_live=live.view(lambda c: c.agent.history_messages),
                     mailbox_size=config.gateway.mailbox_size,
                     observe=observe,
                     clock=self.clock,
@@ -269,6 +295,7 @@ class GatewayApp:
                         total=config.gateway.max_pending_total,
                     ),
                     max_message_chars=config.gateway.max_message_chars,
+                    live=live.view(lambda c: c.gateway),
                 )
 
                 async def render_metrics() -> bytes:
@@ -293,11 +320,13 @@ class GatewayApp:
                     ready=self.readiness,
                     metrics=render_metrics,
                     clock=self.clock,
+                    live=live.view(lambda c: c.peer),
+                    reload=lambda by, dry, text: reloader.reload(by, dry_run=dry, text=text),
                     admin=self._admin_deps(store, router, agent, observe),
                 )
                 outlets["peer"] = peer
                 cluster = self._cluster(store, router, outlets, intake, observe)
-                self.adapters = build_adapters(config, intake, observe, cluster)
+                self.adapters = build_adapters(config, intake, observe, cluster, live)
                 for adapter in self.adapters:
                     outlets[adapter.platform] = adapter
                 async with anyio.create_task_group() as tg:
@@ -330,11 +359,12 @@ class GatewayApp:
                     log.info("botmux ready", extra=fields)
                     task_status.started()
                     await self.stop.wait()
-                    log.info("draining", extra={"deadline_s": config.gateway.drain_timeout_s})
+                    drain_s = live.current.gateway.drain_timeout_s  # a reload may change it
+                    log.info("draining", extra={"deadline_s": drain_s})
                     self._ready["accepting"] = False
                     intake.stop_accepting()
                     router.close()
-                    with anyio.move_on_after(config.gateway.drain_timeout_s) as drain:
+                    with anyio.move_on_after(drain_s) as drain:
                         await router_done.wait()
                         for adapter in self.adapters:
                             await adapter.wait_delivered()
@@ -347,7 +377,7 @@ class GatewayApp:
                             extra={
                                 "turns": sum(left.values()),
                                 "conversations": sorted(k for k, n in left.items() if n),
-                                "deadline_s": config.gateway.drain_timeout_s,
+                                "deadline_s": drain_s,
                             },
                         )
                     tg.cancel_scope.cancel()

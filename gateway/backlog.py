@@ -18,6 +18,7 @@ A redelivered message is recognised before any cap is applied: a duplicate is ne
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -92,13 +93,17 @@ class Reservation:
 
 
 class BacklogGate:
-    def __init__(self, store: Store, caps: Caps) -> None:
+    def __init__(self, store: Store, caps: Caps, *, live: Callable[[], Caps] | None = None) -> None:
         self._store = store
-        self.caps = caps
+        self._caps = live or (lambda: caps)  # live: a reload's caps, read at each reservation
         self._tallies: dict[str, _Tally] = {}
         self._in_flight = 0
         self._added = 0
         self._stats = {"refused_conversation": 0, "refused_gateway": 0}
+
+    @property
+    def caps(self) -> Caps:
+        return self._caps()
 
     def __repr__(self) -> str:
         return f"<BacklogGate {self.caps} in_flight={self._in_flight}>"

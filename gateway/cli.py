@@ -1,7 +1,8 @@
 """The ``botmux`` command line (SPEC section 7).
 
-Exit codes: 0 clean stop, 2 bad config or usage, 1 anything else. ``--config PATH`` is
-accepted anywhere on the line, for every subcommand.
+Exit codes: 0 clean stop, 2 bad config or usage, 1 anything else (``reload``: 0 applied, 2
+refused or a bad file, 1 no gateway answered). ``--config PATH`` is accepted anywhere on the
+line, for every subcommand.
 """
 
 from __future__ import annotations
@@ -13,14 +14,14 @@ import signal
 import sys
 import time
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
 
-from gateway import exposure
+from gateway import control, exposure
 from gateway.config import Config, load_config
 from gateway.errors import ConfigError, GatewayError
 from gateway.failpoints import Failpoints
@@ -63,7 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="PATH", help="config file (default ./botmux.toml)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("run", help="run the gateway until SIGINT/SIGTERM, then drain")
-    sub.add_parser("check", help="validate the config and say what would start")
+    check = sub.add_parser("check", help="validate the config and say what would start")
+    check.add_argument(
+        "--against",
+        metavar="HOST:PORT",
+        help="the running gateway to compare with (default: the one running this file)",
+    )
+    sub.add_parser("reload", help="make the running gateway re-read its config file")
     sub.add_parser("status", help="what the store and the running gateway say, as a table")
     sessions = sub.add_parser("sessions", help="read conversations from the store")
     ssub = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -102,19 +109,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load_config(config_arg)
     except ConfigError as exc:
-        for path, message in exc.errors:  # all of them: fix the file once, not once per key
-            print(
-                f"botmux: config error: {path}: {message}"
-                if path
-                else f"botmux: config error: {message}",
-                file=sys.stderr,
-            )
+        _config_errors(exc.errors)  # all of them: fix the file once, not once per key
         return EXIT_USAGE
     try:
         if args.command == "run":
-            return _run(config)
+            return _run(config, config_arg)
         if args.command == "check":
-            return _check(config)
+            code = _check(config)
+            return code if code != EXIT_OK else anyio.run(_preview, config, args.against)
+        if args.command == "reload":
+            return anyio.run(_reload, config)
         if args.command == "status":
             return anyio.run(_status, config)
         if args.command == "sessions":
@@ -134,7 +138,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return EXIT_USAGE
 
 
-def _run(config: Config) -> int:
+def _config_errors(errors: Iterable[tuple[str | None, str | None]]) -> None:
+    for path, message in errors:
+        where = f"{path}: " if path else ""
+        print(f"botmux: config error: {where}{message}", file=sys.stderr)
+
+
+def _run(config: Config, config_arg: str | None = None) -> int:
     from gateway.app import GatewayApp  # the composition root loads every part: only for `run`
 
     try:
@@ -151,19 +161,23 @@ def _run(config: Config) -> int:
             "failpoints armed: this process will kill itself (a testing aid)",
             extra={"failpoints": os.environ.get("BOTMUX_FAILPOINT")},
         )
-    app = GatewayApp(config, failpoints=failpoints)
+    # A reload reads what `run` read: the same file, with this process's environment.
+    app = GatewayApp(config, failpoints=failpoints, read=lambda: load_config(config_arg))
 
     async def serve() -> None:
         async with anyio.create_task_group() as tg:
-            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as sigs:
 
                 async def watch() -> None:
-                    async for _ in signals:
-                        app.stop.set()
-                        return
+                    async for sig in sigs:
+                        if sig != signal.SIGHUP:
+                            app.stop.set()
+                            return
+                        if app.reloader is not None:  # ConfigReloaded logs what it did
+                            await app.reloader.reload("signal")
 
                 tg.start_soon(watch)
-                await app.run()
+                await control.serve_with_run_file(app)
                 tg.cancel_scope.cancel()
 
     try:
@@ -268,6 +282,61 @@ def _check(config: Config) -> int:
     return EXIT_OK
 
 
+async def _preview(config: Config, against: str | None) -> int:
+    """What a reload of this file would change in the running gateway (a dry run there)."""
+    text = ""
+    if config.source != "(embedded defaults)":
+        text = await anyio.Path(config.source).read_text(encoding="utf-8")
+    answer = await control.ask_reload(config, dry_run=True, text=text, against=against)
+    if answer is None:
+        print(f"running gateway: none answered{' at ' + against if against else ''}")
+        return EXIT_FAILURE if against else EXIT_OK
+    if answer.status != 200:
+        print(f"running gateway at {answer.url}: {_refusal(answer)}")
+        return EXIT_FAILURE
+    live, restart = answer.body.get("live") or [], answer.body.get("restart") or []
+    if not live and not restart:
+        print(f"running gateway at {answer.url}: a reload would change nothing")
+    if live:
+        print(f"running gateway at {answer.url}: a reload applies live: {', '.join(live)}")
+    if restart:
+        print(f"running gateway at {answer.url}: needs a restart: {', '.join(restart)}")
+    return EXIT_OK
+
+
+def _refusal(answer: control.Answer) -> str:
+    if answer.status == 401:
+        return "refused every peer token of this file (401); send SIGHUP to reload"
+    error = answer.body.get("error")
+    if isinstance(error, dict):
+        return f"HTTP {answer.status}: {error.get('message')}"
+    return f"HTTP {answer.status}"
+
+
+async def _reload(config: Config) -> int:
+    """``botmux reload``: 0 applied (or nothing to change), 2 refused, 1 nobody answered."""
+    answer = await control.ask_reload(config)
+    if answer is None:
+        print(f"botmux: no gateway answers for {config.source}", file=sys.stderr)
+        return EXIT_FAILURE
+    body, status = answer.body, answer.status
+    if status == 200:
+        live = ", ".join(body.get("live") or []) or "nothing changed"
+        print(f"reload {body.get('outcome')} (version {body.get('version')}): {live}")
+        return EXIT_OK
+    if status == 409:
+        restart = ", ".join(body.get("restart") or [])
+        print(f"botmux: reload refused: needs a restart: {restart}", file=sys.stderr)
+        print("nothing was applied; the gateway runs on as it was", file=sys.stderr)
+        return EXIT_USAGE
+    if status == 422:
+        _config_errors((e.get("key"), e.get("message")) for e in body.get("errors") or [])
+        print("nothing was applied; the gateway runs on as it was", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"botmux: reload: {_refusal(answer)}", file=sys.stderr)
+    return EXIT_FAILURE
+
+
 async def _sessions(config: Config, action: str, key: str | None) -> int:
     from gateway.store import open_store
 
@@ -312,8 +381,7 @@ async def _scrape(config: Config) -> tuple[dict[str, object] | None, str | None]
     """The running gateway's /readyz body and /metrics text, when it answers."""
     import aiohttp
 
-    host = config.peer.host if config.peer.host not in ("0.0.0.0", "::") else "127.0.0.1"
-    base = f"http://{host}:{config.peer.port}"
+    base = control.local_url(config)
     headers = (
         {"Authorization": f"Bearer {config.peer.token_values[0]}"} if config.peer.tokens else {}
     )

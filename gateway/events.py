@@ -421,6 +421,26 @@ class DiscordBackfilled:
     truncated: bool  # as many as backfill_messages: older ones may be missing
 
 
+# -- operations -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigReloaded:
+    """A reload of the config file was asked for (SIGHUP, ``botmux reload``, the admin API):
+    ``result`` applied, unchanged, refused (a restart key changed: nothing applied), invalid
+    (the file did not load: nothing applied) or dry_run. ``by``: ``signal`` or the peer
+    token's name, never a token. Keys are named, values never."""
+
+    name: ClassVar[str] = "config_reloaded"
+    level: ClassVar[int] = WARNING
+    result: Literal["applied", "unchanged", "refused", "invalid", "dry_run"]
+    by: str
+    live: str  # the changed keys that apply live, comma-separated
+    restart: str  # the changed keys that need a restart
+    version: int
+    reason: str
+
+
 # -- the operator console (SPEC 13) ----------------------------------------------------------
 
 
@@ -432,7 +452,7 @@ class AdminActed:
 
     name: ClassVar[str] = "admin_action"
     level: ClassVar[int] = INFO
-    action: Literal["approve", "reject", "revoke", "reload"]
+    action: Literal["approve", "reject", "revoke"]  # a reload is ConfigReloaded
     by: str
     platform: str
     target: str  # the pairing code, or the user id
@@ -472,6 +492,7 @@ Event = (
     | TelegramNoticeFailed
     | TelegramWebhookRefused
     | DiscordBackfilled
+    | ConfigReloaded
     | AdminActed
 )
 Observe = Callable[[Event], None]

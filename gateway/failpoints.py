@@ -36,6 +36,7 @@ from gateway.events import (
     AnswerCommitted,
     ChunkRecorded,
     ChunkSent,
+    ConfigReloaded,
     ContextCompacted,
     DiscordBackfilled,
     DuplicateIgnored,
@@ -153,6 +154,7 @@ def place(event: Event) -> str | None:
             | TelegramNoticeFailed()
             | TelegramWebhookRefused()
             | DiscordBackfilled()
+            | ConfigReloaded()
             | AdminActed()
         ):
             return None

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import anyio
 
 from gateway.backlog import DEFAULT_CAPS, BacklogGate, Caps
+from gateway.config import GatewayConfig
 from gateway.errors import ConversationClosed, MailboxFull, MessageTooLong, Overloaded
 from gateway.events import DuplicateIgnored, MessageAdmitted, MessageRefused, Observe
 from gateway.messages import (
@@ -69,6 +70,7 @@ class GatewayIntake:
         elsewhere: Callable[[str, str], Awaitable[bool]] | None = None,
         caps: Caps = DEFAULT_CAPS,
         max_message_chars: int = 32_000,
+        live: Callable[[], GatewayConfig] | None = None,  # a reload's limits, read at use
     ) -> None:
         # Several nodes: send a control command to the node running the conversation (True
         # when another node holds it and was told).
@@ -79,9 +81,18 @@ class GatewayIntake:
         self._runner = runner
         self._observe = observe
         self._accepting = True
-        self._gate = BacklogGate(store, caps)
-        self._max_chars = max_message_chars
+        fixed = GatewayConfig(
+            max_pending_per_conversation=caps.per_conversation,
+            max_pending_total=caps.total,
+            max_message_chars=max_message_chars,
+        )
+        self._live = live or (lambda: fixed)
+        self._gate = BacklogGate(store, caps, live=self._caps)
         self._stats = {"admitted": 0, "duplicates": 0, "refused": 0}
+
+    def _caps(self) -> Caps:
+        g = self._live()
+        return Caps(per_conversation=g.max_pending_per_conversation, total=g.max_pending_total)
 
     def __repr__(self) -> str:
         return f"<GatewayIntake accepting={self._accepting} {self._stats}>"
@@ -99,12 +110,13 @@ class GatewayIntake:
     async def admit(self, inbound: Inbound) -> Admission:
         if not self._accepting:
             raise ConversationClosed("botmux is shutting down")
-        if len(inbound.text) > self._max_chars:
+        max_chars = self._live().max_message_chars
+        if len(inbound.text) > max_chars:
             self._refused(inbound, "too_long")
             raise MessageTooLong(
                 f"the message has {len(inbound.text)} characters, more than"
-                f" max_message_chars = {self._max_chars}",
-                limit=self._max_chars,
+                f" max_message_chars = {max_chars}",
+                limit=max_chars,
                 length=len(inbound.text),
             )
         try:

@@ -20,6 +20,7 @@ from gateway.events import (
     AnswerCommitted,
     ChunkRecorded,
     ChunkSent,
+    ConfigReloaded,
     ContextCompacted,
     DiscordBackfilled,
     DuplicateIgnored,
@@ -197,6 +198,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.config_reloads = Counter(
+            "botmux_config_reloads",
+            "Config reloads: applied, unchanged, refused, invalid, dry_run",
+            ["result"],
+            registry=r,
+        )
 
     def observe(self, event: Event) -> None:
         """The one sink for runtime events (intake, session actors, policy, couriers)."""
@@ -257,6 +264,8 @@ class Metrics:
             case DiscordBackfilled(reason=reason, messages=messages):
                 self.discord_backfills.labels(reason).inc()
                 self.discord_backfilled.labels(reason).inc(messages)
+            case ConfigReloaded(result=result):
+                self.config_reloads.labels(result).inc()
             case AdminActed(action=action, result=result):
                 self.admin_actions.labels(action, result).inc()
             case _:

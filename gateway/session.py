@@ -203,6 +203,12 @@ class SessionDeps:
     # waiting, right before each model request leaves (a node frozen in between).
     holds: Callable[[str], Awaitable[bool]] | None = None
     holds_now: Callable[[str], bool] | None = None
+    # A reload's [agent] history_messages, read at each turn (else history_messages).
+    history_live: Callable[[], int] | None = None
+
+    @property
+    def history_limit(self) -> int:
+        return self.history_messages if self.history_live is None else self.history_live()
 
 
 class SessionActor:
@@ -517,7 +523,7 @@ class SessionActor:
 
     async def _load_history(self) -> list[ChatMessage]:
         if self._history is None:
-            rows = await self._deps.store.history(self.key, self._deps.history_messages)
+            rows = await self._deps.store.history(self.key, self._deps.history_limit)
             self._history = [ChatMessage(r.role, r.content) for r in rows]
         return list(self._history)
 
@@ -526,7 +532,7 @@ class SessionActor:
             return
         self._history.append(ChatMessage("user", user_text))
         self._history.append(ChatMessage("assistant", reply))
-        excess = len(self._history) - self._deps.history_messages
+        excess = len(self._history) - self._deps.history_limit
         if excess > 0:
             del self._history[:excess]
 

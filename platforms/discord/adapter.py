@@ -26,7 +26,7 @@ single unsharded node runs one client for both, as before shards existed.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import assert_never
@@ -43,6 +43,7 @@ from gateway.messages import OutboxChunk, StoredMessage, TurnOutcome
 from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
 from platforms._courier import Courier
+from platforms._live import LiveSection
 from platforms._notices import NoticeBox
 from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
@@ -80,7 +81,7 @@ STORE_BUSY = "I could not do that just now: please try again in a moment."
 # -- the actor ---------------------------------------------------------------------------
 
 
-class DiscordAdapter:
+class DiscordAdapter(LiveSection[DiscordConfig]):
     platform = convert.PLATFORM
 
     def __init__(
@@ -91,8 +92,9 @@ class DiscordAdapter:
         observe: Observe = lambda event: None,
         mailbox: int = 1024,
         leases: Leases | None = None,
+        live: Callable[[], DiscordConfig] | None = None,  # a reload's section
     ) -> None:
-        self._config = config
+        self._use_config(config, live)
         self._leases = leases  # several nodes: each runs the shards it holds
         self._intake = intake
         self._observe = observe
@@ -106,12 +108,10 @@ class DiscordAdapter:
             connect_timeout_s=config.connect_timeout_s,
         )
         self._keeper: ShardKeeper | None = None
-        self._logged_in = False
+        self._logged_in = self._commands_synced = False
         self._since = 0  # this adapter's start, as a snowflake: how far a new shard reads back
         self._ready = anyio.Event()
-        self._commands_synced = False
-        backfilled = config.backfill_channels if config.backfill_messages > 0 else 0
-        self._recent = Recent(backfilled)  # conversations we were active in, for backfill
+        self._recent = Recent(config.backfill_channels if config.backfill_messages > 0 else 0)
         self._refusals = RefusalNotices()
         self._notices = NoticeBox(self._say, on_full=self._answer_dropped, size=256)
         self._previews = Previews(_stream.budget())

@@ -43,7 +43,7 @@ SCHEMAS: dict[str, Any] = {
                         " too_many_auth_failures, idempotency_key_reused, misdirected,"
                         " forbidden_origin, unsupported_media_type, unsupported_parameter"
                         " (tools, tool_choice, functions: botmux has none), model_not_found,"
-                        " draining, internal_error,"
+                        " draining, internal_error, reload_refused, config_invalid,"
                         " or a failure class of the turn.",
                     },
                     "status": {"type": "integer", "minimum": 400, "maximum": 599},
@@ -326,4 +326,52 @@ SCHEMAS: dict[str, Any] = {
             "checks": {"type": "object", "additionalProperties": {"type": "boolean"}},
         },
     },
+    "ReloadRequest": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "config": {
+                "type": "string",
+                "description": "A TOML config to compare instead of the file (a dry run).",
+            }
+        },
+    },
+    "ReloadResult": {
+        "type": "object",
+        "required": ["outcome", "version", "source", "live", "restart", "errors", "reason"],
+        "additionalProperties": False,
+        "properties": {
+            "outcome": {"enum": ["applied", "unchanged", "refused", "invalid", "dry_run"]},
+            "version": {
+                "type": "integer",
+                "minimum": 0,
+                "description": "Reloads applied since start.",
+            },
+            "source": {"type": "string", "description": "The file read."},
+            "live": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Changed keys that apply to the next turn.",
+            },
+            "restart": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Changed keys that need a restart (any: nothing applies).",
+            },
+            "errors": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["key", "message"],
+                    "additionalProperties": False,
+                    "properties": {"key": {"type": "string"}, "message": {"type": "string"}},
+                },
+            },
+            "reason": {"type": "string"},
+            "error": {"description": "409 and 422: the error, as every route's (Error)."},
+        },
+    },
 }
+
+# A refused or invalid reload is an error like any (the same "error" member) and its plan.
+SCHEMAS["ReloadResult"]["properties"]["error"].update(SCHEMAS["Error"]["properties"]["error"])

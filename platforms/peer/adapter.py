@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -36,9 +35,10 @@ from gateway.messages import CONTROL_COMMANDS, Inbound, StoredMessage, TurnOutco
 from gateway.ports import Intake, Watch
 from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.peer import convert, limits, responses, streaming
+from platforms.peer._auth import AuthHolder
+from platforms.peer._reload_route import Reload, add_reload_route
 from platforms.peer.admin import Admin, AdminDeps
 from platforms.peer.errors import error_middleware, json_error
-from platforms.peer.openapi import build_openapi
 from platforms.peer.streaming import SSE_HEADERS, LiveReply, Watched, finish
 
 log = logging.getLogger(__name__)
@@ -99,17 +99,19 @@ class PeerAdapter:
         ready: Callable[[], dict[str, bool]],
         metrics: Callable[[], Awaitable[bytes]],
         clock: Callable[[], float] = time.monotonic,
+        live: Callable[[], PeerConfig] | None = None,
+        reload: Reload | None = None,
         admin: AdminDeps | None = None,
     ) -> None:
-        self._config = config
+        self._config = config  # what is read at start: listen, body size, connections
+        self._auth = AuthHolder(live or (lambda: config), clock=clock)  # tokens: live
+        self._reload = reload
         self._intake = intake
         self._ready = ready
         self._metrics = metrics
         self._waiters = _Waiters()
         self._pmids: dict[int, str] = {}
         self._watched: dict[str, Watched] = {}  # by platform message id
-        self._digests = limits.token_digests(config.token_values)
-        self._proxies = limits.trusted_networks(config.trusted_proxies)
         self._guard = ConnectionGuard(
             header_timeout_s=config.header_timeout_s, max_connections=config.max_connections
         )
@@ -121,17 +123,14 @@ class PeerAdapter:
             ["token", "status"],
             registry=self._registry,
         )
-        self._auth_failures = limits.FailureWindow(
-            config.auth_fail_limit, config.auth_fail_window_s, clock=clock
-        )
-        self._token_rate = limits.TokenBuckets(
-            config.token_requests_per_min, config.token_burst, clock=clock
-        )
-        self._openapi = json.dumps(build_openapi(auth=bool(config.tokens))).encode()
         self.port: int | None = None
         self._stats = {"requests": 0, "turns": 0, "unauthorized": 0, "rate_limited": 0}
         # The operator console and its admin API (platforms.peer.admin), when wired.
-        self.admin = Admin(admin, token_of=self._token_of, tokens=config.tokens) if admin else None
+        self.admin = (
+            Admin(admin, token_of=self._token_of, tokens=lambda: self._auth.current().config.tokens)
+            if admin
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"<PeerAdapter {self._config.listen} waiting={len(self._waiters)}>"
@@ -140,7 +139,7 @@ class PeerAdapter:
         return {
             **self._stats,
             "waiting": len(self._waiters),
-            "locked_out_refusals": self._auth_failures.statistics()["refused"],
+            "locked_out_refusals": self._auth.current().failures.statistics()["refused"],
             "connections": self._guard.open,
             **self._guard.stats,
         }
@@ -186,8 +185,10 @@ class PeerAdapter:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics_route)
         app.router.add_get("/openapi.json", self._openapi_route)
+        if self._reload is not None:
+            add_reload_route(app, self._reload, who=_who)
         if self.admin is not None:
-            self.admin.add_routes(app.router)
+            self.admin.install(app)
         app.on_response_prepare.append(_server_header)
         app.on_response_prepare.append(self._count)
         return app
@@ -234,16 +235,17 @@ class PeerAdapter:
         self._stats["requests"] += 1
         if request.path in _OPEN_ROUTES or Admin.checks_itself(request.path):
             return await handler(request)  # the console page (static) and its event stream
-        if not self._digests:
+        auth = self._auth.current()  # one config's tokens for the whole decision
+        if not auth.digests:
             refusal = _not_local(request, self._config.host)
             return refusal if refusal is not None else await handler(request)
         # The token first, in constant time: a valid token is served whatever other clients
         # sharing its address (a proxy, a NAT) have failed.
-        index = limits.match_bearer(request.headers.get("Authorization", ""), self._digests)
+        index = limits.match_bearer(request.headers.get("Authorization", ""), auth.digests)
         if index is not None:
-            token = self._config.tokens[index]
+            token = auth.config.tokens[index]
             request[_TOKEN] = token
-            verdict = self._token_rate.take(index, token.requests_per_min)
+            verdict = auth.rate.take(index, token.requests_per_min)
             if not verdict.allowed:
                 self._stats["rate_limited"] += 1
                 log.info("peer API: token rate limited", extra={"token": token.name})
@@ -255,10 +257,10 @@ class PeerAdapter:
             return await handler(request)
         address = limits.client_key(
             limits.client_address(
-                request.remote, request.headers.getall("X-Forwarded-For", []), self._proxies
+                request.remote, request.headers.getall("X-Forwarded-For", []), auth.proxies
             )
         )
-        verdict = self._auth_failures.check(address)
+        verdict = auth.failures.check(address)
         if not verdict.allowed:
             self._stats["rate_limited"] += 1
             return _too_many(
@@ -267,10 +269,10 @@ class PeerAdapter:
                 "too_many_auth_failures",
             )
         self._stats["unauthorized"] += 1
-        if self._auth_failures.record_failure(address):
+        if auth.failures.record_failure(address):
             log.warning(
                 "peer auth: too many failures, refusing the address for a while",
-                extra={"client": address, "window_s": self._auth_failures.window_s},
+                extra={"client": address, "window_s": auth.failures.window_s},
             )
         response = json_error(401, "a valid bearer token is required", "unauthorized")
         response.headers["WWW-Authenticate"] = 'Bearer realm="botmux"'
@@ -302,7 +304,7 @@ class PeerAdapter:
         digest, a secret, so nobody can work the session id out), or nothing without tokens."""
         token = request.get(_TOKEN)
         if isinstance(token, PeerToken):
-            return self._digests[self._config.tokens.index(token)]
+            return limits.token_digests((token.token,))[0]
         return b""
 
     async def _read_json(self, request: web.Request) -> Any:
@@ -498,7 +500,7 @@ class PeerAdapter:
         return web.json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
 
     async def _openapi_route(self, request: web.Request) -> web.Response:
-        return web.Response(body=self._openapi, content_type="application/json")
+        return web.Response(body=self._auth.current().openapi, content_type="application/json")
 
     async def _metrics_route(self, request: web.Request) -> web.Response:
         return web.Response(
@@ -546,6 +548,12 @@ def _origin_host(origin: str) -> str | None:
         return URL(origin).host if "//" in origin else None  # "null" has no host
     except ValueError:
         return None
+
+
+def _who(request: web.Request) -> str:
+    """Who a request is, for the log: its token's name (never the token), else loopback."""
+    token = request.get(_TOKEN)
+    return token.name if isinstance(token, PeerToken) else "loopback"
 
 
 def _not_local(request: web.Request, listen_host: str) -> web.Response | None:

@@ -9,7 +9,8 @@ OpenAPI document and usable without the page.
 Live updates are server-sent events at ``GET /api/admin/events``. A browser's EventSource
 cannot send an ``Authorization`` header, so that route takes a *ticket* instead: minted by
 ``POST /api/admin/events/ticket`` (behind the token), valid for :data:`TICKET_TTL_S`,
-signed with a key this process drew at start (HMAC-SHA256), naming the token by its index.
+signed with a key this process drew at start (HMAC-SHA256), naming the token by its name
+(a reload that removes the token, or limits it to some sessions, voids its tickets).
 The ticket is the only credential ever put in a URL; it expires in a minute, it is not the
 token, the server keeps no access log, and every log line names a request's path only,
 never its query.
@@ -128,8 +129,8 @@ class AdminDeps:
 
 
 class Tickets:
-    """Short-lived signed tickets for the event stream: ``<expiry>.<index>.<mac>``, where
-    index is the token's place in ``peer.tokens`` (-1: no tokens, loopback)."""
+    """Short-lived signed tickets for the event stream: ``<expiry>.<name>.<mac>``, where name
+    is the token's name, base64url (empty: no tokens, loopback)."""
 
     def __init__(self, ttl_s: float = TICKET_TTL_S, wall: Callable[[], float] = time.time):
         self._key = secrets.token_bytes(32)
@@ -143,19 +144,20 @@ class Tickets:
         digest = hmac.new(self._key, body.encode(), hashlib.sha256).digest()
         return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
-    def mint(self, index: int) -> str:
-        body = f"{math.ceil(self._wall() + self._ttl_s)}.{index}"
+    def mint(self, name: str) -> str:
+        encoded = base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+        body = f"{math.ceil(self._wall() + self._ttl_s)}.{encoded}"
         return f"{body}.{self._mac(body)}"
 
-    def check(self, ticket: str) -> int | None:
-        """The token index a valid, unexpired ticket names; else None."""
+    def check(self, ticket: str) -> str | None:
+        """The token name a valid, unexpired ticket names ("" for loopback); else None."""
         body, _, mac = ticket.rpartition(".")
-        expiry, _, index = body.partition(".")
+        expiry, _, encoded = body.partition(".")
         if not hmac.compare_digest(self._mac(body).encode(), mac.encode()):
             return None
         if not expiry.isdigit() or int(expiry) < self._wall():
             return None
-        return int(index)
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
 
 
 def _page(name: str) -> bytes:
@@ -253,16 +255,13 @@ class Admin:
         deps: AdminDeps,
         *,
         token_of: Callable[[web.Request], PeerToken | None],
-        tokens: Sequence[PeerToken],
+        tokens: Callable[[], Sequence[PeerToken]],
     ) -> None:
         self._deps = deps
         self._token_of = token_of  # the token a request authenticated with (None: no tokens)
-        self._tokens = tuple(tokens)
+        self._tokens = tokens  # the current peer.tokens (a reload changes them)
         self.tickets = Tickets(wall=deps.wall)
-        # The page says whether to ask for a token (no secret: /openapi.json says as much),
-        # so opening it never costs a failed authentication.
-        auth = b"token" if self._tokens else b"loopback"
-        self._pages = {name: _page(name).replace(b"{{auth}}", auth) for name in PAGE_FILES}
+        self._pages = {name: _page(name) for name in PAGE_FILES}
         self.keepalive_s = EVENTS_KEEPALIVE_S
         self._streams: set[anyio.CancelScope] = set()  # the event streams open
 
@@ -291,10 +290,6 @@ class Admin:
         token = self._token_of(request)
         return token is None or "*" in token.sessions
 
-    def _token_index(self, request: web.Request) -> int:
-        token = self._token_of(request)
-        return self._tokens.index(token) if token is not None else -1
-
     @staticmethod
     def checks_itself(path: str) -> bool:
         """The routes the adapter's auth middleware leaves to this module: the static page
@@ -303,45 +298,49 @@ class Admin:
         and no one guesses an HMAC)."""
         return path in PAGE_ROUTES or path == EVENTS_PATH
 
-    def add_routes(self, router: web.UrlDispatcher) -> None:
+    def install(self, app: web.Application) -> None:
+        """Add the page's and the admin API's routes, and the operators-only rule."""
         # Path parameters take any character but "/" (a key has ":", a code may be typed
         # with braces by a fuzzer: its answer is 404 from the handler, not an unknown route).
         for path in PAGE_ROUTES:
-            router.add_get(path, self._page)
-        get, post, only = router.add_get, router.add_post, self._operators_only
-        get("/api/admin/overview", only(self._overview))
-        get("/api/admin/conversations", only(self._conversations))
-        get("/api/admin/conversations/{key:[^/]+}/messages", only(self._messages))
-        get("/api/admin/outbox", only(self._outbox))
-        get("/api/admin/pairing", only(self._pairing))
-        post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/approve", only(self._approve))
-        post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/reject", only(self._reject))
-        post("/api/admin/users/{platform:[^/]+}/{user_id:[^/]+}/revoke", only(self._revoke))
-        post("/api/admin/events/ticket", only(self._ticket))
+            app.router.add_get(path, self._page)
+        get, post = app.router.add_get, app.router.add_post
+        get("/api/admin/overview", self._overview)
+        get("/api/admin/conversations", self._conversations)
+        get("/api/admin/conversations/{key:[^/]+}/messages", self._messages)
+        get("/api/admin/outbox", self._outbox)
+        get("/api/admin/pairing", self._pairing)
+        post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/approve", self._approve)
+        post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/reject", self._reject)
+        post("/api/admin/users/{platform:[^/]+}/{user_id:[^/]+}/revoke", self._revoke)
+        post("/api/admin/events/ticket", self._ticket)
         get(EVENTS_PATH, self._events)  # its ticket was minted by an operator
+        app.middlewares.append(self._operators_only)
 
-    def _operators_only(
-        self, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-    ) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-        """The admin API sees every conversation: a token limited to some sessions (its
-        ``sessions`` globs lack ``*``) is no operator's, and gets 403."""
-
-        async def guarded(request: web.Request) -> web.StreamResponse:
-            if not self._operator(request):
-                raise BadRequest(
-                    "this token is limited to some sessions; the admin API needs a token"
-                    ' whose sessions include "*"',
-                    status=403,
-                    code="forbidden",
-                )
-            return await handler(request)
-
-        return guarded
+    @web.middleware
+    async def _operators_only(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """The admin API (``/api/admin/...``, the reload route too) sees and changes
+        everything: a token limited to some sessions (its ``sessions`` globs lack ``*``) is
+        no operator's, and gets 403. Runs after the auth middleware."""
+        admin = request.path.startswith("/api/admin/") and request.path != EVENTS_PATH
+        if admin and not self._operator(request):
+            raise BadRequest(
+                "this token is limited to some sessions; the admin API needs a token"
+                ' whose sessions include "*"',
+                status=403,
+                code="forbidden",
+            )
+        return await handler(request)
 
     async def _page(self, request: web.Request) -> web.Response:
         name = PAGE_ROUTES[request.path]
+        # The page says whether to ask for a token (no secret: /openapi.json says as much),
+        # so opening it never costs a failed authentication.
+        auth = b"token" if self._tokens() else b"loopback"
         return web.Response(
-            body=self._pages[name],
+            body=self._pages[name].replace(b"{{auth}}", auth),
             content_type=PAGE_FILES[name],
             charset="utf-8",
             headers=PAGE_HEADERS,
@@ -479,16 +478,18 @@ class Admin:
     # -- live updates ----------------------------------------------------------------------
 
     async def _ticket(self, request: web.Request) -> web.Response:
-        ticket = self.tickets.mint(self._token_index(request))
+        token = self._token_of(request)
+        ticket = self.tickets.mint(token.name if token is not None else "")
         return web.json_response({"ticket": ticket, "expires_in_s": TICKET_TTL_S})
 
     def _ticket_valid(self, request: web.Request) -> bool:
-        """A valid, unexpired ticket naming a token that is still configured (-1 without
-        tokens)."""
-        index = self.tickets.check(request.query.get("ticket", ""))
-        if index is None:
-            return False
-        return 0 <= index < len(self._tokens) if self._tokens else index == -1
+        """A valid, unexpired ticket naming an operator's token that is still configured
+        (or, without tokens, a loopback ticket)."""
+        name = self.tickets.check(request.query.get("ticket", ""))
+        tokens = self._tokens()
+        if name is None or not tokens:
+            return name == ""
+        return any(t.name == name and "*" in t.sessions for t in tokens)
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
         if not self._ticket_valid(request):

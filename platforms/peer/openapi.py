@@ -265,6 +265,35 @@ def _paths() -> dict[str, Any]:
                 },
             }
         },
+        "/api/admin/reload": {
+            "post": {
+                "operationId": "adminReload",
+                "summary": "Re-read the config file the gateway started with (SPEC 13): keys"
+                " that apply live change the next turn; a changed key that needs a restart"
+                " refuses the whole file (409), a file that does not load too (422).",
+                "parameters": [
+                    {
+                        "name": "dry_run",
+                        "in": "query",
+                        "required": False,
+                        "schema": {"enum": ["0", "1", "true", "false", "yes", "no"]},
+                        "description": "1: only say what a reload would change.",
+                    }
+                ],
+                "requestBody": {
+                    "required": False,
+                    "content": {"application/json": {"schema": _ref("schemas", "ReloadRequest")}},
+                },
+                "responses": {
+                    "200": _json(
+                        _ref("schemas", "ReloadResult"), "Applied, unchanged, or dry run."
+                    ),
+                    "409": _json(_ref("schemas", "ReloadResult"), "Refused: needs a restart."),
+                    "422": _json(_ref("schemas", "ReloadResult"), "The file does not load."),
+                    **_errors("400", "413", "415", *_COMMON),
+                },
+            }
+        },
         "/openapi.json": {
             "get": {
                 "operationId": "openapi",

@@ -46,6 +46,7 @@ from gateway.messages import COMMANDS, Failure, OutboxChunk, StoredMessage, Turn
 from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
 from platforms._courier import Courier
+from platforms._live import LiveSection
 from platforms._notices import NoticeBox, send_notice
 from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
@@ -80,7 +81,7 @@ class SendNotice:
     reply_to: int | None = None
 
 
-class TelegramAdapter:
+class TelegramAdapter(LiveSection[TelegramConfig]):
     platform = PLATFORM
 
     def __init__(
@@ -90,8 +91,9 @@ class TelegramAdapter:
         *,
         observe: Observe,
         leases: Leases | None = None,
+        live: Callable[[], TelegramConfig] | None = None,  # a reload's section
     ) -> None:
-        self._config = config
+        self._use_config(config, live)
         self._leases = leases  # several nodes: only the holder of "telegram:poller" polls
         self._intake = intake
         self._observe = observe
