@@ -475,7 +475,8 @@ async function loadPairing() {
 async function reloadConfig() {
   try {
     const result = await api("/api/admin/reload", "POST");
-    toast("Config reloaded. " + (result && result.message ? result.message : ""));
+    const live = result && result.live && result.live.length ? ` (${result.live.join(", ")})` : "";
+    toast(`Config reload: ${result ? result.outcome : "done"}${live}.`);
   } catch (error) {
     toast("Reload failed: " + error.message, true);
   }
