@@ -38,7 +38,9 @@ from gateway.retention import sweep_retention
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
 from gateway.store import Store, describe, open_store
+from gateway.timeline import Timeline
 from platforms.peer import PeerAdapter
+from platforms.peer.admin import AdminDeps, Live
 
 if TYPE_CHECKING:
     from gateway.cluster import Cluster
@@ -57,14 +59,19 @@ class Observer:
     decisions and failures at warning).
     """
 
-    def __init__(self, metrics: Metrics, failpoints: Failpoints) -> None:
+    def __init__(
+        self, metrics: Metrics, failpoints: Failpoints, timeline: Timeline | None = None
+    ) -> None:
         self._metrics = metrics
         self._failpoints = failpoints
+        self._timeline = timeline
 
     def __call__(self, event: Event) -> None:
         if self._failpoints:
             self._failpoints.passed(event)
         self._metrics.observe(event)
+        if self._timeline is not None:
+            self._timeline.observe(event)
         if log.isEnabledFor(event.level):
             level, message, fields = log_line(event)
             log.log(level, message, extra=fields)
@@ -167,6 +174,7 @@ class GatewayApp:
         self.clock = clock
         self.failpoints = failpoints or Failpoints()
         self.metrics = Metrics()
+        self.timeline = Timeline()  # the console's chart and its live updates
         self.stop = anyio.Event()
         self.peer: PeerAdapter | None = None
         self.router: Router | None = None
@@ -223,11 +231,42 @@ class GatewayApp:
         )
         return self.cluster
 
+    def _admin_deps(
+        self, store: Store, router: Router, agent: Agent, observe: Observe
+    ) -> AdminDeps:
+        """What the operator console reads (platforms.peer.admin)."""
+
+        def live() -> Live:
+            actors = router.actors()
+            queued: dict[str, int] = {}
+            for key, stats in actors.items():
+                queued[platform_of(key)] = queued.get(platform_of(key), 0) + stats.queued
+            cluster = self.cluster
+            return Live(
+                ready=self.readiness(),
+                live_sessions=router.statistics()["live"],
+                queued=queued,
+                running=[key for key, stats in actors.items() if stats.running is not None],
+                benched=agent.benched_keys(),
+                node=cluster.node if cluster else None,
+                leases=cluster.statistics()["leases"] if cluster else None,
+            )
+
+        nodes = None
+        if self.config.store.shared:
+            from gateway.store.postgres import PostgresStore
+
+            assert isinstance(store, PostgresStore)
+            nodes = store.nodes
+        return AdminDeps(
+            store=store, timeline=self.timeline, live=live, observe=observe, nodes=nodes
+        )
+
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
         config, live = self.config, self.live
-        observe = Observer(self.metrics, self.failpoints)
+        observe = Observer(self.metrics, self.failpoints, self.timeline)
         clients = ClientPool()
         agent = Agent(config.model, config.agent, clients, observe=observe, clock=self.clock)
         transcriber = Transcriber(config.transcription, clients, observe=observe, clock=self.clock)
@@ -327,6 +366,7 @@ class GatewayApp:
                     max_attachment_bytes=config.agent.max_attachment_bytes,
                     live=live.view(lambda c: c.peer),
                     reload=lambda by, dry, text: reloader.reload(by, dry_run=dry, text=text),
+                    admin=self._admin_deps(store, router, agent, observe),
                 )
                 outlets["peer"] = peer
                 cluster = self._cluster(store, router, outlets, intake, observe)

@@ -497,6 +497,24 @@ class ConfigReloaded:
     reason: str
 
 
+# -- the operator console (SPEC 13) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AdminActed:
+    """An operator acted through the admin API: who (the peer token's name, never the token;
+    "loopback" without tokens), what, on what, and whether it took (``ok``) or named nothing
+    (``unknown``: no such code or user)."""
+
+    name: ClassVar[str] = "admin_action"
+    level: ClassVar[int] = INFO
+    action: Literal["approve", "reject", "revoke"]  # a reload is ConfigReloaded
+    by: str
+    platform: str
+    target: str  # the pairing code, or the user id
+    result: Literal["ok", "unknown"]
+
+
 Event = (
     MessageAdmitted
     | DuplicateIgnored
@@ -535,6 +553,7 @@ Event = (
     | AttachmentFetched
     | AttachmentHandled
     | ConfigReloaded
+    | AdminActed
 )
 Observe = Callable[[Event], None]
 

@@ -33,6 +33,7 @@ from typing import assert_never
 
 from gateway.errors import ConfigError
 from gateway.events import (
+    AdminActed,
     AnswerCommitted,
     AttachmentFetched,
     AttachmentHandled,
@@ -170,6 +171,7 @@ def place(event: Event) -> str | None:
             | DiscordBackfilled()
             | AttachmentHandled()
             | ConfigReloaded()
+            | AdminActed()
         ):
             return None
         case _:

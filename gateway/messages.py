@@ -287,6 +287,21 @@ class ConversationInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class ConversationListing:
+    """A conversation as the operator console lists it: its activity, its pending rows and
+    its newest failure reply (None: none)."""
+
+    key: str
+    platform: str
+    created_at: float
+    updated_at: float
+    messages: int
+    pending: int
+    last_failure: str | None
+    last_failure_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
 class PairingCode:
     """A DM pairing request waiting for an operator (``botmux pairing approve``)."""
 

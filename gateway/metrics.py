@@ -16,6 +16,7 @@ from typing import assert_never
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gateway.events import (
+    AdminActed,
     AnswerCommitted,
     AttachmentFetched,
     AttachmentHandled,
@@ -201,6 +202,12 @@ class Metrics:
             ["platform", "kind", "step", "outcome"],
             registry=r,
         )
+        self.admin_actions = Counter(
+            "botmux_admin_actions",
+            "Operator actions through the admin API (approve, reject, revoke, reload)",
+            ["action", "result"],
+            registry=r,
+        )
         self.discord_backfilled = Counter(
             "botmux_discord_backfilled_messages",
             "Discord: messages read back by backfills",
@@ -283,6 +290,8 @@ class Metrics:
                 self.discord_backfilled.labels(reason).inc(messages)
             case ConfigReloaded(result=result):
                 self.config_reloads.labels(result).inc()
+            case AdminActed(action=action, result=result):
+                self.admin_actions.labels(action, result).inc()
             case _:
                 assert_never(event)
 

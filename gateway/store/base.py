@@ -15,6 +15,7 @@ from gateway.messages import (
     Admission,
     Backlog,
     ConversationInfo,
+    ConversationListing,
     ConversationSummary,
     Inbound,
     OutboxChunk,
@@ -170,6 +171,19 @@ class Store(Protocol):
         ...
 
     async def conversations(self) -> list[ConversationInfo]: ...
+
+    # -- the operator console (SPEC 13; ``_console``, ``_pg_console``) -----------------------
+
+    async def search_conversations(
+        self, query: str, limit: int, after: tuple[float, str] | None = None
+    ) -> list[ConversationListing]:
+        """Conversations whose key contains ``query``, newest activity first, at most
+        ``limit``; ``after``: those after the page that ended at (updated_at, key)."""
+        ...
+
+    async def outbox_chunks(self, limit: int) -> list[OutboxChunk]:
+        """The newest ``limit`` chunks not delivered (pending, sending, expired, failed)."""
+        ...
 
     def statistics(self) -> dict[str, int]: ...
 

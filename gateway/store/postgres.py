@@ -73,6 +73,7 @@ from gateway.store._pg_connection import (
     connection_lost,
     redact,
 )
+from gateway.store._pg_console import PgConsoleReadsMixin
 from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
 from gateway.store._pg_lifecycle import PgLifecycleMixin
 from gateway.store._pg_pairing import PgPairingMixin
@@ -106,6 +107,7 @@ class PostgresStore(
     PgAnswersMixin,
     PgSummariesMixin,
     PgAttachmentsMixin,
+    PgConsoleReadsMixin,
 ):
     """The :class:`~gateway.store.base.Store` on PostgreSQL; see :func:`open_postgres_store`."""
 

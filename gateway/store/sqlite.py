@@ -40,6 +40,7 @@ from gateway.messages import (
 )
 from gateway.store import _queries as q
 from gateway.store._attachments import AttachmentsMixin
+from gateway.store._console import ConsoleReadsMixin
 from gateway.store._errors import SQLITE_ERRORS, mapped
 from gateway.store._lifecycle import LifecycleMixin
 from gateway.store._ops import (
@@ -123,6 +124,7 @@ class SqliteStore(
     SummariesMixin,
     AttachmentsMixin,
     PushConfigsMixin,
+    ConsoleReadsMixin,
 ):
     """The :class:`~gateway.store.base.Store` on one SQLite file; see :func:`open_sqlite_store`."""
 

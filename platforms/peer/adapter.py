@@ -40,6 +40,7 @@ from platforms.peer import convert, limits, responses, streaming
 from platforms.peer._auth import AuthHolder
 from platforms.peer._files import BodyReader, attachment_response
 from platforms.peer._reload_route import Reload, add_reload_route
+from platforms.peer.admin import Admin, AdminDeps
 from platforms.peer.attachments import Files, chat_attachments, content_parts
 from platforms.peer.errors import error_middleware, json_error
 from platforms.peer.streaming import SSE_HEADERS, LiveReply, Watched, finish
@@ -108,6 +109,7 @@ class PeerAdapter:
         live: Callable[[], PeerConfig] | None = None,
         reload: Reload | None = None,
         max_attachment_bytes: int = 20 * 1024 * 1024,
+        admin: AdminDeps | None = None,
     ) -> None:
         self._config = config  # what is read at start: listen, body size, connections
         self._auth = AuthHolder(live or (lambda: config), clock=clock)  # tokens: live
@@ -134,6 +136,12 @@ class PeerAdapter:
         self.port: int | None = None
         self._mounted: list[Callable[[web.Application], None]] = []
         self._stats = {"requests": 0, "turns": 0, "unauthorized": 0, "rate_limited": 0}
+        # The operator console and its admin API (platforms.peer.admin), when wired.
+        self.admin = (
+            Admin(admin, token_of=self._token_of, tokens=lambda: self._auth.current().config.tokens)
+            if admin
+            else None
+        )
 
     def __repr__(self) -> str:
         return f"<PeerAdapter {self._config.listen} waiting={len(self._waiters)}>"
@@ -210,6 +218,8 @@ class PeerAdapter:
             routes(app)
         if self._reload is not None:
             add_reload_route(app, self._reload, who=_who)
+        if self.admin is not None:
+            self.admin.install(app)
         app.on_response_prepare.append(_server_header)
         app.on_response_prepare.append(self._count)
         return app
@@ -243,15 +253,19 @@ class PeerAdapter:
                 },
             )
             task_status.started()
-            await anyio.sleep_forever()
+            try:
+                await anyio.sleep_forever()
+            finally:
+                if self.admin is not None:
+                    self.admin.close()  # the console's event streams end before the server
 
     @web.middleware
     async def _auth_middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         self._stats["requests"] += 1
-        if request.path in _OPEN_ROUTES:
-            return await handler(request)
+        if request.path in _OPEN_ROUTES or Admin.checks_itself(request.path):
+            return await handler(request)  # the console page (static) and its event stream
         auth = self._auth.current()  # one config's tokens for the whole decision
         if not auth.digests:
             refusal = _not_local(request, self._config.host)
@@ -294,6 +308,10 @@ class PeerAdapter:
         response = json_error(401, "a valid bearer token is required", "unauthorized")
         response.headers["WWW-Authenticate"] = 'Bearer realm="botmux"'
         return response
+
+    def _token_of(self, request: web.Request) -> PeerToken | None:
+        token = request.get(_TOKEN)
+        return token if isinstance(token, PeerToken) else None
 
     def _session(self, request: web.Request, session_id: str) -> str:
         """``session_id``, if the request's token may use it; else 404, as if it did not

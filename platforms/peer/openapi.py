@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from platforms.peer import _responses_schema
+from platforms.peer._admin_openapi import ADMIN_SCHEMAS, TICKET_SCHEME, admin_paths
 from platforms.peer._schemas import IDEMPOTENCY_KEY, SCHEMAS, SESSION_ID
 from platforms.peer._schemas import ref as _ref
 from platforms.peer.convert import MODEL_NAME
@@ -346,9 +347,9 @@ def build_openapi(
             "description": "Peer agents and OpenAI clients talk to botmux's agent. Every error"
             ' is JSON: {"error": {"message", "type", "code", "status"}}.',
         },
-        "paths": {**_paths(), **(extra or {})},
+        "paths": {**_paths(), **admin_paths(), **(extra or {})},  # admin API: SPEC 13
         "components": {
-            "schemas": SCHEMAS | _responses_schema.SCHEMAS,
+            "schemas": SCHEMAS | _responses_schema.SCHEMAS | ADMIN_SCHEMAS,
             "parameters": _PARAMETERS,
             "headers": _HEADERS,
             "responses": {
@@ -362,7 +363,8 @@ def build_openapi(
                     "type": "http",
                     "scheme": "bearer",
                     "description": "One of peer.tokens, compared in constant time.",
-                }
+                },
+                "ticket": TICKET_SCHEME,
             },
         },
     }

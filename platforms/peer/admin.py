@@ -1,0 +1,523 @@
+"""The admin API and the operator console page (SPEC 13), on the peer listener.
+
+``/console/`` is a static page (HTML, CSS, a small script shipped in the package: no build
+step, no external asset); it holds no secret and is served without a token. Everything it
+shows comes from ``/api/admin/...``, JSON behind the peer tokens like the rest of the API
+(the adapter's auth middleware; without tokens, its loopback rules), documented in the
+OpenAPI document and usable without the page.
+
+Live updates are server-sent events at ``GET /api/admin/events``. A browser's EventSource
+cannot send an ``Authorization`` header, so that route takes a *ticket* instead: minted by
+``POST /api/admin/events/ticket`` (behind the token), valid for :data:`TICKET_TTL_S`,
+signed with a key this process drew at start (HMAC-SHA256), naming the token by its name
+(a reload that removes the token, or limits it to some sessions, voids its tickets).
+The ticket is the only credential ever put in a URL; it expires in a minute, it is not the
+token, the server keeps no access log, and every log line names a request's path only,
+never its query.
+
+Every action (approve, reject, revoke) is reported as :class:`~gateway.events.AdminActed`,
+naming who did it: the token's name, or ``loopback`` without tokens.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import math
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Literal, Protocol
+
+import anyio
+from aiohttp import web
+
+from gateway.config import PeerToken
+from gateway.events import AdminActed, Observe
+from gateway.messages import (
+    ConversationListing,
+    OutboxChunk,
+    PairingCode,
+    StoredMessage,
+)
+from gateway.timeline import Timeline
+from platforms.peer.convert import BadRequest, sse
+from platforms.peer.streaming import SSE_HEADERS
+
+#: How long an event-stream ticket is good for (the page mints a new one to reconnect).
+TICKET_TTL_S = 60.0
+#: The event stream sends a comment after this much silence (proxies, dead clients).
+EVENTS_KEEPALIVE_S = 15.0
+#: After a change, wait this long for the burst to end before sending the overview.
+EVENTS_COALESCE_S = 0.25
+PAGE_FILES = {"index.html": "text/html", "app.js": "text/javascript", "app.css": "text/css"}
+PAGE_ROUTES = {
+    "/console/": "index.html",
+    "/console/app.js": "app.js",
+    "/console/app.css": "app.css",
+}
+#: The page may load only what it is served from: no CDN, no inline script, no framing.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; object-src 'none';"
+    " base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+EVENTS_PATH = "/api/admin/events"
+MAX_LIMIT = 200
+MAX_QUERY = 200
+#: A page cursor: the last row's updated_at (as Python prints a float) and key.
+CURSOR = r"^[0-9]{1,17}(\.[0-9]{1,17})?~.{1,512}$"
+_CURSOR = re.compile(CURSOR, re.DOTALL)
+RECENT = 10
+OUTBOX_LIMIT = 200
+
+
+class AdminStore(Protocol):
+    """What the admin API reads and changes in the store (both backends have it)."""
+
+    async def search_conversations(
+        self, query: str, limit: int, after: tuple[float, str] | None = None
+    ) -> list[ConversationListing]: ...
+
+    async def transcript(self, conversation: str) -> list[StoredMessage]: ...
+
+    async def outbox_chunks(self, limit: int) -> list[OutboxChunk]: ...
+
+    async def outbox_pending(self) -> dict[str, int]: ...
+
+    async def pairing_codes(self) -> list[PairingCode]: ...
+
+    async def approved_users(self) -> list[tuple[str, str, float]]: ...
+
+    async def approve_pairing(self, platform: str, code: str) -> str | None: ...
+
+    async def reject_pairing(self, platform: str, code: str) -> str | None: ...
+
+    async def revoke_user(self, platform: str, user_id: str) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Live:
+    """The running gateway's state, read when the overview is built."""
+
+    ready: Mapping[str, bool]
+    live_sessions: int
+    queued: Mapping[str, int]  # platform -> turns queued or running
+    running: Sequence[str]  # conversations with a turn running
+    benched: Sequence[tuple[str, str, str, float]]  # model, masked key, reason, seconds
+    node: str | None = None  # several nodes: this one's name
+    leases: int | None = None  # several nodes: the conversations this node holds
+
+
+@dataclass(frozen=True, slots=True)
+class AdminDeps:
+    """What the composition root hands the peer adapter for the admin API."""
+
+    store: AdminStore
+    timeline: Timeline
+    live: Callable[[], Live]
+    observe: Observe
+    #: Several nodes: every node seen (node, started_at, last_seen, alive, conversations).
+    nodes: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    wall: Callable[[], float] = field(default=time.time)
+
+
+class Tickets:
+    """Short-lived signed tickets for the event stream: ``<expiry>.<name>.<mac>``, where name
+    is the token's name, base64url (empty: no tokens, loopback)."""
+
+    def __init__(self, ttl_s: float = TICKET_TTL_S, wall: Callable[[], float] = time.time):
+        self._key = secrets.token_bytes(32)
+        self._ttl_s = ttl_s
+        self._wall = wall
+
+    def __repr__(self) -> str:
+        return f"<Tickets ttl_s={self._ttl_s}>"
+
+    def _mac(self, body: str) -> str:
+        digest = hmac.new(self._key, body.encode(), hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+    def mint(self, name: str) -> str:
+        encoded = base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
+        body = f"{math.ceil(self._wall() + self._ttl_s)}.{encoded}"
+        return f"{body}.{self._mac(body)}"
+
+    def check(self, ticket: str) -> str | None:
+        """The token name a valid, unexpired ticket names ("" for loopback); else None."""
+        body, _, mac = ticket.rpartition(".")
+        expiry, _, encoded = body.partition(".")
+        if not hmac.compare_digest(self._mac(body).encode(), mac.encode()):
+            return None
+        if not expiry.isdigit() or int(expiry) < self._wall():
+            return None
+        return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+
+
+def _page(name: str) -> bytes:
+    return resources.files("platforms.peer.console").joinpath(name).read_bytes()
+
+
+def _int(query: Mapping[str, str], name: str, default: int, top: int) -> int:
+    raw = query.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= top:
+        raise BadRequest(f"{name} must be an integer from 1 to {top}", param=name)
+    return int(raw)
+
+
+def _cursor(raw: str | None) -> tuple[float, str] | None:
+    if raw is None:
+        return None
+    if not _CURSOR.match(raw):
+        raise BadRequest("cursor must be a next_cursor this API returned", param="cursor")
+    stamp, _, key = raw.partition("~")
+    return float(stamp), key
+
+
+def summary_json(c: ConversationListing) -> dict[str, Any]:
+    return {
+        "key": c.key,
+        "platform": c.platform,
+        "created_at": c.created_at,
+        "updated_at": c.updated_at,
+        "messages": c.messages,
+        "pending": c.pending,
+        "last_failure": c.last_failure,
+        "last_failure_at": c.last_failure_at,
+    }
+
+
+def attachment_json(item: object) -> dict[str, Any]:
+    """An attachment reference (SPEC 9: name, type, size, sha256), whatever shape it has."""
+    fields = {
+        "name": ("name", "filename"),
+        "content_type": ("content_type", "mime_type", "type"),
+        "size": ("size", "size_bytes"),
+        "sha256": ("sha256",),
+    }
+    out: dict[str, Any] = {}
+    for key, names in fields.items():
+        value = next((getattr(item, n) for n in names if getattr(item, n, None) is not None), None)
+        out[key] = value if isinstance(value, int | str) else None
+    return out
+
+
+def message_json(row: StoredMessage) -> dict[str, Any]:
+    attachments = getattr(row, "attachments", None) or ()
+    return {
+        "id": row.id,
+        "role": row.role,
+        "content": row.content,
+        "state": row.state,
+        "created_at": row.created_at,
+        "failure": row.failure,
+        "attachments": [attachment_json(a) for a in attachments],
+    }
+
+
+def chunk_json(c: OutboxChunk) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "conversation": c.conversation,
+        "platform": c.platform,
+        "state": str(c.state),
+        "seq": c.seq,
+        "text": c.text[:500],
+        "created_at": c.created_at,
+    }
+
+
+def _benched_json(benched: Sequence[tuple[str, str, str, float]]) -> list[dict[str, Any]]:
+    return [
+        {
+            "model": model,
+            "key": key,
+            "reason": reason,
+            "seconds_left": None if math.isinf(seconds) else round(seconds, 1),
+        }
+        for model, key, reason, seconds in benched
+    ]
+
+
+class Admin:
+    """The admin routes: built by the peer adapter when the composition root wired it."""
+
+    def __init__(
+        self,
+        deps: AdminDeps,
+        *,
+        token_of: Callable[[web.Request], PeerToken | None],
+        tokens: Callable[[], Sequence[PeerToken]],
+    ) -> None:
+        self._deps = deps
+        self._token_of = token_of  # the token a request authenticated with (None: no tokens)
+        self._tokens = tokens  # the current peer.tokens (a reload changes them)
+        self.tickets = Tickets(wall=deps.wall)
+        self._pages = {name: _page(name) for name in PAGE_FILES}
+        self.keepalive_s = EVENTS_KEEPALIVE_S
+        self._streams: set[anyio.CancelScope] = set()  # the event streams open
+
+    def __repr__(self) -> str:
+        return f"<Admin streams={self.streams}>"
+
+    @property
+    def streams(self) -> int:
+        return len(self._streams)
+
+    def close(self) -> None:
+        """End every event stream (the server stops): each ends cleanly, at once, instead
+        of holding the shutdown up until its deadline."""
+        for scope in self._streams:
+            scope.cancel()
+
+    def _who(self, request: web.Request) -> str:
+        """Who a request acts as, for the operator log: its token's name (never the token),
+        or "loopback" without tokens."""
+        token = self._token_of(request)
+        return token.name if token is not None else "loopback"
+
+    def _operator(self, request: web.Request) -> bool:
+        """Whether the request may use the admin API: no tokens (loopback), or a token that
+        may use every session."""
+        token = self._token_of(request)
+        return token is None or "*" in token.sessions
+
+    @staticmethod
+    def checks_itself(path: str) -> bool:
+        """The routes the adapter's auth middleware leaves to this module: the static page
+        (open), and the event stream (its ticket, checked here; a refused ticket is not
+        counted as a failed authentication: an expired one is what a reconnecting page has,
+        and no one guesses an HMAC)."""
+        return path in PAGE_ROUTES or path == EVENTS_PATH
+
+    def install(self, app: web.Application) -> None:
+        """Add the page's and the admin API's routes, and the operators-only rule."""
+        # Path parameters take any character but "/" (a key has ":", a code may be typed
+        # with braces by a fuzzer: its answer is 404 from the handler, not an unknown route).
+        for path in PAGE_ROUTES:
+            app.router.add_get(path, self._page)
+        get, post = app.router.add_get, app.router.add_post
+        get("/api/admin/overview", self._overview)
+        get("/api/admin/conversations", self._conversations)
+        get("/api/admin/conversations/{key:[^/]+}/messages", self._messages)
+        get("/api/admin/outbox", self._outbox)
+        get("/api/admin/pairing", self._pairing)
+        post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/approve", self._approve)
+        post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/reject", self._reject)
+        post("/api/admin/users/{platform:[^/]+}/{user_id:[^/]+}/revoke", self._revoke)
+        post("/api/admin/events/ticket", self._ticket)
+        get(EVENTS_PATH, self._events)  # its ticket was minted by an operator
+        app.middlewares.append(self._operators_only)
+
+    @web.middleware
+    async def _operators_only(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        """The admin API (``/api/admin/...``, the reload route too) sees and changes
+        everything: a token limited to some sessions (its ``sessions`` globs lack ``*``) is
+        no operator's, and gets 403. Runs after the auth middleware."""
+        admin = request.path.startswith("/api/admin/") and request.path != EVENTS_PATH
+        if admin and not self._operator(request):
+            raise BadRequest(
+                "this token is limited to some sessions; the admin API needs a token"
+                ' whose sessions include "*"',
+                status=403,
+                code="forbidden",
+            )
+        return await handler(request)
+
+    async def _page(self, request: web.Request) -> web.Response:
+        name = PAGE_ROUTES[request.path]
+        # The page says whether to ask for a token (no secret: /openapi.json says as much),
+        # so opening it never costs a failed authentication.
+        auth = b"token" if self._tokens() else b"loopback"
+        return web.Response(
+            body=self._pages[name].replace(b"{{auth}}", auth),
+            content_type=PAGE_FILES[name],
+            charset="utf-8",
+            headers=PAGE_HEADERS,
+        )
+
+    # -- reads -----------------------------------------------------------------------------
+
+    async def overview(self) -> dict[str, Any]:
+        deps, live = self._deps, self._deps.live()
+        store = deps.store
+        series = deps.timeline.series()
+        cluster = None
+        if deps.nodes is not None:
+            nodes = await deps.nodes()
+            cluster = {"node": live.node, "leases": live.leases, "nodes": nodes}
+        return {
+            "version": deps.timeline.version,
+            "now": deps.wall(),
+            "ready": dict(live.ready),
+            "live_sessions": live.live_sessions,
+            "live_turns": len(live.running),
+            "running": sorted(live.running),
+            "queued": dict(live.queued),
+            "outbox_pending": await store.outbox_pending(),
+            "benched": _benched_json(live.benched),
+            "pairing_pending": len(await store.pairing_codes()),
+            "recent": [summary_json(c) for c in await store.search_conversations("", RECENT)],
+            "series": {
+                "start": series.start,
+                "minute_s": series.minute_s,
+                "turns": list(series.turns),
+                "failures": list(series.failures),
+                "model_calls": list(series.model_calls),
+                "model_failures": list(series.model_failures),
+            },
+            "cluster": cluster,
+        }
+
+    async def _overview(self, request: web.Request) -> web.Response:
+        return web.json_response(await self.overview())
+
+    async def _conversations(self, request: web.Request) -> web.Response:
+        query = request.query.get("q", "")
+        if len(query) > MAX_QUERY:
+            raise BadRequest(f"q is at most {MAX_QUERY} characters", param="q")
+        limit = _int(request.query, "limit", 50, MAX_LIMIT)
+        after = _cursor(request.query.get("cursor"))
+        rows = await self._deps.store.search_conversations(query, limit + 1, after)
+        page, more = rows[:limit], len(rows) > limit
+        last = page[-1] if page else None
+        return web.json_response(
+            {
+                "conversations": [summary_json(c) for c in page],
+                "next_cursor": f"{last.updated_at!r}~{last.key}" if more and last else None,
+            }
+        )
+
+    async def _messages(self, request: web.Request) -> web.Response:
+        key = request.match_info["key"]
+        rows = await self._deps.store.transcript(key)
+        if not rows:
+            raise BadRequest(f"no conversation {key[:200]!r}", status=404, code="not_found")
+        return web.json_response({"conversation": key, "messages": [message_json(r) for r in rows]})
+
+    async def _outbox(self, request: web.Request) -> web.Response:
+        chunks = await self._deps.store.outbox_chunks(OUTBOX_LIMIT)
+        return web.json_response({"chunks": [chunk_json(c) for c in chunks]})
+
+    async def _pairing(self, request: web.Request) -> web.Response:
+        store = self._deps.store
+        return web.json_response(
+            {
+                "pending": [
+                    {
+                        "platform": c.platform,
+                        "code": c.code,
+                        "user_id": c.user_id,
+                        "label": c.label,
+                        "created_at": c.created_at,
+                        "expires_at": c.expires_at,
+                    }
+                    for c in await store.pairing_codes()
+                ],
+                "approved": [
+                    {"platform": platform, "user_id": user_id, "approved_at": at}
+                    for platform, user_id, at in await store.approved_users()
+                ],
+            }
+        )
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def _acted(
+        self,
+        request: web.Request,
+        action: Literal["approve", "reject", "revoke"],
+        target: str,
+        done: bool,
+    ) -> None:
+        platform = request.match_info["platform"]
+        by = self._who(request)
+        self._deps.observe(
+            AdminActed(action, by, platform[:64], target[:64], "ok" if done else "unknown")
+        )
+        if not done:
+            raise BadRequest(
+                f"no such {'user' if action == 'revoke' else 'pending code'} on {platform[:64]}",
+                status=404,
+                code="not_found",
+            )
+
+    async def _decide(self, request: web.Request, approve: bool) -> web.Response:
+        platform = request.match_info["platform"]
+        code = request.match_info["code"].strip().upper()
+        store = self._deps.store
+        decide = store.approve_pairing if approve else store.reject_pairing
+        user = await decide(platform, code)
+        self._acted(request, "approve" if approve else "reject", code, user is not None)
+        return web.json_response(
+            {"platform": platform, "code": code, "user_id": user, "approved": approve}
+        )
+
+    async def _approve(self, request: web.Request) -> web.Response:
+        return await self._decide(request, True)
+
+    async def _reject(self, request: web.Request) -> web.Response:
+        return await self._decide(request, False)
+
+    async def _revoke(self, request: web.Request) -> web.Response:
+        platform, user_id = request.match_info["platform"], request.match_info["user_id"]
+        done = await self._deps.store.revoke_user(platform, user_id)
+        self._acted(request, "revoke", user_id, done)
+        return web.json_response({"platform": platform, "user_id": user_id, "revoked": True})
+
+    # -- live updates ----------------------------------------------------------------------
+
+    async def _ticket(self, request: web.Request) -> web.Response:
+        token = self._token_of(request)
+        ticket = self.tickets.mint(token.name if token is not None else "")
+        return web.json_response({"ticket": ticket, "expires_in_s": TICKET_TTL_S})
+
+    def _ticket_valid(self, request: web.Request) -> bool:
+        """A valid, unexpired ticket naming an operator's token that is still configured
+        (or, without tokens, a loopback ticket)."""
+        name = self.tickets.check(request.query.get("ticket", ""))
+        tokens = self._tokens()
+        if name is None or not tokens:
+            return name == ""
+        return any(t.name == name and "*" in t.sessions for t in tokens)
+
+    async def _events(self, request: web.Request) -> web.StreamResponse:
+        if not self._ticket_valid(request):
+            raise BadRequest(
+                "a valid ticket is required (POST /api/admin/events/ticket)",
+                status=401,
+                code="unauthorized",
+                param="ticket",
+            )
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        with anyio.CancelScope() as scope:
+            self._streams.add(scope)
+            try:
+                await self._stream(response, -1)
+            finally:
+                self._streams.discard(scope)
+        return response
+
+    async def _stream(self, response: web.StreamResponse, seen: int) -> None:
+        timeline = self._deps.timeline
+        while True:
+            changed = False
+            with anyio.move_on_after(self.keepalive_s):
+                seen = await timeline.wait_changed(seen)
+                changed = True
+            if not changed:
+                await response.write(b": keepalive\n\n")
+                continue
+            await response.write(sse(await self.overview(), "overview"))
+            await anyio.sleep(EVENTS_COALESCE_S)  # at most a few overviews a second

@@ -1,0 +1,190 @@
+"""The operator console in a real headless Chromium (Debian's ``chromium``, driven by
+Playwright; no browser download): log in, see a conversation made through the peer API appear
+live, read its transcript, approve a Telegram pairing code and see the user answered, and a
+wrong token refused. Every request the page makes is recorded: none leaves 127.0.0.1.
+
+Screenshots go to the test's directory, or to ``$BOTMUX_CONSOLE_SCREENSHOTS`` when set (how
+docs/console/ was made). Without a chromium binary the tests skip, unless
+``BOTMUX_REQUIRE_CHROMIUM`` is set (``.ci/run`` installs chromium and sets it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+import anyio
+import pytest
+
+from gateway.config import Config, parse_config
+from tests.fakes.openai_server import FakeModel, open_fake_model
+from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
+from tests.harness import config_text, running_gateway
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+if CHROMIUM is None:
+    if os.environ.get("BOTMUX_REQUIRE_CHROMIUM"):
+        raise RuntimeError("BOTMUX_REQUIRE_CHROMIUM is set but no chromium binary was found")
+    pytest.skip(
+        "no chromium binary (apt-get install chromium; .ci/run does)", allow_module_level=True
+    )
+
+from playwright.async_api import Page, async_playwright, expect  # noqa: E402
+
+OPS = "ops-console-token-0123456789"
+AUTH = {"Authorization": f"Bearer {OPS}"}
+WAIT_MS = 15_000
+HOSTILE = '<img src="/pwned" onerror="alert(1)">'  # a Telegram user's chosen name
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[FakeModel]:
+    async with open_fake_model() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    async with open_fake_telegram() as fake:
+        yield fake
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Callable[[str], str]:
+    folder = Path(os.environ.get("BOTMUX_CONSOLE_SCREENSHOTS") or tmp_path / "screenshots")
+    folder.mkdir(parents=True, exist_ok=True)
+    return lambda name: str(folder / f"{name}.png")
+
+
+def gateway_config(tmp_path: Path, model: FakeModel, tg: FakeTelegram) -> Config:
+    extra = (
+        f'[[peer.tokens]]\ntoken = "{OPS}"\nname = "ops"\n\n'
+        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [42]\n'
+    )
+    config = parse_config(
+        config_text(tmp_path / "botmux.db", model.base_url, extra=extra), source="t", env={}
+    )
+    # The wrong-token test must not lock the browser's address out.
+    return dataclasses.replace(config, peer=dataclasses.replace(config.peer, auth_fail_limit=100))
+
+
+@asynccontextmanager
+async def browser_page(base: str) -> AsyncIterator[tuple[Page, list[str]]]:
+    """A fresh headless Chromium page; yields it and every URL it requested."""
+    requested: list[str] = []
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True)
+        try:
+            page = await browser.new_page(viewport={"width": 1280, "height": 860})
+            page.set_default_timeout(WAIT_MS)
+            page.on("request", lambda request: requested.append(request.url))
+            yield page, requested
+        finally:
+            await browser.close()
+    assert requested and all(url.startswith(base + "/") for url in requested), requested
+
+
+async def log_in(page: Page, base: str, token: str) -> None:
+    await page.goto(f"{base}/console/")
+    await page.fill("#token", token)
+    await page.click("#login-form button[type=submit]")
+
+
+async def test_log_in_see_a_conversation_arrive_live_and_read_its_transcript(
+    tmp_path: Path, model: FakeModel, tg: FakeTelegram, shots: Callable[[str], str]
+) -> None:
+    async with (
+        running_gateway(gateway_config(tmp_path, model, tg)) as (app, base),
+        aiohttp.ClientSession() as http,
+        browser_page(base) as (page, _),
+    ):
+        loads: list[str] = []
+        page.on("load", lambda _: loads.append(page.url))
+        await log_in(page, base, "not-the-token-0123456789")
+        await expect(page.locator("#login-error")).to_contain_text("Wrong token")
+        await expect(page.locator("#view-overview")).to_be_hidden()
+        assert app.peer is not None  # opening the page cost no failed authentication
+        assert app.peer.statistics()["unauthorized"] == 1
+        await page.screenshot(path=shots("login-refused"))
+
+        await page.fill("#token", OPS)
+        await page.click("#login-form button[type=submit]")
+        await expect(page.locator("#recent")).to_contain_text("No conversation yet")
+        await expect(page.locator("#live")).to_have_text("live")
+        assert await page.evaluate("sessionStorage.getItem('botmux.token')") == OPS
+
+        for session, text in (("alice", "hello console"), ("bob", "status?"), ("carol", "hi")):
+            r = await http.post(
+                f"{base}/api/sessions/{session}/chat", json={"message": text}, headers=AUTH
+            )
+            assert r.status == 200
+        row = page.locator('#recent tr[data-key="peer:alice"]')
+        await expect(row).to_be_visible()  # pushed over SSE: the page was not reloaded
+        await expect(page.locator('#recent tr[data-key="peer:carol"]')).to_be_visible()
+        await expect(page.locator("#card-pairing .value")).to_have_text("0")
+        assert len(loads) == 1, loads
+        await page.screenshot(path=shots("overview"), full_page=True)
+
+        await row.click()
+        messages = page.locator("#view-transcript .msg .content")
+        await expect(messages).to_have_text(["hello console", "echo: hello console"])
+        await page.screenshot(path=shots("transcript"), full_page=True)
+
+        await page.click('#tabs a[data-tab="conversations"]')
+        await page.fill("#q", "peer:b")
+        await page.click("#search button")
+        listed = page.locator("#conversation-list tbody tr")
+        await expect(listed).to_have_count(1)
+        await expect(listed).to_contain_text("peer:bob")
+        await page.fill("#q", "")
+        await page.click("#search button")
+        await expect(listed).to_have_count(3)
+        await page.screenshot(path=shots("conversations"), full_page=True)
+
+        await page.click('#tabs a[data-tab="outbox"]')
+        await expect(page.locator("#view-outbox")).to_contain_text("Every reply was delivered")
+
+        await page.click("#reload")  # the config the gateway started with: nothing changes
+        await expect(page.locator("#toast")).to_contain_text("Config reload: unchanged")
+
+
+async def test_approve_a_telegram_pairing_code_and_the_user_is_answered(
+    tmp_path: Path, model: FakeModel, tg: FakeTelegram, shots: Callable[[str], str]
+) -> None:
+    async with (
+        running_gateway(gateway_config(tmp_path, model, tg)) as (_, base),
+        browser_page(base) as (page, _),
+    ):
+        tg.inject_message(701, "let me in")
+        tg.inject_message(702, "me too", first_name=HOSTILE)  # shown as text, never as HTML
+        with anyio.fail_after(20):
+            await tg.wait_until(lambda: bool(tg.sent_messages(701) and tg.sent_messages(702)))
+        code = tg.sent_messages(701)[0].split("approve telegram ")[1].split()[0]
+
+        await log_in(page, base, OPS)
+        await expect(page.locator("#card-pairing .value")).to_have_text("2")
+        await page.click('#tabs a[data-tab="pairing"]')
+        pending = page.locator(f'#pending-codes tr[data-code="{code}"]')
+        await expect(pending).to_contain_text("701")
+        await pending.get_by_role("button", name="Approve").click()
+        await expect(page.locator("#toast")).to_contain_text("Approved telegram user 701")
+        await expect(page.locator('#approved-users tr[data-user="701"]')).to_be_visible()
+        await expect(pending).to_have_count(0)
+        waiting = page.locator("#pending-codes tbody tr")
+        await expect(waiting).to_have_count(1)  # 702 waits
+        await expect(waiting).to_contain_text(HOSTILE)
+        assert await page.locator("#pending-codes img").count() == 0
+        await page.screenshot(path=shots("pairing"), full_page=True)
+
+        tg.inject_message(701, "thanks!")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(2, 701)
+        assert tg.sent_messages(701)[1] == "echo: thanks!"
+        assert len(tg.sent_messages(702)) == 1  # still waiting for the operator
