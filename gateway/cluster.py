@@ -29,11 +29,11 @@ import anyio
 
 from gateway.errors import GatewayError, MailboxFull, StoreError
 from gateway.events import HeartbeatFailed, LeaseWasLost, Observe, SelfFenced, TakeoverDone
+from gateway.mailbox import ResetContext, StopTurn
 from gateway.messages import TurnOutcome, platform_of
 from gateway.ports import Outlet
 from gateway.redelivery import redeliver
 from gateway.router import Router
-from gateway.session import ResetContext, StopTurn
 from gateway.store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)

@@ -29,11 +29,12 @@ from typing import Annotated, Any
 from annotated_types import Ge, Gt, Le
 from pydantic import AfterValidator, BeforeValidator, TypeAdapter
 
+from gateway import _config_checks as checks
 from gateway._schema import SECRET, TABLE, Problem, problem_error, rule, validate
 from gateway.errors import ConfigError
 from gateway.queue import QUEUE_MODES, QueueMode, QueuePolicy
 
-MIN_TOKEN_CHARS = 16
+MIN_TOKEN_CHARS = checks.MIN_TOKEN_CHARS
 
 
 def _secret(default: Any = dataclasses.MISSING) -> Any:
@@ -56,79 +57,14 @@ _queue_mode_or_none = rule(
 )
 
 
-def _url(value: Any) -> str | None:
-    if re.match(r"^https?://[^\s/]+", value):
-        return None
-    return "must be an http:// or https:// URL"
-
-
-def _ws_url(value: Any) -> str | None:
-    return None if re.match(r"^wss?://[^\s/]+", value) else "must be a ws:// or wss:// URL"
-
-
-def _listen(value: Any) -> str | None:
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        return "must be HOST:PORT, for example 127.0.0.1:8642"
-    return None
-
-
-def _non_empty(value: Any) -> str | None:
-    return None if len(value) > 0 else "must not be empty"
-
-
-def _postgres_url(value: Any) -> str | None:
-    if value == "" or re.match(r"^postgres(ql)?://[^\s]*$", value):
-        return None
-    return "must be a postgresql:// URL (or empty for the SQLite file at store.path)"
-
-
-def _node_id(value: Any) -> str | None:
-    if value == "" or re.match(r"^[A-Za-z0-9._-]{1,48}$", value):
-        return None
-    return "must be 1-48 of A-Z a-z 0-9 . _ - (or empty: hostname-pid)"
-
-
-def _token(value: Any) -> str | None:
-    if not value.strip():
-        return "must not be empty or whitespace (leave tokens = [] for no auth, loopback only)"
-    if len(value.strip()) < MIN_TOKEN_CHARS:
-        return f"must be at least {MIN_TOKEN_CHARS} characters"
-    return None
-
-
-def _token_name(value: Any) -> str | None:
-    if re.fullmatch(r"[A-Za-z0-9._:-]{1,64}", value):
-        return None
-    return "must be 1-64 of A-Z a-z 0-9 . _ : -"
-
-
-def _network(value: Any) -> str | None:
-    try:
-        ipaddress.ip_network(value, strict=False)
-    except ValueError:
-        return "must be an IP address or a CIDR network (10.0.0.0/8)"
-    return None
-
-
-def _has_text(value: Any) -> str | None:
-    return None if "text" in value else 'must include "text"'
-
-
-def _webhook_secret(value: Any) -> str | None:
-    if re.fullmatch(r"[A-Za-z0-9_-]{0,256}", value):
-        return None
-    return "must be 1-256 characters of A-Z, a-z, 0-9, _ and -"
-
-
 @dataclass(frozen=True, slots=True)
 class StoreConfig:
     """SQLite at ``path`` (one node), or PostgreSQL at ``url`` (one or several nodes)."""
 
     __pydantic_config__ = TABLE
 
-    path: Annotated[str, rule(_non_empty)] = "botmux.db"
-    url: Annotated[str, rule(_postgres_url)] = _secret("")  # it holds a password
+    path: Annotated[str, rule(checks.non_empty)] = "botmux.db"
+    url: Annotated[str, rule(checks.postgres_url)] = _secret("")  # it holds a password
     pool_size: Annotated[int, Gt(0)] = 10
     command_timeout_s: Annotated[float, Gt(0)] = 10.0  # one store statement
     retention_days: Annotated[float, Ge(0)] = 0.0  # conversations idle this long go (0: keep)
@@ -145,7 +81,7 @@ class ClusterConfig:
 
     __pydantic_config__ = TABLE
 
-    node_id: Annotated[str, rule(_node_id)] = ""
+    node_id: Annotated[str, rule(checks.node_id)] = ""
     lease_s: Annotated[float, Gt(0)] = 5.0
     heartbeat_s: Annotated[float, Gt(0)] = 1.0
     claim_batch: Annotated[int, Gt(0)] = 64
@@ -157,18 +93,18 @@ class ModelEndpoint:
 
     __pydantic_config__ = TABLE
 
-    model: Annotated[str, rule(_non_empty)]
-    base_url: Annotated[str, rule(_url)] = "https://api.openai.com/v1"
-    api_keys: Annotated[tuple[str, ...], rule(_non_empty)] = _secret(("unused",))
+    model: Annotated[str, rule(checks.non_empty)]
+    base_url: Annotated[str, rule(checks.url)] = "https://api.openai.com/v1"
+    api_keys: Annotated[tuple[str, ...], rule(checks.non_empty)] = _secret(("unused",))
     timeout_s: Annotated[float, Gt(0)] = 60.0
     max_retries: Annotated[int, Gt(0)] = 3
     max_output_tokens: Annotated[int, Gt(0)] = 4096  # sent as the request's max_tokens
     # context: the model's window in tokens (prompt + max_output_tokens); 0: no token bound.
     context_tokens: Annotated[int, Ge(0)] = 0
     # What the model takes in (SPEC 9): a turn with images skips models without "image".
-    input: Annotated[tuple[Annotated[str, _one_of("text", "image")], ...], rule(_has_text)] = (
-        "text",
-    )
+    input: Annotated[
+        tuple[Annotated[str, _one_of("text", "image")], ...], rule(checks.has_text)
+    ] = ("text",)
 
     @property
     def sees_images(self) -> bool:
@@ -226,9 +162,11 @@ class PeerToken:
 
     __pydantic_config__ = TABLE
 
-    token: Annotated[str, rule(_token)] = field(repr=False, metadata=SECRET)
-    name: Annotated[str, rule(_token_name)]
-    sessions: Annotated[tuple[Annotated[str, rule(_non_empty)], ...], rule(_non_empty)] = ("*",)
+    token: Annotated[str, rule(checks.token)] = field(repr=False, metadata=SECRET)
+    name: Annotated[str, rule(checks.token_name)]
+    sessions: Annotated[
+        tuple[Annotated[str, rule(checks.non_empty)], ...], rule(checks.non_empty)
+    ] = ("*",)
     requests_per_min: Annotated[int, Ge(0)] = 0
 
     @staticmethod
@@ -247,7 +185,7 @@ def _peer_token_entry(value: Any) -> Any:
     Configured tokens are stripped (a CRLF ``.env`` leaves a ``\\r`` that could never match)."""
     if isinstance(value, str):
         token = value.strip()
-        problem = _token(token)
+        problem = checks.token(token)
         if problem:
             raise problem_error(problem)
         return {"token": token, "name": PeerToken.default_name(token)}
@@ -263,7 +201,7 @@ def _peer_token_entry(value: Any) -> Any:
 class PeerConfig:
     __pydantic_config__ = TABLE
 
-    listen: Annotated[str, rule(_listen)] = "127.0.0.1:8642"
+    listen: Annotated[str, rule(checks.listen)] = "127.0.0.1:8642"
     # Strings or [[peer.tokens]] tables; empty: no auth, loopback only.
     # (A secret, though shown in repr: PeerToken's repr shows its name, never the token.)
     tokens: tuple[Annotated[PeerToken, BeforeValidator(_peer_token_entry)], ...] = field(
@@ -283,7 +221,7 @@ class PeerConfig:
     idle_timeout_s: Annotated[float, Gt(0)] = 75.0  # an idle keep-alive connection
     max_connections: Annotated[int, Gt(0)] = 1000
     # Direct peers whose X-Forwarded-For is believed (IPs or CIDRs): your reverse proxies.
-    trusted_proxies: tuple[Annotated[str, rule(_network)], ...] = ()
+    trusted_proxies: tuple[Annotated[str, rule(checks.network)], ...] = ()
     # Queue mode for this platform's conversations (SPEC 10); None: [gateway] queue_mode.
     queue_mode: Annotated[str | None, _queue_mode_or_none] = None
 
@@ -306,17 +244,17 @@ class TelegramConfig:
 
     __pydantic_config__ = TABLE
 
-    token: Annotated[str, rule(_non_empty)] = field(repr=False, metadata=SECRET)
-    api_base: Annotated[str, rule(_url)] = "https://api.telegram.org"  # /bot<token>/ is added
+    token: Annotated[str, rule(checks.non_empty)] = field(repr=False, metadata=SECRET)
+    api_base: Annotated[str, rule(checks.url)] = "https://api.telegram.org"  # /bot<token>/ is added
     mode: Annotated[str, _one_of("polling", "webhook")] = "polling"
     allow_users: tuple[int, ...] = ()  # always allowed; others need DM pairing
     allow_chats: tuple[int, ...] = ()  # groups where every member may talk to the bot
     # In groups: answer when mentioned, replied to or commanded; every message; or never.
     group_mode: Annotated[str, _one_of("mention", "all", "off")] = "mention"
-    webhook_listen: Annotated[str, rule(_listen)] = "127.0.0.1:8443"  # our webhook server
+    webhook_listen: Annotated[str, rule(checks.listen)] = "127.0.0.1:8443"  # our webhook server
     # The public https URL Telegram posts updates to, and the secret it sends with them.
-    webhook_url: Annotated[str, rule(lambda v: _url(v) if v else None)] = ""
-    webhook_secret: Annotated[str, rule(_webhook_secret)] = _secret("")
+    webhook_url: Annotated[str, rule(lambda v: checks.url(v) if v else None)] = ""
+    webhook_secret: Annotated[str, rule(checks.webhook_secret)] = _secret("")
     poll_timeout_s: Annotated[int, Gt(0)] = 30  # long-poll duration of one getUpdates
     request_timeout_s: Annotated[float, Gt(0)] = 15.0  # one Bot API call (sends, typing)
     typing_interval_s: Annotated[float, Gt(0)] = 4.0
@@ -336,9 +274,9 @@ class DiscordConfig:
 
     __pydantic_config__ = TABLE
 
-    token: Annotated[str, rule(_non_empty)] = field(repr=False, metadata=SECRET)
-    api_base: Annotated[str, rule(_url)] = "https://discord.com/api/v10"
-    gateway_url: Annotated[str, rule(_ws_url)] = "wss://gateway.discord.gg"
+    token: Annotated[str, rule(checks.non_empty)] = field(repr=False, metadata=SECRET)
+    api_base: Annotated[str, rule(checks.url)] = "https://discord.com/api/v10"
+    gateway_url: Annotated[str, rule(checks.ws_url)] = "wss://gateway.discord.gg"
     allow_users: tuple[int, ...] = ()  # always allowed; others need DM pairing
     allow_guilds: tuple[int, ...] = ()  # empty: every guild the bot is in
     # Who may talk to the bot in an allowed guild: only allowed/paired users, or every member
@@ -381,8 +319,8 @@ class A2aSkill:
 
     __pydantic_config__ = TABLE
 
-    id: Annotated[str, rule(_non_empty)]
-    name: Annotated[str, rule(_non_empty)]
+    id: Annotated[str, rule(checks.non_empty)]
+    name: Annotated[str, rule(checks.non_empty)]
     description: str = ""
 
 
@@ -393,10 +331,10 @@ class A2aConfig:
 
     __pydantic_config__ = TABLE
 
-    name: Annotated[str, rule(_non_empty)] = "botmux"
+    name: Annotated[str, rule(checks.non_empty)] = "botmux"
     description: str = "An AI assistant behind botmux"
     skills: tuple[A2aSkill, ...] = ()
-    public_url: Annotated[str, rule(lambda v: _url(v) if v else None)] = ""
+    public_url: Annotated[str, rule(lambda v: checks.url(v) if v else None)] = ""
     push_hosts: tuple[Annotated[str, rule(_host_name)], ...] = ()
 
 

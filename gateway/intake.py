@@ -21,6 +21,7 @@ from gateway.backlog import DEFAULT_CAPS, BacklogGate, Caps
 from gateway.config import GatewayConfig
 from gateway.errors import ConversationClosed, MailboxFull, MessageTooLong, Overloaded
 from gateway.events import DuplicateIgnored, MessageAdmitted, MessageRefused, Observe
+from gateway.mailbox import ResetContext, StopTurn
 from gateway.messages import (
     COMMANDS,
     STOPPED_REPLY,
@@ -37,7 +38,6 @@ from gateway.messages import (
 from gateway.ports import TurnRunner
 from gateway.queue import QueuePolicy
 from gateway.router import Router
-from gateway.session import ResetContext, StopTurn
 from gateway.store.base import Store
 from policy import TRANSIENT
 

@@ -16,8 +16,8 @@ import anyio
 
 from gateway.config import StoreConfig
 from gateway.errors import MailboxFull, StoreClosed, StoreError
+from gateway.mailbox import ResetContext
 from gateway.router import Router
-from gateway.session import ResetContext
 from gateway.store.base import Store
 
 log = logging.getLogger(__name__)

@@ -20,14 +20,9 @@ from collections.abc import Callable
 import anyio
 
 from gateway.errors import ConversationClosed, MailboxFull, StoreError
+from gateway.mailbox import LoadPending, SessionMessage, SessionStatistics, TurnAdmitted
 from gateway.messages import StoredMessage
-from gateway.session import (
-    LoadPending,
-    SessionActor,
-    SessionMessage,
-    SessionStatistics,
-    TurnAdmitted,
-)
+from gateway.session import SessionActor
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,7 @@ from agent import Agent, ClientPool
 from gateway.config import parse_config
 from gateway.errors import ConfigError, LeaseLost
 from gateway.events import Event, TurnInterrupted, TurnMerged
+from gateway.mailbox import LoadPending, StopTurn, TurnAdmitted
 from gateway.messages import (
     STOPPED_REPLY,
     Inbound,
@@ -32,7 +33,7 @@ from gateway.messages import (
 from gateway.ports import Watch
 from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text, next_burst
 from gateway.reload import ReloadPlan, plan_reload
-from gateway.session import LoadPending, SessionActor, SessionDeps, StopTurn, TurnAdmitted
+from gateway.session import SessionActor, SessionDeps
 from gateway.store.base import Store
 from gateway.store.postgres import open_postgres_store
 from gateway.store.sqlite import open_sqlite_store

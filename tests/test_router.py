@@ -19,9 +19,10 @@ import anyio
 import pytest
 
 from gateway.errors import ConversationClosed, StoreError
+from gateway.mailbox import LoadPending, SessionMessage
 from gateway.messages import StoredMessage
 from gateway.router import Router
-from gateway.session import LoadPending, SessionActor, SessionMessage
+from gateway.session import SessionActor
 
 pytestmark = pytest.mark.anyio
 

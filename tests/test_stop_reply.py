@@ -15,8 +15,9 @@ import pytest
 
 from gateway.errors import ConversationClosed, MailboxFull
 from gateway.intake import STOP_NOT_SENT, GatewayIntake
+from gateway.mailbox import SessionMessage, SessionStatistics, StopTurn
 from gateway.router import Router
-from gateway.session import SessionActor, SessionMessage, SessionStatistics, StopTurn
+from gateway.session import SessionActor
 from gateway.store import open_sqlite_store
 
 pytestmark = pytest.mark.anyio

@@ -43,6 +43,9 @@ def marker(conversation: str, n: int) -> str:
     return f"{conversation}#m{n}"
 
 
+# It takes about 52 s alone on 2 cores (as it did before the features of issues 15-18): the
+# suite-wide 60 s guard fired on a loaded machine. The guard is for a hang, not a time.
+@pytest.mark.timeout(180)
 async def test_fault_storm_loses_nothing_and_answers_once_in_order(tmp_path: Path) -> None:
     rng = random.Random(20261130)
 

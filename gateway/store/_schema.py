@@ -7,6 +7,10 @@ migration is never edited, a change is a new one.
 
 from __future__ import annotations
 
+import aiosqlite
+
+from gateway.errors import StoreError
+
 MIGRATIONS: tuple[str, ...] = (
     # 1: conversations, the transcript, the outbox.
     """
@@ -133,3 +137,25 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE messages ADD COLUMN answered_by INTEGER REFERENCES messages(id);
     """,
 )
+
+
+async def migrate(db: aiosqlite.Connection) -> None:
+    """Apply every migration above the store's ``user_version``, each in its own transaction."""
+    (row,) = await db.execute_fetchall("PRAGMA user_version")
+    version = row[0]
+    if version > len(MIGRATIONS):
+        raise StoreError(
+            f"the store's schema version {version} is newer than this botmux knows"
+            f" ({len(MIGRATIONS)}): upgrade botmux"
+        )
+    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+        statements = [s.strip() for s in script.split(";") if s.strip()]
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in statements:
+                await db.execute(statement)
+            await db.execute(f"PRAGMA user_version = {number}")
+            await db.execute("COMMIT")
+        except BaseException:
+            await db.execute("ROLLBACK")
+            raise

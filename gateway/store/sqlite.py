@@ -70,7 +70,7 @@ from gateway.store._ops import (
 from gateway.store._pairing import PairingMixin
 from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._push_configs import PushConfigsMixin
-from gateway.store._schema import MIGRATIONS
+from gateway.store._schema import migrate
 from gateway.store._summaries import DELETE as DELETE_SUMMARY
 from gateway.store._summaries import SummariesMixin
 from gateway.store._writer import GroupWriter
@@ -548,27 +548,6 @@ async def _close(db: aiosqlite.Connection, deadline_s: float) -> None:
         db.stop()
 
 
-async def _migrate(db: aiosqlite.Connection) -> None:
-    (row,) = await db.execute_fetchall("PRAGMA user_version")
-    version = row[0]
-    if version > len(MIGRATIONS):
-        raise StoreError(
-            f"the store's schema version {version} is newer than this botmux knows"
-            f" ({len(MIGRATIONS)}): upgrade botmux"
-        )
-    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-        statements = [s.strip() for s in script.split(";") if s.strip()]
-        await db.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in statements:
-                await db.execute(statement)
-            await db.execute(f"PRAGMA user_version = {number}")
-            await db.execute("COMMIT")
-        except BaseException:
-            await db.execute("ROLLBACK")
-            raise
-
-
 @asynccontextmanager
 async def open_sqlite_store(
     path: str,
@@ -589,7 +568,7 @@ async def open_sqlite_store(
     reader: aiosqlite.Connection | None = None
     try:
         with mapped(SQLITE_ERRORS, opening):
-            await _migrate(writer)
+            await migrate(writer)
             reader = await _connect(path, busy_timeout_s)
             store = SqliteStore(
                 path,

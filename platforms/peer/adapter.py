@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import ipaddress
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -28,7 +27,6 @@ from typing import Any
 import anyio
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, generate_latest
-from yarl import URL
 
 from gateway.config import PeerConfig, PeerToken
 from gateway.errors import ConversationClosed
@@ -39,6 +37,7 @@ from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.peer import convert, limits, responses, streaming
 from platforms.peer._auth import AuthHolder
 from platforms.peer._files import BodyReader, attachment_response
+from platforms.peer._loopback import not_local
 from platforms.peer._reload_route import Reload, add_reload_route
 from platforms.peer.admin import Admin, AdminDeps
 from platforms.peer.attachments import Files, chat_attachments, content_parts
@@ -268,7 +267,7 @@ class PeerAdapter:
             return await handler(request)  # the console page (static) and its event stream
         auth = self._auth.current()  # one config's tokens for the whole decision
         if not auth.digests:
-            refusal = _not_local(request, self._config.host)
+            refusal = not_local(request, self._config.host)
             return refusal if refusal is not None else await handler(request)
         # The token first, in constant time: a valid token is served whatever other clients
         # sharing its address (a proxy, a NAT) have failed.
@@ -573,54 +572,7 @@ def _too_many(verdict: limits.Verdict, message: str, code: str) -> web.Response:
     return response
 
 
-_LOOPBACK_NAMES = ("localhost",)
-
-
-def _loopback(host: str | None, listen_host: str) -> bool:
-    """Whether a Host or Origin host names this machine's loopback."""
-    if not host:
-        return False
-    host = host.strip("[]").rstrip(".").lower()
-    if host in _LOOPBACK_NAMES or host.endswith(".localhost") or host == listen_host.lower():
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _host_of(value: str) -> str:
-    """The host of a Host header value (``name``, ``name:port``, ``[v6]:port``)."""
-    if value.startswith("["):
-        return value[1 : value.find("]")] if "]" in value else value
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
-
-
-def _origin_host(origin: str) -> str | None:
-    try:
-        return URL(origin).host if "//" in origin else None  # "null" has no host
-    except ValueError:
-        return None
-
-
 def _who(request: web.Request) -> str:
     """Who a request is, for the log: its token's name (never the token), else loopback."""
     token = request.get(_TOKEN)
     return token.name if isinstance(token, PeerToken) else "loopback"
-
-
-def _not_local(request: web.Request, listen_host: str) -> web.Response | None:
-    """Without tokens the API is for this machine's programs only (SPEC 14): refuse what a
-    web page could send (DNS rebinding: a foreign Host; CSRF: a foreign Origin, a form
-    POST), else None."""
-    host = request.headers.get("Host")
-    if host is not None and not _loopback(_host_of(host), listen_host):
-        return json_error(421, "this server answers loopback host names only", "misdirected")
-    origin = request.headers.get("Origin")
-    if origin is not None and not _loopback(_origin_host(origin), ""):
-        return json_error(403, "requests from web pages are refused", "forbidden_origin")
-    if request.method == "POST" and request.content_type != "application/json":
-        return json_error(
-            415, "the body must be sent as Content-Type: application/json", "unsupported_media_type"
-        )
-    return None
