@@ -398,6 +398,8 @@ class Config:
         """The queue mode of ``platform``'s conversations: its section's, else the gateway's."""
         section = getattr(self, platform, None)
         mode = getattr(section, "queue_mode", None) or self.gateway.queue_mode
+        if platform == "a2a":  # an A2A task is one turn (SPEC 12): never merged with another
+            mode = "followup"
         assert mode in QUEUE_MODES  # validated
         chosen: QueueMode = mode
         return QueuePolicy(chosen, self.gateway.debounce_s, self.gateway.debounce_max_s)

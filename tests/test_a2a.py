@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
@@ -107,6 +108,32 @@ async def test_send_message_1_0_is_answered_and_stored_as_one_turn(tmp_path: Pat
         ("a2a:ctx-1", "assistant", "echo: hello there", "final"),
     ]
     assert len(fake.requests) == 1
+
+
+async def test_tasks_are_never_merged_when_the_gateway_collects(tmp_path: Path) -> None:
+    """``[gateway] queue_mode = "collect"`` merges chat bursts (SPEC 10), but an A2A task is
+    one turn (SPEC 12): two tasks sent at once to one context are two answers."""
+    db = tmp_path / "b.db"
+    collect = '[gateway]\nqueue_mode = "collect"\ndebounce_s = 0.5\n\n' + A2A
+    tasks: dict[str, pb.Task] = {}
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(db, fake.base_url, extra=collect)) as (_, url),
+        a2a_client(url) as client,
+    ):
+
+        async def one(text: str, message_id: str) -> None:
+            tasks[text] = await send(client, message(text, message_id, "ctx-burst"))
+
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                group.start_soon(one, "first", "m-b1")
+                group.start_soon(one, "second", "m-b2")
+    assert {text: answer(task) for text, task in tasks.items()} == {
+        "first": "echo: first",
+        "second": "echo: second",
+    }
+    assert len(fake.requests) == 2
 
 
 async def test_message_send_0_3_is_answered(tmp_path: Path) -> None:
