@@ -16,16 +16,20 @@ from __future__ import annotations
 import json
 import ssl
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx2
-import openai
+
+if TYPE_CHECKING:  # both loaded with the model client (agent.clients)
+    import httpx2
 
 
 async def batches(response: httpx2.Response) -> AsyncIterator[list[Any]]:
     """The decoded ``data`` of the events of each read, until ``[DONE]``; the rest of the
     body is read too (so the HTTP/1.1 connection is reused). The caller closes ``response``."""
+    import httpx2
+    import openai
+
     buffer = b""
     done = False
     try:
@@ -70,6 +74,8 @@ def _data(block: bytes) -> bytes | None:
 
 
 def _decoded(payload: bytes, response: httpx2.Response) -> Any:
+    import openai
+
     data = json.loads(payload)
     if isinstance(data, dict) and data.get("error"):
         error = data["error"]

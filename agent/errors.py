@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import aiohttp
-import openai
 
 from gateway.errors import ProviderError, ProviderTimeout, ProviderUnreachable
+
+if TYPE_CHECKING:
+    import openai
 
 _KEPT_HEADERS = ("retry-after", "retry-after-ms", "x-ratelimit-reset-requests", "x-request-id")
 
@@ -47,6 +50,8 @@ def _timed_out(exc: BaseException) -> bool:
 @contextmanager
 def translate_openai_errors(model: str) -> Iterator[None]:
     """Re-raise openai's exceptions as ours (``raise ... from exc``)."""
+    import openai  # loaded already: its client is what raises these
+
     try:
         yield
     except openai.APITimeoutError as exc:  # before APIConnectionError: it is a subclass

@@ -28,13 +28,10 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
-import httpx2
-import openai
-from openai.types.chat import ChatCompletion
 
 from agent import _sse
 from agent.clients import ClientPool
@@ -58,6 +55,9 @@ from policy.backoff import Backoff
 from policy.classify import CONTEXT_OVERFLOW
 from policy.engine import AnswerShown, ModelPolicy, Observe, TurnFailed
 from policy.replies import too_long_reply
+
+if TYPE_CHECKING:  # openai and httpx2 load with the first model client (agent.clients)
+    import openai
 
 _OPTIONS: Any = {"security": {"bearer_auth": True}}
 #: Conversations whose last request ``/status`` can show (the least recent are forgotten).
@@ -225,6 +225,8 @@ class Agent:
             if stream is not None:
                 text, usage = await self._streamed(client, endpoint.model, body, stream, attempt)
             else:
+                from openai.types.chat import ChatCompletion
+
                 with translate_openai_errors(endpoint.model):
                     response = await client.post(
                         "/chat/completions", body=body, cast_to=ChatCompletion, options=_OPTIONS
@@ -252,6 +254,8 @@ class Agent:
         and raises its status errors) and its events are read by :mod:`agent._sse`: openai's
         ``AsyncStream`` was most of the agent's CPU per chunk; before that, ``cast_to=object``
         had already skipped its model construction (a third of a streamed turn's CPU)."""
+        import httpx2
+
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         pieces: list[str] = []
         usage = Usage()

@@ -2,16 +2,14 @@
 both cut at ``[agent] max_document_chars`` with a note; other types are not read.
 
 Pure functions of the bytes; the PDF extraction is CPU work, so the turn runs it in a
-worker thread (``anyio.to_thread``).
+worker thread (``anyio.to_thread``). pypdf (with cryptography and xml, ~12 MB resident) is
+imported at the first PDF, in that thread, not at start.
 """
 
 from __future__ import annotations
 
 import io
 import logging
-
-import pypdf
-from pypdf.errors import PyPdfError
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +109,9 @@ def document_text(name: str, content_type: str, data: bytes, limit: int) -> tupl
 
 
 def _pdf_text(data: bytes, limit: int) -> str:
+    import pypdf  # at the first PDF: most gateways never read one
+    from pypdf.errors import PyPdfError
+
     try:
         reader = pypdf.PdfReader(io.BytesIO(data))
         pages: list[str] = []

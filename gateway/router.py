@@ -3,8 +3,9 @@
 It spawns an actor on the first message of a conversation and evicts actors that have been
 idle (nothing queued, nothing running, empty mailbox) for ``idle_s``. Eviction is decided and
 done in one synchronous step, so no message can slip in between: a later message simply
-spawns a fresh actor, which rebuilds its queue from the store. Every actor runs in the
-router's task group.
+spawns a fresh actor, which rebuilds its queue from the store. The router is the actors'
+host (``gateway.session.Host``): an actor's tasks (its start, a mailbox read, its worker) run
+in the router's task group, only while it has something to do; an idle actor has none.
 
 An actor that is ending (evicted, abandoned to another node, crashed) is out of the map at
 once, but a fresh actor of the same conversation starts only after it has ended: never two
@@ -19,6 +20,7 @@ from collections.abc import Callable
 
 import anyio
 
+from gateway.actor import Actor, ActorTask
 from gateway.errors import ConversationClosed, MailboxFull, StoreError
 from gateway.mailbox import LoadPending, SessionMessage, SessionStatistics, TurnAdmitted
 from gateway.messages import StoredMessage
@@ -63,7 +65,7 @@ class Router:
         # Actors retired but maybe not ended yet: the latest per conversation, and each one's
         # end (what its successor waits for).
         self._leaving: dict[str, anyio.Event] = {}
-        self._ends: dict[SessionActor, anyio.Event] = {}
+        self._ends: dict[Actor, anyio.Event] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = anyio.Event()
         self._stats = {"spawned": 0, "evicted": 0, "crashed": 0, "store_failures": 0, "lost": 0}
@@ -90,8 +92,7 @@ class Router:
             actor = self._actors[key] = self._factory(key)
             self._stats["spawned"] += 1
             # It starts once the actor before it (if one is ending) has ended.
-            before = self._leaving.get(key)
-            self._tg.start_soon(self._run_actor, actor, before, name=f"session {key}")
+            actor.start(self, self._leaving.get(key))
         return actor
 
     async def deliver(self, row: StoredMessage) -> None:
@@ -157,12 +158,15 @@ class Router:
             self._retire(actor.key)
         self.actor(actor.key)
 
-    async def _run_actor(self, actor: SessionActor, before: anyio.Event | None) -> None:
-        key = actor.key
+    def spawn(self, actor: Actor, task: ActorTask) -> None:
+        """Run one of ``actor``'s tasks in the router's task group (``Host``)."""
+        if self._tg is None:
+            raise ConversationClosed(f"the router is not running ({actor.key})")
+        self._tg.start_soon(self._contain, actor, task)
+
+    async def _contain(self, actor: Actor, task: ActorTask) -> None:
         try:
-            if before is not None:
-                await before.wait()  # the conversation's previous actor ends first
-            await actor.run()  # at once, if it was abandoned meanwhile
+            await task()
         except Exception as exc:
             # Contained: one conversation's failure must not take the others down. Its pending
             # rows stay in the store; the next message, poll or start runs them.
@@ -171,27 +175,31 @@ class Router:
                 self._stats["store_failures"] += 1
                 log.warning(
                     "session actor stopped: the store failed; its rows stay pending",
-                    extra={"conversation": key, "error": str(failure)},
+                    extra={"conversation": actor.key, "error": str(failure)},
                 )
             else:
                 self._stats["crashed"] += 1
-                log.exception("session actor crashed", extra={"conversation": key})
-        finally:
-            actor.close()  # a crashed actor's mailbox too: it takes nothing any more
-            if self._actors.get(key) is actor:
-                del self._actors[key]
-            end = self._ends.pop(actor, None)
-            if end is not None:
-                end.set()
-                if self._leaving.get(key) is end:
-                    del self._leaving[key]
+                log.exception("session actor crashed", extra={"conversation": actor.key})
+            actor.fail()  # it takes nothing any more, and ends once its other task has
+
+    def ended(self, actor: Actor) -> None:
+        """``actor`` has ended (``Host``): out of the map, and its successor may start."""
+        key = actor.key
+        if self._actors.get(key) is actor:
+            del self._actors[key]
+        end = self._ends.pop(actor, None)
+        if end is not None:
+            end.set()
+            if self._leaving.get(key) is end:
+                del self._leaving[key]
 
     def evict_idle(self) -> int:
         keys = pick_idle(self._actors, self._clock(), self._idle_s)
         for key in keys:
-            actor = self._retire(key)
-            assert actor is not None
-            actor.close()
+            actor = self._actors[key]
+            actor.close()  # idle: it ends at once, and ``ended`` takes it out of the map
+            if self._actors.get(key) is actor:  # not idle after all: a successor waits
+                self._retire(key)
         self._stats["evicted"] += len(keys)
         return len(keys)
 

@@ -5,13 +5,16 @@ in-memory queue is only an index of rows (and is rebuilt from the store when the
 which is how turns interrupted by a crash are resumed). The actor owns its history cache, so a
 turn does not read the transcript back from the store.
 
-The mailbox loop is the actor's one long-lived task: it takes admitted rows and control
-messages at once (control skips the queue). A worker task runs the queued turns, one at a
-time, and exists only while there are any, so an idle conversation costs one task. A turn
+Its life cycle is :class:`gateway.actor.Actor`'s: an idle actor has no task, stream or event.
+A message is handled when it is sent (an admitted row is queued, a control message acts at
+once: control skips the queue); only ``LoadPending`` (it reads the store), or what is sent
+while the actor is still starting (its first read of the store), waits in the mailbox. A
+worker task runs the queued turns, one at a time, and exists only while there are any. A turn
 answers one row or, in the queue modes that merge (``gateway.queue``: collect, interrupt),
 a burst of them: the model sees their texts as one user message, one answer settles all.
-When the mailbox is closed (by eviction or shutdown), rows not yet started are forgotten here (they
-stay pending in the store) and the actor ends after the turn it is running.
+When the actor is closed (by eviction or shutdown), rows not yet started are forgotten here (they
+stay pending in the store) and the actor ends after the turn it is running (at once when idle:
+the host learns it from ``Host.ended``).
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from typing import assert_never
 
 import anyio
 
+from gateway.actor import Actor
 from gateway.attachments import Attachments, TurnInput, history_message
-from gateway.errors import ConversationClosed, LeaseLost, MailboxFull
+from gateway.errors import LeaseLost
 from gateway.events import (
     AnswerCommitted,
     FirstTokenShown,
@@ -114,8 +118,9 @@ class SessionDeps:
         return self.history_messages if self.history_live is None else self.history_live()
 
 
-class SessionActor:
-    # Slots: ten thousand idle conversations are ten thousand of these.
+class SessionActor(Actor):
+    # Slots: a hundred thousand idle conversations are a hundred thousand of these, and while
+    # idle every slot of a task, scope, mailbox or event is None.
     __slots__ = (
         "_abandoned",
         "_cut",
@@ -127,32 +132,22 @@ class SessionActor:
         "_last_result",
         "_outlet",
         "_queued",
-        "_receive",
         "_running",
-        "_send",
         "_stats",
         "_stream",
-        "_tg",
         "_turn_scope",
         "_waiting",
-        "_working",
         "idle_since",
-        "key",
         "platform",
     )
 
     def __init__(self, key: str, deps: SessionDeps) -> None:
-        self.key = key
+        super().__init__(key, deps.mailbox_size)
         self.platform = platform_of(key)
         self._deps = deps
         self._outlet = deps.outlets[self.platform]
-        self._send, self._receive = anyio.create_memory_object_stream[SessionMessage](
-            deps.mailbox_size
-        )
         self._waiting: list[StoredMessage] = []  # queued rows, not yet started (short)
         self._queued: list[int] = []  # ids of rows queued or running, ascending
-        self._tg: anyio.abc.TaskGroup | None = None
-        self._working = False  # a worker task is running the queue
         self._floor = 0  # rows up to this id were loaded from the store at start
         self._history: list[ChatMessage] | None = None
         self._turn_scope: anyio.CancelScope | None = None
@@ -181,43 +176,13 @@ class SessionActor:
             **self._stats,
             queued=len(self._queued),
             running=self._running[-1].id if self._running else None,
-            mailbox=self._send.statistics().current_buffer_used,
+            mailbox=self.mailbox_used,
             last_model=last.model if last else None,
             last_fell_back=last.fell_back if last else False,
             collecting=self._debounce is not None,
         )
 
-    @property
-    def mailbox_empty(self) -> bool:
-        return self._send.statistics().current_buffer_used == 0
-
-    # -- sending to the actor ----------------------------------------------------------------
-
-    async def send(self, message: SessionMessage) -> None:
-        try:
-            await self._send.send(message)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise ConversationClosed(f"the actor of {self.key} is ending") from exc
-
-    def send_nowait(self, message: SessionMessage) -> None:
-        """Raises MailboxFull, or ConversationClosed once the actor is ending (closed,
-        abandoned, or crashed: its mailbox no longer takes anything)."""
-        try:
-            self._send.send_nowait(message)
-        except anyio.WouldBlock as exc:
-            raise MailboxFull(f"the mailbox of {self.key} is full") from exc
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise ConversationClosed(f"the actor of {self.key} is ending") from exc
-
-    def close(self) -> None:
-        """Stop intake: the actor finishes its running turn, then ends."""
-        self._send.close()
-
-    def discard(self) -> None:
-        """Close both ends of the mailbox of an actor whose ``run`` never began (its task was
-        cancelled before its first step, so no ``finally`` of it ran)."""
-        self._send.close()
-        self._receive.close()
+    # -- the actor ---------------------------------------------------------------------------
 
     def abandon(self) -> None:
         """Another node owns the conversation now (its lease was lost): stop the running turn
@@ -227,50 +192,41 @@ class SessionActor:
         for scope in (self._turn_scope, self._debounce):
             if scope is not None:
                 scope.cancel()
-        self._send.close()
+        self.close()
 
-    # -- the actor ---------------------------------------------------------------------------
+    async def _begin(self) -> None:
+        for row in await self._deps.store.pending_headers(self.key):
+            self._enqueue(row)
+            self._floor = row.id
 
-    async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        # One long-lived task per actor (this one, on the mailbox); a worker task exists only
-        # while there are turns to run, so an idle conversation costs as little as it can.
-        if self._abandoned:  # before it started: another node runs the conversation
-            self._receive.close()
-            return
-        async with anyio.create_task_group() as tg:
-            self._tg = tg
-            for row in await self._deps.store.pending_headers(self.key):
-                self._enqueue(row)
-                self._floor = row.id
-            task_status.started()
-            await self._mailbox_loop()
-            # Intake is closed: rows not started stay pending in the store for the next start;
-            # the task group waits for the turn that is running (and starts no other).
-            self._tg = None
-            self._waiting.clear()
-            if self._debounce is not None:
-                self._debounce.cancel()
-            self._queued = [row.id for row in self._running]
+    def _take(self, message: SessionMessage) -> bool:
+        """Handle a message that needs no wait; False: ``LoadPending`` (read the store)."""
+        match message:
+            case TurnAdmitted(row=row):
+                if row.id > self._floor and not self._is_queued(row.id):
+                    self._enqueue(dataclasses.replace(row, content=""))
+                    if self._policy.mode == "interrupt":
+                        self._cut_turn("interrupt")
+            case StopTurn():
+                self._cut_turn("stop")
+            case ResetContext(reload=reload):
+                self._history = None if reload else []
+            case LoadPending():
+                return False
+            case _:
+                assert_never(message)
+        return True
 
-    async def _mailbox_loop(self) -> None:
-        async with self._receive:
-            async for message in self._receive:
-                match message:
-                    case TurnAdmitted(row=row):
-                        if row.id > self._floor and not self._is_queued(row.id):
-                            self._enqueue(dataclasses.replace(row, content=""))
-                            if self._policy.mode == "interrupt":
-                                self._cut_turn("interrupt")
-                    case StopTurn():
-                        self._cut_turn("stop")
-                    case ResetContext(reload=reload):
-                        self._history = None if reload else []
-                    case LoadPending():
-                        await self._load_pending()
-                    case _:
-                        assert_never(message)
+    def _stop_intake(self) -> None:
+        """Intake is closed: rows not started stay pending in the store for the next start;
+        the running turn (if any) ends, and no other starts."""
+        self._waiting.clear()
+        if self._debounce is not None:
+            self._debounce.cancel()
+        self._queued = [row.id for row in self._running]
+
+    async def _wait_for(self, message: SessionMessage) -> None:
+        await self._load_pending()  # LoadPending: the only message that waits
 
     async def _load_pending(self) -> None:
         while True:
@@ -310,34 +266,29 @@ class SessionActor:
         self.idle_since = None
         # In id order: rows admitted together may reach the actor in any order.
         bisect.insort(self._waiting, row, key=lambda r: r.id)
-        if not self._working and self._tg is not None:
-            self._working = True
-            self._tg.start_soon(self._work)
+        self._wake_worker()
 
-    async def _work(self) -> None:
-        try:
-            while self._waiting:
-                burst = await self._next_burst()
-                if not burst:
-                    continue
-                self._running = burst
-                requeue = False
-                try:
-                    requeue = await self._turn(burst)
-                finally:
-                    self._running = ()
-                    self._finished += 1
-                    if requeue and self._tg is not None and not self._abandoned:
-                        for row in burst:  # still queued: the next turn answers them too
-                            bisect.insort(self._waiting, row, key=lambda r: r.id)
-                    else:
-                        for row in burst:
-                            self._queued.remove(row.id)
-                    if not self._queued:
-                        self.idle_since = self._deps.clock()
-                    self._cut = None
-        finally:
-            self._working = False
+    async def _work_queue(self) -> None:
+        while self._waiting:
+            burst = await self._next_burst()
+            if not burst:
+                continue
+            self._running = burst
+            requeue = False
+            try:
+                requeue = await self._turn(burst)
+            finally:
+                self._running = ()
+                self._finished += 1
+                if requeue and not self._closed and not self._abandoned:
+                    for row in burst:  # still queued: the next turn answers them too
+                        bisect.insort(self._waiting, row, key=lambda r: r.id)
+                else:
+                    for row in burst:
+                        self._queued.remove(row.id)
+                if not self._queued:
+                    self.idle_since = self._deps.clock()
+                self._cut = None
 
     async def _next_burst(self) -> tuple[StoredMessage, ...]:
         """The rows of the next turn, taken out of the queue (``gateway.queue.next_burst``):

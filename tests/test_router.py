@@ -18,6 +18,7 @@ from typing import cast
 import anyio
 import pytest
 
+from gateway.actor import Host
 from gateway.errors import ConversationClosed, StoreError
 from gateway.mailbox import LoadPending, SessionMessage
 from gateway.messages import StoredMessage
@@ -31,9 +32,9 @@ CRASH = cast(SessionMessage, object())
 
 
 class StandIn:
-    """What the router uses of a session actor. ``run`` reads the mailbox until it is closed,
-    then stays open until ``unwound`` is set (a turn's cancellation still unwinding), then
-    ends, or raises ``fail_with``."""
+    """What the router uses of a session actor. Its task (on the router, its host) reads
+    the mailbox until it is closed, then stays open until ``unwound`` is set (a turn's
+    cancellation still unwinding), then ends, or raises ``fail_with``."""
 
     def __init__(self, key: str, events: list[tuple[str, int]], number: int) -> None:
         self.key = key
@@ -45,7 +46,22 @@ class StandIn:
         self.fail_with: Exception | None = None
         self.abandoned = False
         self._events = events
+        self._host: Host | None = None
         self._send, self._receive = anyio.create_memory_object_stream[SessionMessage](8)
+
+    def start(self, host: Host, before: anyio.Event | None = None) -> None:
+        self._host = host
+
+        async def run() -> None:
+            try:
+                if before is not None:
+                    await before.wait()
+                await self.run()
+            finally:
+                if self.fail_with is None:
+                    host.ended(cast(SessionActor, self))
+
+        host.spawn(cast(SessionActor, self), run)
 
     async def run(self) -> None:
         if self.abandoned:  # as the session actor: abandoned before it started, it ends
@@ -61,6 +77,11 @@ class StandIn:
         self._events.append(("end", self.number))
         if self.fail_with is not None:
             raise self.fail_with
+
+    def fail(self) -> None:  # the router contained a crash: the actor has ended
+        self._send.close()
+        assert self._host is not None
+        self._host.ended(cast(SessionActor, self))
 
     def send_nowait(self, message: SessionMessage) -> None:
         try:

@@ -13,6 +13,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
+from gateway.actor import Host
 from gateway.errors import ConversationClosed, MailboxFull
 from gateway.intake import STOP_NOT_SENT, GatewayIntake
 from gateway.mailbox import SessionMessage, SessionStatistics, StopTurn
@@ -50,6 +51,9 @@ class Busy:
             last_fell_back=False,
         )
 
+    def start(self, host: Host, before: anyio.Event | None = None) -> None:
+        host.spawn(cast(SessionActor, self), self.run)
+
     async def run(self) -> None:
         await self.read.wait()
         async with self._receive:
@@ -71,6 +75,9 @@ class Busy:
         self._send.close()
 
     def abandon(self) -> None:
+        self._send.close()
+
+    def discard(self) -> None:  # still listed when the router stops: it never ended
         self._send.close()
 
 

@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -283,6 +284,8 @@ async def _raw_aiosqlite_rows_per_s(tmp: Path, rows: int = 50_000, per_commit: i
 
 
 async def scenario_startup(repeat: int, quick: bool) -> dict[str, Any]:
+    """Ready time and idle RSS with the bench config (a model), and the idle RSS of the
+    embedded defaults (no model: openai is not loaded), on a free port."""
     runs = []
     for _ in range(max(repeat, 3)):
         async with _procs.fake_model() as model:
@@ -294,7 +297,31 @@ async def scenario_startup(repeat: int, quick: bool) -> dict[str, Any]:
                             "idle_rss_mb": _procs.memory_kib(gw.pid)["VmRSS"] / 1024,
                         }
                     )
+        runs[-1]["idle_rss_no_model_mb"] = await _idle_rss_without_model()
     return _summary(runs)
+
+
+async def _idle_rss_without_model() -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        port = _procs.free_port()
+        config = Path(tmp) / "botmux.toml"
+        config.write_text(
+            f'[store]\npath = "{tmp}/botmux.db"\n[peer]\nlisten = "127.0.0.1:{port}"\n'
+        )
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+        env["PYTHONPATH"] = str(_procs.ROOT)
+        popen = subprocess.Popen(  # noqa: ASYNC220 - a long-lived child, not awaited here
+            [sys.executable, "-m", "gateway", "run", "--config", str(config)],
+            cwd=tmp,
+            env=env,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            await _procs.wait_http(f"http://127.0.0.1:{port}/readyz")
+            return _procs.memory_kib(popen.pid)["VmRSS"] / 1024
+        finally:
+            popen.terminate()
+            popen.wait()
 
 
 async def scenario_telegram(repeat: int, quick: bool) -> dict[str, Any]:

@@ -1,0 +1,235 @@
+"""A session actor's life on the router: tasks only while it has work.
+
+Real actors, router and SQLite store; a stand-in model that answers at once (or waits, or
+fails) and a stand-in platform that records what it was handed. What is checked is what a
+user or operator sees: replies, the rows' states, the router's counters, and that an idle
+conversation holds no task of the process.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from gateway.errors import MailboxFull, StoreError
+from gateway.mailbox import LoadPending, StopTurn, TurnAdmitted
+from gateway.messages import (
+    AttachmentRef,
+    ChatMessage,
+    Inbound,
+    StoredMessage,
+    TurnOutcome,
+    TurnResult,
+)
+from gateway.ports import Watch
+from gateway.router import Router
+from gateway.session import SessionActor, SessionDeps
+from gateway.store import Store, open_sqlite_store
+
+pytestmark = pytest.mark.anyio
+
+
+class Model:
+    def __init__(self) -> None:
+        self.hold: anyio.Event | None = None  # set: turns wait for it
+        self.asked: list[str] = []
+        self.entered = anyio.Event()
+
+    async def run_turn(
+        self, conversation: str, history: Sequence[ChatMessage], text: str, **_: Any
+    ) -> TurnResult:
+        self.asked.append(text)
+        self.entered.set()
+        if self.hold is not None:
+            await self.hold.wait()
+        return TurnResult(reply=f"re: {text}", model="m")
+
+    def status(self) -> dict[str, object]:
+        return {}
+
+
+class Platform:
+    platform = "peer"
+
+    def __init__(self) -> None:
+        self.delivered: list[TurnOutcome] = []
+        self.arrived = anyio.Event()
+
+    def render(self, text: str) -> list[str]:
+        return [text]
+
+    async def deliver(self, outcome: TurnOutcome) -> None:
+        self.delivered.append(outcome)
+        self.arrived.set()
+
+    @asynccontextmanager
+    async def activity(self, conversation: str) -> AsyncIterator[None]:
+        yield
+
+    def watching(self, row: StoredMessage) -> Watch | None:
+        return None
+
+    async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
+        raise NotImplementedError
+
+
+@dataclass
+class World:
+    router: Router
+    store: Store
+    model: Model
+    platform: Platform
+    admit: Any
+
+
+@asynccontextmanager
+async def world(tmp_path: Path, *, mailbox_size: int = 4) -> AsyncIterator[World]:
+    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+        model, platform = Model(), Platform()
+        deps = SessionDeps(
+            store=store,
+            runner=model,
+            outlets={"peer": platform},  # type: ignore[dict-item]
+            limiter=anyio.CapacityLimiter(8),
+            history_messages=20,
+            mailbox_size=mailbox_size,
+        )
+        router = Router(lambda key: SessionActor(key, deps), idle_s=3600, clock=time.monotonic)
+        number = itertools.count(1)
+
+        async def admit(key: str, text: str) -> StoredMessage:
+            row = (await store.admit(Inbound("peer", key, f"m{next(number)}", text))).row
+            await router.deliver(row)
+            return row
+
+        async with anyio.create_task_group() as tg:
+            await tg.start(router.run)
+            try:
+                yield World(router, store, model, platform, admit)
+            finally:
+                router.close()
+
+
+async def answered(w: World, count: int) -> None:
+    with anyio.fail_after(10):
+        while len(w.platform.delivered) < count:
+            w.platform.arrived = anyio.Event()
+            await w.platform.arrived.wait()
+    await anyio.wait_all_tasks_blocked()
+
+
+async def asked(w: World, count: int) -> None:
+    with anyio.fail_after(10):
+        while len(w.model.asked) < count:
+            w.model.entered = anyio.Event()
+            await w.model.entered.wait()
+    await anyio.wait_all_tasks_blocked()
+
+
+def tasks() -> int:
+    return len(anyio.get_running_tasks())
+
+
+async def test_idle_conversations_hold_no_task(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await anyio.wait_all_tasks_blocked()
+        before = tasks()
+        for c in range(50):
+            await w.admit(f"peer:c{c}", "hello")
+        await answered(w, 50)
+        assert w.router.statistics()["live"] == 50
+        assert tasks() == before  # fifty live, idle conversations: no task among them
+        assert all(s.queued == 0 and s.turns == 1 for s in w.router.actors().values())
+        # A second message to an idle conversation is answered by the same actor.
+        await w.admit("peer:c0", "again")
+        await answered(w, 51)
+        assert w.router.actors()["peer:c0"].turns == 2
+        assert w.router.statistics()["spawned"] == 50
+        assert tasks() == before
+
+
+async def test_turns_of_one_conversation_run_one_at_a_time_in_order(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        w.model.hold = anyio.Event()
+        for text in ("one", "two", "three"):
+            await w.admit("peer:s", text)
+        await asked(w, 1)
+        await anyio.sleep(0.1)  # time enough for a second turn to start, were it let
+        assert w.model.asked == ["one"]  # the others wait their turn
+        assert w.router.actors()["peer:s"].queued == 3
+        w.model.hold.set()
+        await answered(w, 3)
+        assert w.model.asked == ["one", "two", "three"]
+        assert [o.reply for o in w.platform.delivered] == ["re: one", "re: two", "re: three"]
+        assert "pending" not in [r.state for r in await w.store.transcript("peer:s")]
+
+
+async def test_stop_reaches_a_running_turn_at_once(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        w.model.hold = anyio.Event()
+        row = await w.admit("peer:s", "long")
+        await asked(w, 1)
+        assert w.router.send_nowait("peer:s", StopTurn())
+        await answered(w, 1)
+        assert w.router.actors()["peer:s"].cancelled == 1
+        stored = await w.store.message(row.id)
+        assert stored is not None and stored.state == "cancelled"
+
+
+async def test_the_mailbox_bound_holds_while_an_actor_starts(tmp_path: Path) -> None:
+    async with world(tmp_path, mailbox_size=2) as w:
+        inbounds = [Inbound("peer", "peer:s", f"m{i}", f"t{i}") for i in range(3)]
+        rows = [(await w.store.admit(inbound)).row for inbound in inbounds]
+        actor = w.router.actor("peer:s")  # its first read of the store has not run yet
+        actor.send_nowait(TurnAdmitted(rows[0]))
+        actor.send_nowait(TurnAdmitted(rows[1]))
+        with pytest.raises(MailboxFull):
+            actor.send_nowait(TurnAdmitted(rows[2]))
+        await actor.send(TurnAdmitted(rows[2]))  # waits for room, then goes
+        await answered(w, 3)
+        # Each once, in order: the first read found all three, the mailbox's copies are not
+        # queued again.
+        assert w.model.asked == ["t0", "t1", "t2"]
+
+
+async def test_a_store_failure_while_reading_is_contained(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        await w.admit("peer:s", "first")
+        await answered(w, 1)
+        actor = w.router.get("peer:s")
+        assert actor is not None
+        real = w.store.pending_headers
+
+        async def broken(conversation: str) -> list[StoredMessage]:
+            raise StoreError("the database connection was lost")
+
+        w.store.pending_headers = broken  # type: ignore[method-assign]
+        assert w.router.send_nowait("peer:s", LoadPending())
+        await anyio.wait_all_tasks_blocked()
+        assert w.router.statistics()["store_failures"] == 1
+        assert w.router.get("peer:s") is None  # it ended; its rows stay in the store
+        w.store.pending_headers = real  # type: ignore[method-assign]
+        await w.admit("peer:s", "second")  # a fresh actor answers
+        await answered(w, 2)
+        assert w.platform.delivered[-1].reply == "re: second"
+
+
+async def test_eviction_ends_idle_actors_at_once(tmp_path: Path) -> None:
+    async with world(tmp_path) as w:
+        for c in range(5):
+            await w.admit(f"peer:c{c}", "hello")
+        await answered(w, 5)
+        w.router._idle_s = 0.0  # everything idle is old enough now
+        assert w.router.evict_idle() == 5
+        assert w.router.statistics()["live"] == 0
+        await w.admit("peer:c0", "back")  # a fresh actor, reading its history from the store
+        await answered(w, 6)
+        assert w.router.statistics()["spawned"] == 6
