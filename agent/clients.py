@@ -1,8 +1,11 @@
-"""The model clients: one ``AsyncOpenAI`` per (endpoint, key), reused across turns.
+"""The model clients: one per (endpoint, key), reused across turns.
 
 A client owns a connection pool; building one per call would pay a new TCP connection (and
-TLS) every turn. The aiohttp transport is used because it is the cheapest the ``openai``
-package offers. Retries inside the client are off: retry and fallback belong to ``policy/``.
+TLS) every turn. Each (endpoint, key) has two: the :class:`~agent._wire.WireClient` that sends
+the plain chat call every turn makes (aiohttp itself: a quarter of the ``openai`` client's CPU
+per call), and an ``AsyncOpenAI`` for streamed calls and transcriptions, built at its first
+use, on the aiohttp transport because it is the cheapest the ``openai`` package offers.
+Retries inside the clients are off: retry and fallback belong to ``policy/``.
 
 Transport recovery replaces a client while other turns may still be using the old one, so
 clients are borrowed with :meth:`ClientPool.use`: a replaced client is closed only when the
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 import anyio
 import openai
 
+from agent._wire import WireClient
 from gateway.config import ModelEndpoint
 
 _Key = tuple[str, str, float]
@@ -29,10 +33,30 @@ REBUILD_AFTER_S = 1.0
 
 @dataclass(eq=False, slots=True)
 class _Entry:
-    client: openai.AsyncOpenAI
+    endpoint: ModelEndpoint
+    api_key: str
     built_at: float
+    wire: WireClient
     borrowed: int = 0
     retired: bool = False
+    sdk: openai.AsyncOpenAI | None = None  # built at first use
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        if self.sdk is None:
+            self.sdk = openai.AsyncOpenAI(
+                api_key=self.api_key,
+                base_url=self.endpoint.base_url,
+                timeout=self.endpoint.timeout_s,
+                max_retries=0,
+                http_client=openai.DefaultAioHttpClient(timeout=self.endpoint.timeout_s),
+            )
+        return self.sdk
+
+    async def aclose(self) -> None:
+        await self.wire.aclose()
+        if self.sdk is not None:
+            await self.sdk.close()
 
 
 class ClientPool:
@@ -52,7 +76,23 @@ class ClientPool:
     async def use(
         self, endpoint: ModelEndpoint, api_key: str, *, rebuild: bool = False
     ) -> AsyncIterator[openai.AsyncOpenAI]:
-        """Borrow the client of (endpoint, key); ``rebuild``: replace it first (recovery)."""
+        """Borrow the openai client of (endpoint, key); ``rebuild``: replace it first."""
+        async with self._borrow(endpoint, api_key, rebuild) as entry:
+            yield entry.client
+
+    @asynccontextmanager
+    async def wire(
+        self, endpoint: ModelEndpoint, api_key: str, *, rebuild: bool = False
+    ) -> AsyncIterator[WireClient]:
+        """Borrow the plain-call client of (endpoint, key); ``rebuild``: replace it first."""
+        async with self._borrow(endpoint, api_key, rebuild) as entry:
+            yield entry.wire
+
+    @asynccontextmanager
+    async def _borrow(
+        self, endpoint: ModelEndpoint, api_key: str, rebuild: bool
+    ) -> AsyncIterator[_Entry]:
+        """(endpoint, key)'s clients, replaced first on ``rebuild`` (transport recovery)."""
         key = (endpoint.base_url, api_key, endpoint.timeout_s)
         entry = self._clients.get(key)
         if entry is not None and rebuild and self._clock() - entry.built_at >= REBUILD_AFTER_S:
@@ -60,26 +100,21 @@ class ClientPool:
             self._retired.append(entry)
             entry = None
         if entry is None:
-            entry = self._clients[key] = _Entry(self._build(endpoint, api_key), self._clock())
+            entry = self._clients[key] = self._build(endpoint, api_key)
         entry.borrowed += 1
         try:
-            yield entry.client
+            yield entry
         finally:
             entry.borrowed -= 1
             if entry.retired and entry.borrowed == 0 and entry in self._retired:
                 self._retired.remove(entry)
                 with anyio.CancelScope(shield=True):
-                    await entry.client.close()
+                    await entry.aclose()
 
-    def _build(self, endpoint: ModelEndpoint, api_key: str) -> openai.AsyncOpenAI:
+    def _build(self, endpoint: ModelEndpoint, api_key: str) -> _Entry:
         self._built += 1
-        return openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=endpoint.base_url,
-            timeout=endpoint.timeout_s,
-            max_retries=0,
-            http_client=openai.DefaultAioHttpClient(timeout=endpoint.timeout_s),
-        )
+        wire = WireClient(endpoint.base_url, api_key, endpoint.timeout_s)
+        return _Entry(endpoint, api_key, self._clock(), wire)
 
     async def retire_except(self, keep: set[_Key]) -> None:
         """Drop the clients not in ``keep`` (a reload removed their key or endpoint): those no
@@ -90,10 +125,10 @@ class ClientPool:
                 entry.retired = True
                 self._retired.append(entry)
             else:
-                await entry.client.close()
+                await entry.aclose()
 
     async def aclose(self) -> None:
         entries = [*self._clients.values(), *self._retired]
         self._clients, self._retired = {}, []
         for entry in entries:
-            await entry.client.close()
+            await entry.aclose()

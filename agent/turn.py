@@ -34,7 +34,6 @@ import anyio
 import anyio.lowlevel
 import httpx2
 import openai
-from openai.types.chat import ChatCompletion
 
 from agent import _sse
 from agent.clients import ClientPool
@@ -206,10 +205,11 @@ class Agent:
         last before the request is sent; if it cancelled the turn, nothing is sent. With
         ``stream``, the model streams and each piece is put there as it arrives.
 
-        The body goes through ``client.post`` as plain JSON: ``chat.completions.create`` first
-        walks every message through openai's TypedDict transformer, which was over half of
-        botmux's CPU per turn (profiled with a 40-message history), and our messages are
-        plain strings that need no transforming.
+        A plain call goes through :mod:`agent._wire` (aiohttp itself, plain JSON): openai's
+        ``chat.completions.create`` walks every message through its TypedDict transformer
+        (over half of botmux's CPU per turn with a 40-message history), and even its bare
+        ``post`` cost four times the CPU of the same request on aiohttp. A streamed one goes
+        through the openai client (:meth:`_streamed`).
         """
         body: dict[str, Any] = {
             "model": endpoint.model,
@@ -218,22 +218,20 @@ class Agent:
         }
         if response_format is not None:
             body["response_format"] = dict(response_format)
-        async with self._clients.use(endpoint, api_key, rebuild=rebuild) as client:
-            if before_call is not None:
-                before_call()
-                await anyio.lowlevel.checkpoint_if_cancelled()
-            if stream is not None:
+        if stream is not None:
+            async with self._clients.use(endpoint, api_key, rebuild=rebuild) as client:
+                if before_call is not None:
+                    before_call()
+                    await anyio.lowlevel.checkpoint_if_cancelled()
                 text, usage = await self._streamed(client, endpoint.model, body, stream, attempt)
-            else:
-                with translate_openai_errors(endpoint.model):
-                    response = await client.post(
-                        "/chat/completions", body=body, cast_to=ChatCompletion, options=_OPTIONS
-                    )
-                choice = response.choices[0] if response.choices else None
-                text = (choice.message.content if choice else None) or ""
-                usage = Usage()
-                if response.usage is not None:
-                    usage = Usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+        else:
+            async with self._clients.wire(endpoint, api_key, rebuild=rebuild) as wire:
+                if before_call is not None:
+                    before_call()
+                    await anyio.lowlevel.checkpoint_if_cancelled()
+                reply = await wire.chat(body, endpoint.model)
+            text = _message_text(reply.get("choices"))
+            usage = _usage(reply.get("usage")) or Usage()
         self._observe(ModelTokensUsed(endpoint.model, usage.prompt_tokens, usage.completion_tokens))
         return text, usage
 
@@ -399,6 +397,14 @@ def _content(text: str, images: Sequence[str]) -> str | list[dict[str, Any]]:
     parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     parts.extend({"type": "image_url", "image_url": {"url": u}} for u in urls)
     return parts
+
+
+def _message_text(choices: Any) -> str:
+    """The text of a plain completion's first choice ("" when it has none)."""
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else ""
 
 
 def _piece(choices: Any) -> str:
