@@ -52,10 +52,10 @@ async def _run(args: argparse.Namespace, work: Path) -> None:
             send = peer_chat(http, base) if args.route == "session" else completions(http, base)
             await closed_loop(send, args.conversations, 2)  # warm-up
             if args.spy:
-                raw = work / "spy.txt"
+                raw = Path(args.out) if args.out else work / "spy.txt"
                 spy = subprocess.Popen(  # noqa: ASYNC220
-                    ["py-spy", "record", "-f", "raw", "-r", "500", "-o", str(raw)]
-                    + ["--pid", str(popen.pid)],
+                    [str(Path(sys.executable).with_name("py-spy")), "record", "--nonblocking", "-f"]
+                    + ["raw", "-r", "250", "-o", str(raw), "--pid", str(popen.pid)],  # noqa: RUF005
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
@@ -75,7 +75,7 @@ async def _run(args: argparse.Namespace, work: Path) -> None:
         popen.send_signal(signal.SIGINT)
         popen.wait()
     if args.spy:
-        _print_spy(work / "spy.txt", args.top)
+        _print_spy(Path(args.out) if args.out else work / "spy.txt", args.top)
     elif not args.none:
         stats = pstats.Stats(str(prof))
         stats.sort_stats("tottime").print_stats(args.top)
