@@ -54,8 +54,19 @@ async def _run(args: argparse.Namespace, work: Path) -> None:
             if args.spy:
                 raw = Path(args.out) if args.out else work / "spy.txt"
                 spy = subprocess.Popen(  # noqa: ASYNC220
-                    [str(Path(sys.executable).with_name("py-spy")), "record", "--nonblocking", "-f"]
-                    + ["raw", "-r", "250", "-o", str(raw), "--pid", str(popen.pid)],  # noqa: RUF005
+                    [
+                        str(Path(sys.executable).with_name("py-spy")),
+                        "record",
+                        "--nonblocking",
+                        "-f",
+                        "raw",
+                        "-r",
+                        "250",
+                        "-o",
+                        str(raw),
+                        "--pid",
+                        str(popen.pid),
+                    ],
                     stdout=subprocess.DEVNULL,
                     stderr=subprocess.DEVNULL,
                 )
