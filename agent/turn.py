@@ -177,8 +177,12 @@ class Agent:
         if note:
             messages.append({"role": "system", "content": note})
         messages.extend(
-            {"role": m.role, "content": _content(m.content, m.images if vision else ())}
-            for m in history[len(history) - kept :]
+            [
+                {"role": m.role, "content": _content(m.content, m.images)}
+                if vision and m.images
+                else {"role": m.role, "content": m.content}
+                for m in history[len(history) - kept :]
+            ]
         )
         messages.append({"role": "user", "content": _content(text, images if vision else ())})
         return messages, Window(kept, len(history), tokens, budget, note is not None, fits)

@@ -114,6 +114,7 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--spy", action="store_true")
     parser.add_argument("--none", action="store_true", help="no profiler: the figures only")
+    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         asyncio.run(_run(args, Path(work)))
