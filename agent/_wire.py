@@ -1,4 +1,4 @@
-"""The plain (non-streamed) chat completion, sent on aiohttp itself.
+"""The chat completion call, plain and streamed, sent on aiohttp itself.
 
 The ``openai`` client's per-call machinery (its request options and headers, httpx2's
 ``Request`` and URL parsing, the transport hop to aiohttp, building a ``ChatCompletion``
@@ -12,8 +12,12 @@ plain JSON.
 Failures become the same :mod:`gateway.errors` exceptions as
 :func:`agent.errors.translate_openai_errors` makes of openai's (one table, the same facts:
 status, the provider's ``error.message``, ``code`` and ``type``, the headers policy reads),
-so ``policy.classify`` sees no difference. Streamed calls and transcriptions still go through
-the ``openai`` client.
+so ``policy.classify`` sees no difference. A streamed call's events are decoded by
+:mod:`agent._sse` from aiohttp's reads (the openai client's ``httpx2`` layer over aiohttp was
+half of the agent's CPU per chunk). Transcriptions still go through the ``openai`` client.
+
+Timeouts are the openai client's kind: ``timeout_s`` bounds connecting and each wait for the
+next bytes, not the whole response, so a long answer streamed steadily is never cut.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ from __future__ import annotations
 import json
 import urllib.parse
 import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import aiohttp
 
+from agent import _sse
 from gateway.errors import ProviderError, ProviderTimeout, ProviderUnreachable
 
 #: The response headers a status error keeps (what policy reads, and the request id).
@@ -75,7 +82,7 @@ class WireClient:
     """One endpoint and key's chat calls on its own aiohttp session (made at first use: a
     session belongs to the running event loop)."""
 
-    __slots__ = ("_headers", "_proxy", "_session", "_timeout", "_url")
+    __slots__ = ("_headers", "_proxy", "_session", "_stream_headers", "_timeout", "_url")
 
     def __init__(self, base_url: str, api_key: str, timeout_s: float) -> None:
         self._url = base_url.rstrip("/") + "/chat/completions"
@@ -85,7 +92,10 @@ class WireClient:
             "Accept": "application/json",
             "User-Agent": USER_AGENT,
         }
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._stream_headers = {**self._headers, "Accept": "text/event-stream"}
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=timeout_s, sock_read=timeout_s
+        )
         self._session: aiohttp.ClientSession | None = None
         # HTTP(S)_PROXY and NO_PROXY as the openai client honours them, read once here:
         # aiohttp's trust_env reads them (and ~/.netrc) again on every request, which was a
@@ -108,17 +118,13 @@ class WireClient:
         that is not a JSON object), ProviderTimeout or ProviderUnreachable."""
         session = self._session or self._open()
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        try:
+        with _transport_errors(model):
             async with session.post(
                 self._url, data=data, headers=self._headers, proxy=self._proxy
             ) as response:
                 raw = await response.read()
                 status = response.status
                 headers = response.headers
-        except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
-            raise ProviderTimeout("the request timed out", model=model) from exc
-        except (aiohttp.ClientError, OSError) as exc:
-            raise ProviderUnreachable(f"connection failed: {exc}"[:500], model=model) from exc
         if not 200 <= status < 300:
             raise status_error(status, raw, headers, model)
         try:
@@ -129,7 +135,50 @@ class WireClient:
             raise ProviderError("invalid response: not a JSON object", status=200, model=model)
         return reply
 
+    @asynccontextmanager
+    async def stream(
+        self, body: dict[str, Any], model: str
+    ) -> AsyncIterator[AsyncIterator[list[Any]]]:
+        """POST ``body`` (``"stream": true``); the decoded events of each read, as
+        :func:`agent._sse.batches` gives them. Errors as :meth:`chat`'s, also mid-stream."""
+        session = self._session or self._open()
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        with _transport_errors(model):
+            response = await session.post(
+                self._url, data=data, headers=self._stream_headers, proxy=self._proxy
+            )
+        try:
+            if not 200 <= response.status < 300:
+                with _transport_errors(model):
+                    raw = await response.read()
+                raise status_error(response.status, raw, response.headers, model)
+            yield _sse.batches(_reads(response, model), model)
+        finally:
+            # Read to its end, the connection goes back to the pool; cut short (a cancel, an
+            # error), it is closed, so the model sees the hang-up and stops generating.
+            if response.content.at_eof():
+                response.release()
+            else:
+                response.close()
+
     async def aclose(self) -> None:
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
+
+
+@contextmanager
+def _transport_errors(model: str) -> Iterator[None]:
+    try:
+        yield
+    except (TimeoutError, aiohttp.ServerTimeoutError) as exc:
+        raise ProviderTimeout("the request timed out", model=model) from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        raise ProviderUnreachable(f"connection failed: {exc}"[:500], model=model) from exc
+
+
+async def _reads(response: aiohttp.ClientResponse, model: str) -> AsyncIterator[bytes]:
+    """The body's reads as they arrive, aiohttp's errors made ours."""
+    with _transport_errors(model):
+        async for data in response.content.iter_any():
+            yield data

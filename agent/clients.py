@@ -2,9 +2,9 @@
 
 A client owns a connection pool; building one per call would pay a new TCP connection (and
 TLS) every turn. Each (endpoint, key) has two: the :class:`~agent._wire.WireClient` that sends
-the plain chat call every turn makes (aiohttp itself: a quarter of the ``openai`` client's CPU
-per call), and an ``AsyncOpenAI`` for streamed calls and transcriptions, built at its first
-use, on the aiohttp transport because it is the cheapest the ``openai`` package offers.
+the chat calls, plain and streamed (aiohttp itself: a quarter of the ``openai`` client's CPU
+per call), and an ``AsyncOpenAI`` for transcriptions, built at its first use, on the aiohttp
+transport because it is the cheapest the ``openai`` package offers.
 Retries inside the clients are off: retry and fallback belong to ``policy/``.
 
 Transport recovery replaces a client while other turns may still be using the old one, so

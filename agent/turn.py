@@ -32,13 +32,10 @@ from typing import Any
 
 import anyio
 import anyio.lowlevel
-import httpx2
-import openai
 
-from agent import _sse
+from agent._wire import WireClient
 from agent.clients import ClientPool
 from agent.context import SUMMARY_PREFIX, Calibration, Window, fit, prompt_budget, prompt_chars
-from agent.errors import translate_openai_errors
 from gateway.config import AgentConfig, ModelConfig, ModelEndpoint
 from gateway.errors import GatewayError, ModelNotConfigured
 from gateway.events import ModelTokensUsed, PolicyDecided
@@ -209,11 +206,10 @@ class Agent:
         last before the request is sent; if it cancelled the turn, nothing is sent. With
         ``stream``, the model streams and each piece is put there as it arrives.
 
-        A plain call goes through :mod:`agent._wire` (aiohttp itself, plain JSON): openai's
+        The call goes through :mod:`agent._wire` (aiohttp itself, plain JSON): openai's
         ``chat.completions.create`` walks every message through its TypedDict transformer
         (over half of botmux's CPU per turn with a 40-message history), and even its bare
-        ``post`` cost four times the CPU of the same request on aiohttp. A streamed one goes
-        through the openai client (:meth:`_streamed`).
+        ``post`` cost four times the CPU of the same request on aiohttp.
         """
         body: dict[str, Any] = {
             "model": endpoint.model,
@@ -222,62 +218,47 @@ class Agent:
         }
         if response_format is not None:
             body["response_format"] = dict(response_format)
-        if stream is not None:
-            async with self._clients.use(endpoint, api_key, rebuild=rebuild) as client:
-                if before_call is not None:
-                    before_call()
-                    await anyio.lowlevel.checkpoint_if_cancelled()
-                text, usage = await self._streamed(client, endpoint.model, body, stream, attempt)
-        else:
-            async with self._clients.wire(endpoint, api_key, rebuild=rebuild) as wire:
-                if before_call is not None:
-                    before_call()
-                    await anyio.lowlevel.checkpoint_if_cancelled()
+        async with self._clients.wire(endpoint, api_key, rebuild=rebuild) as wire:
+            if before_call is not None:
+                before_call()
+                await anyio.lowlevel.checkpoint_if_cancelled()
+            if stream is not None:
+                text, usage = await self._streamed(wire, endpoint.model, body, stream, attempt)
+            else:
                 reply = await wire.chat(body, endpoint.model)
-            text = _message_text(reply.get("choices"))
-            usage = _usage(reply.get("usage")) or Usage()
+                text = _message_text(reply.get("choices"))
+                usage = _usage(reply.get("usage")) or Usage()
         self._observe(ModelTokensUsed(endpoint.model, usage.prompt_tokens, usage.completion_tokens))
         return text, usage
 
     async def _streamed(
         self,
-        client: openai.AsyncOpenAI,
+        wire: WireClient,
         model: str,
         body: dict[str, Any],
         stream: ReplyStream,
         attempt: int,
     ) -> tuple[str, Usage]:
         """A streamed call: pieces to ``stream`` as they arrive; the text and usage at the end.
-        A cut stream raises openai's connection error, translated like any other.
+        A cut stream raises ProviderUnreachable (a stall, ProviderTimeout), like any call.
 
-        The response comes raw (``cast_to=httpx2.Response``: openai still sends the request
-        and raises its status errors) and its events are read by :mod:`agent._sse`: openai's
-        ``AsyncStream`` was most of the agent's CPU per chunk; before that, ``cast_to=object``
-        had already skipped its model construction (a third of a streamed turn's CPU)."""
+        The events are read off aiohttp by :mod:`agent._sse`: openai's ``AsyncStream`` was
+        most of the agent's CPU per chunk, and its ``httpx2`` layer over aiohttp half of what
+        was left after that."""
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         pieces: list[str] = []
         usage = Usage()
         try:
-            with translate_openai_errors(model):
-                response = await client.post(
-                    "/chat/completions",
-                    body=body,
-                    cast_to=httpx2.Response,
-                    options=_OPTIONS,
-                    stream=True,
-                )
-                try:
-                    async for chunks in _sse.batches(response):
-                        for chunk in chunks:  # one delta each (a peer client sees each)
-                            if not isinstance(chunk, dict):
-                                continue
-                            piece = _piece(chunk.get("choices"))
-                            if piece:
-                                pieces.append(piece)
-                                stream.put(ReplyDelta(piece, attempt))
-                            usage = _usage(chunk.get("usage")) or usage
-                finally:
-                    await response.aclose()
+            async with wire.stream(body, model) as events:
+                async for chunks in events:
+                    for chunk in chunks:  # one delta each (a peer client sees each)
+                        if not isinstance(chunk, dict):
+                            continue
+                        piece = _piece(chunk.get("choices"))
+                        if piece:
+                            pieces.append(piece)
+                            stream.put(ReplyDelta(piece, attempt))
+                        usage = _usage(chunk.get("usage")) or usage
         except GatewayError as exc:
             stream.put(AttemptFailed(attempt, classify(exc).reason))
             if stream.binding:
