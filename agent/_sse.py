@@ -1,62 +1,48 @@
-"""A streamed completion read off the openai client's response, one read at a time.
+"""A streamed completion's events, decoded from the body's bytes as they arrive.
 
-openai's ``AsyncStream`` hands each event up through four async generators of its own (its
-``__aiter__``, ``__stream__``, ``_iter_events`` and the SSE decoder's ``aiter_bytes``) and
+openai's ``AsyncStream`` hands each event up through four async generators of its own and
 decodes it line by line; per chunk of a streamed turn that was the larger part of the agent's
-CPU. Here the body's bytes (httpx2's ``aiter_bytes``, so a compressed body is still
-decompressed) are split into events at blank lines and each event's ``data`` is
-``json.loads``-ed; the events of one read come up together. The errors are the ones
-openai's stream raises, so ``translate_openai_errors`` reads them as ever: a transport
-failure is ``APIConnectionError`` (``APITimeoutError`` for a timeout), an event carrying an
-``error`` is ``APIError``.
+CPU. Here the body's reads (from :mod:`agent._wire`, aiohttp's own) are split into events at
+blank lines and each event's ``data`` is ``json.loads``-ed; the events of one read come up
+together. An event carrying an ``error`` raises the :class:`~gateway.errors.ProviderError`
+that ``translate_openai_errors`` made of openai's ``APIError`` for it; transport failures are
+the reader's to raise.
 """
 
 from __future__ import annotations
 
 import json
-import ssl
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import anyio
-
-if TYPE_CHECKING:  # both loaded with the model client (agent.clients)
-    import httpx2
+from gateway.errors import ProviderError
 
 
-async def batches(response: httpx2.Response) -> AsyncIterator[list[Any]]:
+async def batches(reads: AsyncIterator[bytes], model: str = "") -> AsyncIterator[list[Any]]:
     """The decoded ``data`` of the events of each read, until ``[DONE]``; the rest of the
-    body is read too (so the HTTP/1.1 connection is reused). The caller closes ``response``."""
-    import httpx2
-    import openai
-
+    body is read too (so the HTTP/1.1 connection is reused)."""
     buffer = b""
     done = False
-    try:
-        async for data in response.aiter_bytes():
-            if done:
+    async for data in reads:
+        if done:
+            continue
+        buffer += data
+        if b"\r" in buffer:  # CRLF or CR line ends; a last CR may be half a CRLF
+            tail = b"\r" if buffer.endswith(b"\r") else b""
+            buffer = buffer[: len(buffer) - len(tail)]
+            buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + tail
+        *blocks, buffer = buffer.split(b"\n\n")
+        events: list[Any] = []
+        for block in blocks:
+            payload = _data(block)
+            if payload is None:
                 continue
-            buffer += data
-            if b"\r" in buffer:  # CRLF or CR line ends; a last CR may be half a CRLF
-                tail = b"\r" if buffer.endswith(b"\r") else b""
-                buffer = buffer[: len(buffer) - len(tail)]
-                buffer = buffer.replace(b"\r\n", b"\n").replace(b"\r", b"\n") + tail
-            *blocks, buffer = buffer.split(b"\n\n")
-            events: list[Any] = []
-            for block in blocks:
-                payload = _data(block)
-                if payload is None:
-                    continue
-                if payload.startswith(b"[DONE]"):
-                    done = True
-                    break
-                events.append(_decoded(payload, response))
-            if events:
-                yield events
-    except httpx2.TimeoutException as exc:
-        raise openai.APITimeoutError(request=response.request) from exc
-    except (httpx2.RequestError, ssl.SSLError, anyio.EndOfStream) as exc:
-        raise openai.APIConnectionError(request=response.request) from exc
+            if payload.startswith(b"[DONE]"):
+                done = True
+                break
+            events.append(_decoded(payload, model))
+        if events:
+            yield events
 
 
 def _data(block: bytes) -> bytes | None:
@@ -73,14 +59,16 @@ def _data(block: bytes) -> bytes | None:
     return None if found is None else b"\n".join(found)
 
 
-def _decoded(payload: bytes, response: httpx2.Response) -> Any:
-    import openai
-
-    data = json.loads(payload)
+def _decoded(payload: bytes, model: str) -> Any:
+    try:
+        data = json.loads(payload)
+    except ValueError as exc:
+        raise ProviderError(f"invalid stream event: {exc}"[:500], status=200, model=model) from exc
     if isinstance(data, dict) and data.get("error"):
         error = data["error"]
         message = error.get("message") if isinstance(error, dict) else None
         if not isinstance(message, str) or not message:
             message = "An error occurred during streaming"
-        raise openai.APIError(message, response.request, body=error)
+        # As translate_openai_errors read openai's APIError for such an event.
+        raise ProviderError(f"APIError: {message}"[:500], model=model)
     return data

@@ -1,8 +1,11 @@
-"""The model clients: one ``AsyncOpenAI`` per (endpoint, key), reused across turns.
+"""The model clients: one per (endpoint, key), reused across turns.
 
 A client owns a connection pool; building one per call would pay a new TCP connection (and
-TLS) every turn. The aiohttp transport is used because it is the cheapest the ``openai``
-package offers. Retries inside the client are off: retry and fallback belong to ``policy/``.
+TLS) every turn. Each (endpoint, key) has two: the :class:`~agent._wire.WireClient` that sends
+the chat calls, plain and streamed (aiohttp itself: a quarter of the ``openai`` client's CPU
+per call), and an ``AsyncOpenAI`` for transcriptions, built at its first use, on the aiohttp
+transport because it is the cheapest the ``openai`` package offers.
+Retries inside the clients are off: retry and fallback belong to ``policy/``.
 
 Transport recovery replaces a client while other turns may still be using the old one, so
 clients are borrowed with :meth:`ClientPool.use`: a replaced client is closed only when the
@@ -22,6 +25,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from agent._wire import WireClient
 from gateway.config import ModelEndpoint
 
 if TYPE_CHECKING:
@@ -33,10 +37,32 @@ REBUILD_AFTER_S = 1.0
 
 @dataclass(eq=False, slots=True)
 class _Entry:
-    client: openai.AsyncOpenAI
+    endpoint: ModelEndpoint
+    api_key: str
     built_at: float
+    wire: WireClient
     borrowed: int = 0
     retired: bool = False
+    sdk: openai.AsyncOpenAI | None = None  # built at first use
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        if self.sdk is None:
+            import openai  # here, not at import: only transcriptions use it
+
+            self.sdk = openai.AsyncOpenAI(
+                api_key=self.api_key,
+                base_url=self.endpoint.base_url,
+                timeout=self.endpoint.timeout_s,
+                max_retries=0,
+                http_client=openai.DefaultAioHttpClient(timeout=self.endpoint.timeout_s),
+            )
+        return self.sdk
+
+    async def aclose(self) -> None:
+        await self.wire.aclose()
+        if self.sdk is not None:
+            await self.sdk.close()
 
 
 class ClientPool:
@@ -56,7 +82,23 @@ class ClientPool:
     async def use(
         self, endpoint: ModelEndpoint, api_key: str, *, rebuild: bool = False
     ) -> AsyncIterator[openai.AsyncOpenAI]:
-        """Borrow the client of (endpoint, key); ``rebuild``: replace it first (recovery)."""
+        """Borrow the openai client of (endpoint, key); ``rebuild``: replace it first."""
+        async with self._borrow(endpoint, api_key, rebuild) as entry:
+            yield entry.client
+
+    @asynccontextmanager
+    async def wire(
+        self, endpoint: ModelEndpoint, api_key: str, *, rebuild: bool = False
+    ) -> AsyncIterator[WireClient]:
+        """Borrow the plain-call client of (endpoint, key); ``rebuild``: replace it first."""
+        async with self._borrow(endpoint, api_key, rebuild) as entry:
+            yield entry.wire
+
+    @asynccontextmanager
+    async def _borrow(
+        self, endpoint: ModelEndpoint, api_key: str, rebuild: bool
+    ) -> AsyncIterator[_Entry]:
+        """(endpoint, key)'s clients, replaced first on ``rebuild`` (transport recovery)."""
         key = (endpoint.base_url, api_key, endpoint.timeout_s)
         entry = self._clients.get(key)
         if entry is not None and rebuild and self._clock() - entry.built_at >= REBUILD_AFTER_S:
@@ -64,35 +106,27 @@ class ClientPool:
             self._retired.append(entry)
             entry = None
         if entry is None:
-            entry = self._clients[key] = _Entry(self._build(endpoint, api_key), self._clock())
+            entry = self._clients[key] = self._build(endpoint, api_key)
         entry.borrowed += 1
         try:
-            yield entry.client
+            yield entry
         finally:
             entry.borrowed -= 1
             if entry.retired and entry.borrowed == 0 and entry in self._retired:
                 self._retired.remove(entry)
                 with anyio.CancelScope(shield=True):
-                    await entry.client.close()
+                    await entry.aclose()
 
     @staticmethod
     def load_library() -> None:
-        """Import openai now: a configured model's first turn must not wait for it (~0.5 s,
-        ~17 MB resident with httpx2). A gateway without a model never loads it."""
+        """Import openai now (~0.5 s, ~48 MB resident): a configured transcription's first
+        voice note must not wait for it. Chat calls never need it (:mod:`agent._wire`)."""
         importlib.import_module("openai")
-        importlib.import_module("openai.types.chat")
 
-    def _build(self, endpoint: ModelEndpoint, api_key: str) -> openai.AsyncOpenAI:
+    def _build(self, endpoint: ModelEndpoint, api_key: str) -> _Entry:
         self._built += 1
-        import openai  # here, not at import: a gateway without a model never loads it
-
-        return openai.AsyncOpenAI(
-            api_key=api_key,
-            base_url=endpoint.base_url,
-            timeout=endpoint.timeout_s,
-            max_retries=0,
-            http_client=openai.DefaultAioHttpClient(timeout=endpoint.timeout_s),
-        )
+        wire = WireClient(endpoint.base_url, api_key, endpoint.timeout_s)
+        return _Entry(endpoint, api_key, self._clock(), wire)
 
     async def retire_except(self, keep: set[_Key]) -> None:
         """Drop the clients not in ``keep`` (a reload removed their key or endpoint): those no
@@ -103,10 +137,10 @@ class ClientPool:
                 entry.retired = True
                 self._retired.append(entry)
             else:
-                await entry.client.close()
+                await entry.aclose()
 
     async def aclose(self) -> None:
         entries = [*self._clients.values(), *self._retired]
         self._clients, self._retired = {}, []
         for entry in entries:
-            await entry.client.close()
+            await entry.aclose()

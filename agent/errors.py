@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
+from agent._wire import KEPT_HEADERS
 from gateway.errors import ProviderError, ProviderTimeout, ProviderUnreachable
 
 if TYPE_CHECKING:
     import openai
-
-_KEPT_HEADERS = ("retry-after", "retry-after-ms", "x-ratelimit-reset-requests", "x-request-id")
 
 
 def _message(exc: openai.APIError) -> str:
@@ -61,7 +60,7 @@ def translate_openai_errors(model: str) -> Iterator[None]:
     except openai.APIConnectionError as exc:
         raise ProviderUnreachable(f"connection failed: {exc.message}", model=model) from exc
     except openai.APIStatusError as exc:
-        headers = {k: exc.response.headers[k] for k in _KEPT_HEADERS if k in exc.response.headers}
+        headers = {k: exc.response.headers[k] for k in KEPT_HEADERS if k in exc.response.headers}
         raise ProviderError(
             _message(exc),
             status=exc.status_code,

@@ -28,15 +28,14 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 
-from agent import _sse
+from agent._wire import WireClient
 from agent.clients import ClientPool
 from agent.context import SUMMARY_PREFIX, Calibration, Window, fit, prompt_budget, prompt_chars
-from agent.errors import translate_openai_errors
 from gateway.config import AgentConfig, ModelConfig, ModelEndpoint
 from gateway.errors import GatewayError, ModelNotConfigured
 from gateway.events import ModelTokensUsed, PolicyDecided
@@ -56,10 +55,6 @@ from policy.classify import CONTEXT_OVERFLOW
 from policy.engine import AnswerShown, ModelPolicy, Observe, TurnFailed
 from policy.replies import too_long_reply
 
-if TYPE_CHECKING:  # openai and httpx2 load with the first model client (agent.clients)
-    import openai
-
-_OPTIONS: Any = {"security": {"bearer_auth": True}}
 #: Conversations whose last request ``/status`` can show (the least recent are forgotten).
 CONTEXT_SEEN = 4096
 Messages = list[dict[str, Any]]  # content: a string, or text and image_url parts (SPEC 9)
@@ -178,8 +173,12 @@ class Agent:
         if note:
             messages.append({"role": "system", "content": note})
         messages.extend(
-            {"role": m.role, "content": _content(m.content, m.images if vision else ())}
-            for m in history[len(history) - kept :]
+            [
+                {"role": m.role, "content": _content(m.content, m.images)}
+                if vision and m.images
+                else {"role": m.role, "content": m.content}
+                for m in history[len(history) - kept :]
+            ]
         )
         messages.append({"role": "user", "content": _content(text, images if vision else ())})
         return messages, Window(kept, len(history), tokens, budget, note is not None, fits)
@@ -206,10 +205,10 @@ class Agent:
         last before the request is sent; if it cancelled the turn, nothing is sent. With
         ``stream``, the model streams and each piece is put there as it arrives.
 
-        The body goes through ``client.post`` as plain JSON: ``chat.completions.create`` first
-        walks every message through openai's TypedDict transformer, which was over half of
-        botmux's CPU per turn (profiled with a 40-message history), and our messages are
-        plain strings that need no transforming.
+        The call goes through :mod:`agent._wire` (aiohttp itself, plain JSON): openai's
+        ``chat.completions.create`` walks every message through its TypedDict transformer
+        (over half of botmux's CPU per turn with a 40-message history), and even its bare
+        ``post`` cost four times the CPU of the same request on aiohttp.
         """
         body: dict[str, Any] = {
             "model": endpoint.model,
@@ -218,68 +217,47 @@ class Agent:
         }
         if response_format is not None:
             body["response_format"] = dict(response_format)
-        async with self._clients.use(endpoint, api_key, rebuild=rebuild) as client:
+        async with self._clients.wire(endpoint, api_key, rebuild=rebuild) as wire:
             if before_call is not None:
                 before_call()
                 await anyio.lowlevel.checkpoint_if_cancelled()
             if stream is not None:
-                text, usage = await self._streamed(client, endpoint.model, body, stream, attempt)
+                text, usage = await self._streamed(wire, endpoint.model, body, stream, attempt)
             else:
-                from openai.types.chat import ChatCompletion
-
-                with translate_openai_errors(endpoint.model):
-                    response = await client.post(
-                        "/chat/completions", body=body, cast_to=ChatCompletion, options=_OPTIONS
-                    )
-                choice = response.choices[0] if response.choices else None
-                text = (choice.message.content if choice else None) or ""
-                usage = Usage()
-                if response.usage is not None:
-                    usage = Usage(response.usage.prompt_tokens, response.usage.completion_tokens)
+                reply = await wire.chat(body, endpoint.model)
+                text = _message_text(reply.get("choices"))
+                usage = _usage(reply.get("usage")) or Usage()
         self._observe(ModelTokensUsed(endpoint.model, usage.prompt_tokens, usage.completion_tokens))
         return text, usage
 
     async def _streamed(
         self,
-        client: openai.AsyncOpenAI,
+        wire: WireClient,
         model: str,
         body: dict[str, Any],
         stream: ReplyStream,
         attempt: int,
     ) -> tuple[str, Usage]:
         """A streamed call: pieces to ``stream`` as they arrive; the text and usage at the end.
-        A cut stream raises openai's connection error, translated like any other.
+        A cut stream raises ProviderUnreachable (a stall, ProviderTimeout), like any call.
 
-        The response comes raw (``cast_to=httpx2.Response``: openai still sends the request
-        and raises its status errors) and its events are read by :mod:`agent._sse`: openai's
-        ``AsyncStream`` was most of the agent's CPU per chunk; before that, ``cast_to=object``
-        had already skipped its model construction (a third of a streamed turn's CPU)."""
-        import httpx2
-
+        The events are read off aiohttp by :mod:`agent._sse`: openai's ``AsyncStream`` was
+        most of the agent's CPU per chunk, and its ``httpx2`` layer over aiohttp half of what
+        was left after that."""
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         pieces: list[str] = []
         usage = Usage()
         try:
-            with translate_openai_errors(model):
-                response = await client.post(
-                    "/chat/completions",
-                    body=body,
-                    cast_to=httpx2.Response,
-                    options=_OPTIONS,
-                    stream=True,
-                )
-                try:
-                    async for chunks in _sse.batches(response):
-                        for chunk in chunks:  # one delta each (a peer client sees each)
-                            if not isinstance(chunk, dict):
-                                continue
-                            piece = _piece(chunk.get("choices"))
-                            if piece:
-                                pieces.append(piece)
-                                stream.put(ReplyDelta(piece, attempt))
-                            usage = _usage(chunk.get("usage")) or usage
-                finally:
-                    await response.aclose()
+            async with wire.stream(body, model) as events:
+                async for chunks in events:
+                    for chunk in chunks:  # one delta each (a peer client sees each)
+                        if not isinstance(chunk, dict):
+                            continue
+                        piece = _piece(chunk.get("choices"))
+                        if piece:
+                            pieces.append(piece)
+                            stream.put(ReplyDelta(piece, attempt))
+                        usage = _usage(chunk.get("usage")) or usage
         except GatewayError as exc:
             stream.put(AttemptFailed(attempt, classify(exc).reason))
             if stream.binding:
@@ -403,6 +381,14 @@ def _content(text: str, images: Sequence[str]) -> str | list[dict[str, Any]]:
     parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     parts.extend({"type": "image_url", "image_url": {"url": u}} for u in urls)
     return parts
+
+
+def _message_text(choices: Any) -> str:
+    """The text of a plain completion's first choice ("" when it has none)."""
+    first = choices[0] if isinstance(choices, list) and choices else None
+    message = first.get("message") if isinstance(first, dict) else None
+    content = message.get("content") if isinstance(message, dict) else None
+    return content if isinstance(content, str) else ""
 
 
 def _piece(choices: Any) -> str:

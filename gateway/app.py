@@ -268,17 +268,17 @@ class GatewayApp:
         config, live = self.config, self.live
         observe = Observer(self.metrics, self.failpoints, self.timeline)
         clients = ClientPool()
-        if config.model is not None or config.transcription is not None:
-            clients.load_library()  # at start, not at the first turn
+        if config.transcription is not None:
+            clients.load_library()  # at start, not at the first voice note (chat needs none)
         agent = Agent(config.model, config.agent, clients, observe=observe, clock=self.clock)
         transcriber = Transcriber(config.transcription, clients, observe=observe, clock=self.clock)
         limiter = anyio.CapacityLimiter(config.gateway.max_concurrent_turns)
 
         async def apply(old: Config, new: Config) -> None:
             """What a reload does besides swapping the LiveConfig the other parts read."""
+            if new.transcription is not None and old.transcription is None:
+                clients.load_library()  # loaded now, not at the first voice note
             if (old.model, old.agent) != (new.model, new.agent):
-                if new.model is not None or new.transcription is not None:
-                    clients.load_library()  # a first model: loaded now, not at its first turn
                 await agent.reconfigure(new.model, new.agent)
             limiter.total_tokens = new.gateway.max_concurrent_turns
 

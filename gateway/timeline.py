@@ -53,7 +53,9 @@ class Timeline:
         self._minute = int(wall() // MINUTE_S)  # the newest bucket's minute number
         self._counts = [[0, 0, 0, 0] for _ in range(MINUTES)]  # turns, failed, calls, failed
         self.version = 0
-        self._changed = anyio.Event()
+        # Made by the first waiter, set and dropped at the next change: a change nobody waits
+        # for (every turn, several times, with no console open) costs a counter bump.
+        self._changed: anyio.Event | None = None
 
     def __repr__(self) -> str:
         return f"<Timeline version={self.version} turns={sum(c[0] for c in self._counts)}>"
@@ -92,12 +94,15 @@ class Timeline:
 
     def changed(self) -> None:
         self.version += 1
-        self._changed.set()
-        self._changed = anyio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     async def wait_changed(self, since: int) -> int:
         """Return the version once it differs from ``since``."""
         while self.version == since:
+            if self._changed is None:
+                self._changed = anyio.Event()
             await self._changed.wait()
         return self.version
 

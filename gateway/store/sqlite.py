@@ -39,7 +39,7 @@ from gateway.messages import (
     TurnResult,
 )
 from gateway.store import _queries as q
-from gateway.store._attachments import AttachmentsMixin
+from gateway.store._attachments import REF_COLUMNS, AttachmentsMixin, group_refs, with_refs
 from gateway.store._console import ConsoleReadsMixin
 from gateway.store._errors import SQLITE_ERRORS, mapped
 from gateway.store._lifecycle import LifecycleMixin
@@ -82,6 +82,7 @@ _MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
     " user_row_id, failure, reply_target, prompt_tokens, completion_tokens"
 )
+_REFS_OF_ROW = f"SELECT user_row_id, position, {REF_COLUMNS} FROM attachments WHERE user_row_id = ?"
 
 
 def _row_to_message(r: sqlite3.Row | tuple[Any, ...]) -> StoredMessage:
@@ -201,9 +202,37 @@ class SqliteStore(
         )
         return await self._attached([_row_to_message(r) for r in rows])
 
+    async def _fetch_many(
+        self, statements: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[sqlite3.Row]]:
+        """Several reads in one call on the reader's thread: one hop there and back (~40 us
+        of CPU each) instead of one per statement."""
+        on_thread = cast(Callable[..., Awaitable[list[list[sqlite3.Row]]]], self._reader._execute)
+        try:
+            with mapped(SQLITE_ERRORS, "store read failed"):
+                return await on_thread(self._fetch_on_thread, statements)
+        except ValueError as exc:  # aiosqlite: "no active connection"
+            raise StoreClosed("the store is closed") from exc
+        except sqlite3.Error as exc:
+            raise StoreError(f"store read failed: {exc}") from exc
+
+    def _fetch_on_thread(
+        self, statements: Sequence[tuple[str, Sequence[Any]]]
+    ) -> list[list[sqlite3.Row]]:
+        db: sqlite3.Connection = self._reader._conn
+        return [db.execute(sql, params).fetchall() for sql, params in statements]
+
     async def message(self, row_id: int) -> StoredMessage | None:
-        rows = await self._fetch(f"SELECT {_MSG_COLUMNS} FROM messages WHERE id = ?", (row_id,))
-        return (await self._attached([_row_to_message(rows[0])]))[0] if rows else None
+        # Read at the start of every turn: the row and its attachments in one hop.
+        rows, refs = await self._fetch_many(
+            [
+                (f"SELECT {_MSG_COLUMNS} FROM messages WHERE id = ?", (row_id,)),
+                (_REFS_OF_ROW, (row_id,)),
+            ]
+        )
+        if not rows:
+            return None
+        return with_refs([_row_to_message(rows[0])], group_refs(refs))[0]
 
     async def preview_of(self, user_row_id: int) -> str | None:
         rows = await self._fetch(

@@ -7,6 +7,7 @@ and outcomes in, response bodies out.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import re
 import time
@@ -57,13 +58,25 @@ def check_idempotency_key(idempotency_key: str) -> str:
     return idempotency_key
 
 
+#: Fresh ids: one random prefix per process and a counter. Unique across restarts and nodes as
+#: a uuid4 is (128 random bits at start), without ``os.urandom`` on every message: uuid4 per
+#: request was 1.5% of the gateway's CPU per turn (py-spy).
+_FRESH_PREFIX = uuid.uuid4().hex
+_fresh = itertools.count(1)
+
+
+def fresh_id() -> str:
+    """A new id no other message of any node or start has."""
+    return f"{_FRESH_PREFIX}{next(_fresh):x}"
+
+
 def platform_message_id(
     session_id: str, idempotency_key: str | None, *, retry: bool = False
 ) -> str:
     """Unique per conversation: the Idempotency-Key, else a fresh id. ``retry``: the one
     re-run of a key whose turn failed retryably (a space cannot occur in a key)."""
     if idempotency_key is None:
-        return f"{session_id}/gen:{uuid.uuid4().hex}"
+        return f"{session_id}/gen:{fresh_id()}"
     pmid = f"{session_id}/key:{check_idempotency_key(idempotency_key)}"
     return pmid + " retry" if retry else pmid
 

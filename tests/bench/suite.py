@@ -7,7 +7,9 @@ the load from this process. Figures are medians over ``--repeat`` runs with thei
     .venv/bin/python -m tests.bench.suite throughput ceiling startup --repeat 5
     .venv/bin/python -m tests.bench.suite --json docs/benchmarks.json
 
-Scenarios: throughput (1, 50, 500 conversations through the peer API), latency500 (the same
+Scenarios: versus (the bare openai client, the session route and /v1/chat/completions at 1 and
+50 conversations, interleaved, with same-repetition ratios), throughput (1, 50, 500
+conversations through the peer API), latency500 (the same
 with a 500 ms model), ceiling (the same load straight from the openai client to the fake),
 hermes (hermes-agent 0.19.0 side by side, see tests/bench/hermes.py), idle (10,000 idle
 conversations: memory per live actor, and after eviction), store (the store's share of the
@@ -336,7 +338,36 @@ async def scenario_discord(repeat: int, quick: bool) -> dict[str, Any]:
     return _summary([await discord_messages_per_s(4 if quick else 10) for _ in range(repeat)])
 
 
+async def scenario_versus(repeat: int, quick: bool) -> dict[str, Any]:
+    """The bare client and both peer routes, interleaved in each repetition: ratios are taken
+    within a repetition (the machine's drift over minutes cancels out), then summarised."""
+    sizes = [(1, 50), (50, 10)] if quick else [(1, 200), (50, 20)]
+    out: dict[str, Any] = {}
+    for conversations, messages in sizes:
+        runs: dict[str, list[Result]] = {"direct": [], "session": [], "v1": []}
+        ratios: list[Result] = []
+        for _ in range(repeat):
+            direct = await _direct(conversations, messages)
+            session = await _through_gateway(conversations, messages)
+            v1 = await _through_gateway(conversations, messages, route="v1")
+            runs["direct"].append(direct)
+            runs["session"].append(session)
+            runs["v1"].append(v1)
+            ratios.append(
+                {
+                    "session_over_direct": session["turns_per_s"] / direct["turns_per_s"],
+                    "v1_over_direct": v1["turns_per_s"] / direct["turns_per_s"],
+                    "session_added_p50_ms": session["p50_ms"] - direct["p50_ms"],
+                    "v1_added_p50_ms": v1["p50_ms"] - direct["p50_ms"],
+                }
+            )
+        out[f"{conversations}"] = {k: _summary(v) for k, v in runs.items()}
+        out[f"{conversations}"]["same_run"] = _summary(ratios)
+    return out
+
+
 SCENARIOS: dict[str, Callable[[int, bool], Awaitable[dict[str, Any]]]] = {
+    "versus": scenario_versus,
     "throughput": scenario_throughput,
     "ceiling": scenario_ceiling,
     "latency500": scenario_latency500,
