@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from gateway.errors import ConversationClosed
+from gateway.errors import ConversationClosed, StoreError
 from gateway.messages import platform_of
 from gateway.ports import Outlet
 from gateway.redelivery import redeliver
@@ -55,7 +55,22 @@ async def resume_interrupted(
     store: Store, router: Router, outlets: dict[str, Outlet], *, max_age_s: float, limit: int
 ) -> Resumed:
     """Deliver the undelivered replies (expiring old ones), then wake the conversations with
-    pending rows, ``limit`` at a time. Runs while the gateway serves."""
+    pending rows, ``limit`` at a time. Runs while the gateway serves: a store that fails stops
+    it (logged), and what is left waits for its conversation's next message or the next
+    start, as after a crash."""
+    try:
+        return await _resume(store, router, outlets, max_age_s=max_age_s, limit=limit)
+    except StoreError as exc:
+        log.warning(
+            "resuming interrupted work stopped: the store failed; the rest stays pending",
+            extra={"error": str(exc)},
+        )
+        return Resumed(0, 0, 0)
+
+
+async def _resume(
+    store: Store, router: Router, outlets: dict[str, Outlet], *, max_age_s: float, limit: int
+) -> Resumed:
     chunks = await store.undelivered()
     replies, expired = await redeliver(
         store, outlets, chunks, max_age_s=max_age_s, concurrency=limit
