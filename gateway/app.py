@@ -1,12 +1,13 @@
 """The composition root: the only module that imports every part and wires them together.
 
-Startup is ordered (store, router, adapters, then resumption of interrupted work, then ready)
-and shutdown is the reverse with a drain: intake stops first, running turns get up to
-``gateway.drain_timeout_s`` to finish, queued deliveries go out, the store closes last.
-Turns that did not finish stay pending and are resumed at the next start. Every wait after
-the drain has a deadline of its own (``[store] command_timeout_s`` for the store's writes and
-its close), so a database that stopped answering cannot hold the process: SIGTERM exits within
-``drain_timeout_s`` plus about two ``command_timeout_s``.
+Startup is ordered (store, router, adapters, then ready; the work a crash left is resumed
+beside the traffic, ``gateway.resume``) and shutdown is the reverse with a drain: intake
+stops first, running turns get up to ``gateway.drain_timeout_s`` to finish, queued
+deliveries go out, the store closes last. Turns that did not finish stay pending and are
+resumed at the next start. Every wait after the drain has a deadline of its own (``[store]
+command_timeout_s`` for the store's writes and its close), so a database that stopped
+answering cannot hold the process: SIGTERM exits within ``drain_timeout_s`` plus about two
+``command_timeout_s``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
@@ -32,8 +34,8 @@ from gateway.messages import platform_of
 from gateway.metrics import Metrics, Snapshot
 from gateway.ports import Intake, Leases, Outlet, PlatformAdapter
 from gateway.queue import QueuePolicy
-from gateway.redelivery import redeliver
 from gateway.reload import Reloader
+from gateway.resume import resume_interrupted
 from gateway.retention import sweep_retention
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
@@ -75,31 +77,6 @@ class Observer:
         if log.isEnabledFor(event.level):
             level, message, fields = log_line(event)
             log.log(level, message, extra=fields)
-
-
-async def resume_interrupted(
-    store: Store, router: Router, outlets: dict[str, Outlet], *, max_age_s: float
-) -> dict[str, int]:
-    """Deliver undelivered chunks (expiring old ones); restart conversations with pending rows."""
-    in_flight = await store.expire_in_flight()
-    if in_flight:
-        log.warning(
-            "not resending reply chunks that were being sent at the crash"
-            " (gateway.unrecorded_sends = drop)",
-            extra={"count": in_flight},
-        )
-    chunks = await store.undelivered()
-    redelivered, expired = await redeliver(store, outlets, chunks, max_age_s=max_age_s)
-    pending = await store.conversations_with_pending()
-    for key in pending:
-        if platform_of(key) in outlets:
-            router.wake(key)
-    if pending or redelivered:
-        log.info(
-            "resumed interrupted work",
-            extra={"conversations": len(pending), "replies": redelivered, "expired": expired},
-        )
-    return {"conversations": len(pending), "replies": redelivered, "expired": expired}
 
 
 def build_adapters(
@@ -230,6 +207,32 @@ class GatewayApp:
             clock=self.clock,
         )
         return self.cluster
+
+    async def _resume(
+        self, tg: anyio.abc.TaskGroup, store: Store, router: Router, outlets: dict[str, Outlet]
+    ) -> None:
+        """Resume what the last run left, beside the traffic (``gateway.resume``). Only chunks
+        caught mid-send are settled before serving: a new turn's sends must not be taken for
+        them."""
+        in_flight = await store.expire_in_flight()
+        if in_flight:
+            log.warning(
+                "not resending reply chunks that were being sent at the crash"
+                " (gateway.unrecorded_sends = drop)",
+                extra={"count": in_flight},
+            )
+        gateway = self.live.current.gateway
+        tg.start_soon(
+            partial(
+                resume_interrupted,
+                store,
+                router,
+                outlets,
+                max_age_s=gateway.outbox_max_age_s,
+                limit=gateway.max_concurrent_turns,
+            ),
+            name="resume interrupted work",
+        )
 
     def _admin_deps(
         self, store: Store, router: Router, agent: Agent, observe: Observe
@@ -410,9 +413,7 @@ class GatewayApp:
                         # what dead nodes (or this node's previous process) left.
                         await tg.start(cluster.run)
                     else:
-                        await resume_interrupted(
-                            store, router, outlets, max_age_s=config.gateway.outbox_max_age_s
-                        )
+                        await self._resume(tg, store, router, outlets)
                     self._ready["accepting"] = True
                     tg.start_soon(sweep_retention, store, router, config.store)
                     fields = {"config": config.source, "store": describe(config)}

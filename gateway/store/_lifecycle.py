@@ -152,7 +152,9 @@ class LifecycleMixin:
             rows = {last, op.user_row_id} | {
                 r
                 for (r,) in db.execute(
-                    f"SELECT id FROM messages WHERE answered_by IN ({marks})", replies
+                    "SELECT id FROM messages WHERE conversation = (SELECT conversation FROM"
+                    f" messages WHERE id = ?) AND answered_by IN ({marks})",
+                    [last, *replies],
                 ).fetchall()
             }
             # A compaction summary that folded this turn in would keep its text: it goes too.
@@ -161,7 +163,12 @@ class LifecycleMixin:
                 " (SELECT conversation FROM messages WHERE id = ?)",
                 (min(rows), last),
             )
-            db.execute("DELETE FROM outbox WHERE user_row_id = ?", (last,))
+            # By conversation and user row, as an index has them (outbox_by_turn).
+            db.execute(
+                "DELETE FROM outbox WHERE conversation = (SELECT conversation FROM messages"
+                " WHERE id = ?) AND user_row_id = ?",
+                (last, last),
+            )
             db.executemany("DELETE FROM previews WHERE user_row_id = ?", [(r,) for r in rows])
             for r in sorted(rows):
                 db.execute("DELETE FROM a2a_push_configs WHERE user_row_id = ?", (r,))

@@ -164,7 +164,10 @@ class PgLifecycleMixin:
             rows = {last, op.user_row_id} | {
                 r["id"]
                 for r in await db.fetch(
-                    "SELECT id FROM messages WHERE answered_by = ANY($1::bigint[])", replies
+                    "SELECT id FROM messages WHERE conversation = $1"
+                    " AND answered_by = ANY($2::bigint[])",
+                    row["conversation"],
+                    replies,
                 )
             }
             # A compaction summary that folded this turn in would keep its text: it goes too.
@@ -173,7 +176,11 @@ class PgLifecycleMixin:
                 row["conversation"],
                 min(rows),
             )
-            await db.execute("DELETE FROM outbox WHERE user_row_id = $1", last)
+            await db.execute(  # by conversation and user row, as an index has them
+                "DELETE FROM outbox WHERE conversation = $1 AND user_row_id = $2",
+                row["conversation"],
+                last,
+            )
             await db.execute(
                 "DELETE FROM previews WHERE user_row_id = ANY($1::bigint[])", sorted(rows)
             )

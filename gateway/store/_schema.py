@@ -136,6 +136,20 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE messages ADD COLUMN answered_by INTEGER REFERENCES messages(id);
     """,
+    # 9 (growth): indexes for every read that scanned a table as the store grew: the console's
+    # pages and the retention sweep by activity, the outbox's undelivered chunks by id and
+    # those in flight, a conversation's or a turn's chunks, a user row's reply, and the failures.
+    """
+    CREATE INDEX conversations_by_activity ON conversations (updated_at, key);
+    CREATE INDEX outbox_pending_by_id ON outbox (id) WHERE state = 'pending';
+    CREATE INDEX outbox_undelivered ON outbox (id)
+        WHERE state IN ('pending', 'sending', 'expired', 'failed');
+    CREATE INDEX outbox_by_turn ON outbox (conversation, user_row_id);
+    CREATE INDEX outbox_sending ON outbox (id) WHERE state = 'sending';
+    CREATE INDEX messages_by_user_row ON messages (user_row_id) WHERE user_row_id IS NOT NULL;
+    CREATE INDEX messages_failed ON messages (conversation, id) WHERE failure IS NOT NULL;
+    CREATE INDEX messages_failed_by_id ON messages (id) WHERE failure IS NOT NULL;
+    """,
 )
 
 

@@ -458,10 +458,10 @@ class PostgresStore(
         counts = []
         for op in ops:
             status = await db.execute(
-                "UPDATE outbox SET state = $1 WHERE state = $2"
-                " AND ($3::text[] IS NULL OR conversation = ANY($3::text[]))",
+                # The state spelled out: an index holds the chunks in flight.
+                f"UPDATE outbox SET state = $1 WHERE state = '{ChunkState.SENDING}'"
+                " AND ($2::text[] IS NULL OR conversation = ANY($2::text[]))",
                 str(ChunkState.EXPIRED),
-                str(ChunkState.SENDING),
                 None if op.conversations is None else list(op.conversations),
             )
             counts.append(int(status.split()[-1]))

@@ -541,9 +541,9 @@ class SqliteStore(
     def _apply_expire_in_flight(
         self, db: sqlite3.Connection, ops: list[ExpireInFlight]
     ) -> list[int]:
-        count = db.execute(
-            "UPDATE outbox SET state = ? WHERE state = ?",
-            (str(ChunkState.EXPIRED), str(ChunkState.SENDING)),
+        count = db.execute(  # the state spelled out: an index holds the chunks in flight
+            f"UPDATE outbox SET state = ? WHERE state = '{ChunkState.SENDING}'",
+            (str(ChunkState.EXPIRED),),
         ).rowcount
         return [count] + [0] * (len(ops) - 1)  # later ones found none left
 
