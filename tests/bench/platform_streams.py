@@ -66,6 +66,7 @@ class Figures:
     longest: int
     length_limit: int
     added: list[float]
+    late: int  # streams with a preview call after the model's last chunk
     cpu_s: float
 
 
@@ -126,15 +127,22 @@ def figures(
     limited: int,
     length_limit: int,
     cpu_s: float,
+    drafts: Sequence[Sent] = (),
 ) -> Figures:
+    """``sent``: the calls counted in the chats' limits (previews and finals, in order);
+    ``drafts``: Telegram drafts (no limit)."""
     full = expected_text(args.chunks)
     chats = per_chat([s for s in sent if s.ok])
+    shown = per_chat(drafts)
     added: list[float] = []
+    late = 0
     for chat, calls in chats.items():
         finals = [c for c in calls if c.text.strip() == full]
         model_at = last_chunk.get(f"tag-{chat}")
         if finals and model_at is not None:
             added.append(finals[-1].at - model_at)
+            before = [*calls[:-1], *shown.get(chat, [])]
+            late += any(c.at > model_at for c in before)
     counted = [s for s in sent if s.ok]
     window = (
         max(
@@ -157,6 +165,7 @@ def figures(
         longest,
         length_limit,
         added,
+        late,
         cpu_s,
     )
 
@@ -210,10 +219,11 @@ async def telegram(args: argparse.Namespace, model_url: str, mode: str) -> Figur
             drafts = [c for c in calls if c.method.lower() == "sendmessagedraft"]
             previews = [sum(1 for c in drafts if int(c.params["chat_id"]) == u) for u in users]
             longest = max((len(str(c.params.get("text", ""))) for c in drafts), default=0)
+            shown = [Sent(int(c.params["chat_id"]), c.at, "", True) for c in drafts]
         else:
             chats = per_chat([s for s in sent if s.ok])
             previews = [max(len(chats.get(u, [])) - 1, 0) for u in users]
-            longest = None
+            longest, shown = None, []
         result = figures(
             f"telegram ({mode})",
             args,
@@ -224,6 +234,7 @@ async def telegram(args: argparse.Namespace, model_url: str, mode: str) -> Figur
             limited,
             4096,
             cpu,
+            shown,
         )
         return result if longest is None else dataclasses.replace(result, longest=longest)
 
@@ -308,7 +319,8 @@ def show(f: Figures, overall: bool) -> None:
     ms = [a * 1000 for a in f.added]
     print(
         f"  final added latency: p50 {pct(ms, 0.5):.1f} ms, p95 {pct(ms, 0.95):.1f} ms,"
-        f" p99 {pct(ms, 0.99):.1f} ms, max {max(ms, default=float('nan')):.1f} ms"
+        f" p99 {pct(ms, 0.99):.1f} ms, max {max(ms, default=float('nan')):.1f} ms;"
+        f" {f.late} streams had a preview call after the model's last chunk"
     )
     print(f"  gateway CPU: {f.cpu_s:.2f} s ({1000 * f.cpu_s / max(f.streams, 1):.2f} ms a stream)")
 
