@@ -137,6 +137,8 @@ def figures(
     added: list[float] = []
     late = 0
     for chat, calls in chats.items():
+        if f"tag-{chat}" not in last_chunk or chat in (USER0 - 1, DM0 + USER0 - 1):
+            continue  # the warm-up's
         finals = [c for c in calls if c.text.strip() == full]
         model_at = last_chunk.get(f"tag-{chat}")
         if finals and model_at is not None:
