@@ -283,3 +283,34 @@ async def test_streaming_off_shows_no_preview_and_the_model_is_not_streamed(
     assert not tg.drafts() and not tg.calls_to("editMessageText")
     assert tg.visible_messages(ALICE) == [render.to_plain(render.render(ANSWER)[0])]
     assert not model.requests[0].body.get("stream")
+
+
+async def test_drafts_across_many_private_chats_keep_to_one_budget(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    """Drafts have no documented limit, but each is a Bot API call: under many streams at
+    once they share a budget over all chats, and every chat still gets its one answer."""
+    users = [7_000 + i for i in range(30)]
+    s = Setup(
+        tmp_path,
+        tg,
+        model,
+        "polling",
+        f"allow_users = [{', '.join(map(str, users))}]\nstream_interval_s = 0.1\n",
+    )
+    s.text = s.text.replace("[store]", "[gateway]\nmax_concurrent_turns = 64\n\n[store]")
+    model.default = lambda r: streamed(*PIECES, interval_s=0.25)
+    async with s.gateway():
+        for user in users:
+            tg.inject_message(user, "stream to me", user_id=user)
+        final = render.to_plain(render.render(ANSWER)[0])
+        with anyio.fail_after(90):
+            await tg.wait_until(lambda: all(tg.visible_messages(u) == [final] for u in users))
+    drafts = sorted(d.at for d in tg.drafts())
+    busiest = max(sum(1 for at in drafts if start <= at < start + 1.0) for start in drafts)
+    # 30 chats each wanting 10 a second (300): the budget lets 20 a second go; they may
+    # reach Telegram bunched a little (the HTTP pool's queue), never at the chats' pace.
+    assert 0 < busiest <= 30
+    for user in users:
+        assert tg.visible_messages(user) == [final]
+        assert len(tg.sent_messages(user)) == 1

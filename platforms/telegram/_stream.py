@@ -10,7 +10,8 @@ into the answer's first chunk (:func:`finalise`).
 
 The budget keeps previews under Telegram's flood limits (its FAQ: about one message a second
 in a chat, 20 a minute in a group, 30 a second overall; edits count), with room to spare for
-the final answer. Drafts have no documented limit: only a 429 pauses them.
+the final answer. Drafts have no documented limit: only a 429 pauses a chat's, and a budget
+of their own over all chats keeps them from crowding out the final answers (CPU, the pool).
 """
 
 from __future__ import annotations
@@ -34,6 +35,10 @@ RATES = {
     "chat": Rate(2, 3.0),  # of Telegram's ~1 a second in a chat
     "group": Rate(12, 60.0),  # of its 20 a minute in a group
     "all": Rate(20, 1.0),  # of its 30 a second overall
+    # Drafts have no documented limit, but each is a Bot API call (~2 ms of the gateway's CPU
+    # through PTB and httpx): under many streams at once, unbounded drafts (2 a second each)
+    # took a third of the process and delayed every final answer behind them.
+    "drafts": Rate(20, 1.0),
 }
 Mode = Literal["draft", "edit"]
 T = TypeVar("T")
@@ -61,7 +66,7 @@ def interval_for(config: TelegramConfig, mode: Mode) -> float:
 
 def keys_for(target: Target, mode: Mode) -> list[Key]:
     if mode == "draft":
-        return [("draft", target.chat_id)]
+        return [("draft", target.chat_id), ("drafts", "")]
     keys: list[Key] = [("chat", target.chat_id), ("all", "")]
     if not target.private:
         keys.insert(1, ("group", target.chat_id))

@@ -593,6 +593,18 @@ class FakeModel:
         self.streams_done.append(number)
         return response
 
+    async def handle_streams(self, http: web.Request) -> web.Response:
+        """``GET /v1/fake/streams``, for benchmarks with the model in its own process: each
+        request's last user text and the monotonic times of its first and last chunk."""
+        times: dict[int, list[float]] = {}
+        for chunk in self.chunks_sent:
+            times.setdefault(chunk.request, []).append(chunk.at)
+        streams = [
+            {"last_user": self.requests[i].last_user, "first_at": at[0], "last_at": at[-1]}
+            for i, at in sorted(times.items())
+        ]
+        return web.json_response(streams)
+
     async def handle_models(self, http: web.Request) -> web.Response:
         return web.json_response(
             {
@@ -621,6 +633,7 @@ async def open_fake_model(port: int = 0) -> AsyncIterator[FakeModel]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", fake.handle_completions)
     app.router.add_get("/v1/models", fake.handle_models)
+    app.router.add_get("/v1/fake/streams", fake.handle_streams)
     app.router.add_post("/v1/audio/transcriptions", fake.handle_transcriptions)
     # A call the client gave up on (its timeout) stops counting as active when it hangs up.
     runner = web.AppRunner(
