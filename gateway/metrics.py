@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import assert_never
+from typing import Any, assert_never
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -75,6 +75,7 @@ class Snapshot:
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[int, tuple[object, ...]], Any] = {}
         r = self.registry
         self.admitted = Counter(
             "botmux_messages_admitted", "User messages admitted", ["platform"], registry=r
@@ -221,6 +222,15 @@ class Metrics:
             registry=r,
         )
 
+    def _child(self, metric: Any, *labels: object) -> Any:
+        """``metric.labels(*labels)``, kept: prometheus-client takes a lock and builds the
+        key on every ``labels()`` call, and a turn makes about ten of them."""
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def observe(self, event: Event) -> None:
         """The one sink for runtime events (intake, session actors, policy, couriers)."""
         match event:  # the events of every turn first: a class pattern is an isinstance
@@ -228,49 +238,49 @@ class Metrics:
                 self.store_commit.observe(seconds)
                 self.store_batch.observe(operations)
             case MessageAdmitted(platform=platform):
-                self.admitted.labels(platform).inc()
+                self._child(self.admitted, platform).inc()
             case TurnStarted(platform=platform, waited_s=waited):
-                self.turns_started.labels(platform).inc()
-                self.queue_wait.labels(platform).observe(waited)
+                self._child(self.turns_started, platform).inc()
+                self._child(self.queue_wait, platform).observe(waited)
             case ModelCalled(model=model, outcome=outcome, reason=reason):
-                self.model_calls.labels(model, outcome, reason).inc()
+                self._child(self.model_calls, model, outcome, reason).inc()
             case ModelTokensUsed(model=model, prompt_tokens=prompt, completion_tokens=completion):
-                self.tokens.labels(model, "prompt").inc(prompt)
-                self.tokens.labels(model, "completion").inc(completion)
+                self._child(self.tokens, model, "prompt").inc(prompt)
+                self._child(self.tokens, model, "completion").inc(completion)
             case FirstTokenShown(platform=platform, seconds=seconds):
-                self.first_token.labels(platform).observe(seconds)
+                self._child(self.first_token, platform).observe(seconds)
             case AnswerCommitted() | ChunkRecorded():
                 pass  # the failpoints' places; the turn and the delivery are counted already
             case TurnCompleted(platform=platform, failure=failure, seconds=seconds):
                 ended = "failed" if failure else "answered"
-                self.turns.labels(platform, ended, failure or "").inc()
-                self.turn_seconds.labels(platform).observe(seconds)
+                self._child(self.turns, platform, ended, failure or "").inc()
+                self._child(self.turn_seconds, platform).observe(seconds)
             case ChunkSent(platform=platform):
-                self.deliveries.labels(platform, "sent", "").inc()
+                self._child(self.deliveries, platform, "sent", "").inc()
             case DuplicateIgnored(platform=platform):
-                self.duplicates.labels(platform).inc()
+                self._child(self.duplicates, platform).inc()
             case MessageRefused(platform=platform, reason=reason, scope=scope):
-                self.refused.labels(platform, reason, scope).inc()
+                self._child(self.refused, platform, reason, scope).inc()
             case TurnCancelled(platform=platform):
-                self.turns.labels(platform, "cancelled", "").inc()
+                self._child(self.turns, platform, "cancelled", "").inc()
             case TurnInterrupted(platform=platform):
-                self.turns.labels(platform, "interrupted", "").inc()
+                self._child(self.turns, platform, "interrupted", "").inc()
             case TurnMerged(platform=platform, rows=rows):
-                self.merged.labels(platform).inc(rows - 1)
+                self._child(self.merged, platform).inc(rows - 1)
             case TurnRerun(reason=reason):
-                self.decisions.labels("rerun", reason).inc()
+                self._child(self.decisions, "rerun", reason).inc()
             case PolicyDecided(decision=decision, reason=reason):
-                self.decisions.labels(decision, reason).inc()
+                self._child(self.decisions, decision, reason).inc()
             case ContextCompacted(outcome=outcome, reason=reason):
-                self.compactions.labels(outcome, reason).inc()
+                self._child(self.compactions, outcome, reason).inc()
             case SendRetried(platform=platform, reason=reason):
-                self.deliveries.labels(platform, "retry", reason).inc()
+                self._child(self.deliveries, platform, "retry", reason).inc()
             case SendFailed(platform=platform, reason=reason):
-                self.deliveries.labels(platform, "failed", reason).inc()
+                self._child(self.deliveries, platform, "failed", reason).inc()
             case TakeoverDone(conversations=conversations):
-                self.cluster.labels("takeover").inc(conversations)
+                self._child(self.cluster, "takeover").inc(conversations)
             case LeaseWasLost() | TurnFenced() | TurnAbandoned() | HeartbeatFailed() | SelfFenced():
-                self.cluster.labels(event.name).inc()
+                self._child(self.cluster, event.name).inc()
             case (
                 TelegramPlainFallback()
                 | TelegramPollFailed()
@@ -280,18 +290,18 @@ class Metrics:
                 | TelegramNoticeFailed()
                 | TelegramWebhookRefused()
             ):
-                self.telegram.labels(event.name.removeprefix("telegram_")).inc()
+                self._child(self.telegram, event.name.removeprefix("telegram_")).inc()
             case AttachmentFetched(platform=platform, kind=kind):
-                self.attachments.labels(platform, kind, "fetch", "ok").inc()
+                self._child(self.attachments, platform, kind, "fetch", "ok").inc()
             case AttachmentHandled(platform=platform, kind=kind, step=step, outcome=outcome):
-                self.attachments.labels(platform, kind, step, outcome).inc()
+                self._child(self.attachments, platform, kind, step, outcome).inc()
             case DiscordBackfilled(reason=reason, messages=messages):
-                self.discord_backfills.labels(reason).inc()
-                self.discord_backfilled.labels(reason).inc(messages)
+                self._child(self.discord_backfills, reason).inc()
+                self._child(self.discord_backfilled, reason).inc(messages)
             case ConfigReloaded(result=result):
-                self.config_reloads.labels(result).inc()
+                self._child(self.config_reloads, result).inc()
             case AdminActed(action=action, result=result):
-                self.admin_actions.labels(action, result).inc()
+                self._child(self.admin_actions, action, result).inc()
             case _:
                 assert_never(event)
 

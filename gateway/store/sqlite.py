@@ -39,7 +39,7 @@ from gateway.messages import (
     TurnResult,
 )
 from gateway.store import _queries as q
-from gateway.store._attachments import REF_COLUMNS, AttachmentsMixin, group_refs, with_refs
+from gateway.store._attachments import AttachmentsMixin, group_refs, with_refs
 from gateway.store._console import ConsoleReadsMixin
 from gateway.store._errors import SQLITE_ERRORS, mapped
 from gateway.store._lifecycle import LifecycleMixin
@@ -70,6 +70,10 @@ from gateway.store._ops import (
 from gateway.store._pairing import PairingMixin
 from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._push_configs import PushConfigsMixin
+from gateway.store._rows import MSG_COLUMNS as _MSG_COLUMNS
+from gateway.store._rows import REFS_OF_ROW as _REFS_OF_ROW
+from gateway.store._rows import row_to_chunk as _row_to_chunk
+from gateway.store._rows import row_to_message as _row_to_message
 from gateway.store._schema import migrate
 from gateway.store._summaries import DELETE as DELETE_SUMMARY
 from gateway.store._summaries import SummariesMixin
@@ -77,45 +81,6 @@ from gateway.store._writer import GroupWriter
 from gateway.store._writes import QueuedWrites
 
 log = logging.getLogger(__name__)
-
-_MSG_COLUMNS = (
-    "id, conversation, role, content, state, created_at, platform, platform_message_id,"
-    " user_row_id, failure, reply_target, prompt_tokens, completion_tokens"
-)
-_REFS_OF_ROW = f"SELECT user_row_id, position, {REF_COLUMNS} FROM attachments WHERE user_row_id = ?"
-
-
-def _row_to_message(r: sqlite3.Row | tuple[Any, ...]) -> StoredMessage:
-    return StoredMessage(
-        id=r[0],
-        conversation=r[1],
-        role=r[2],
-        content=r[3],
-        state=r[4],
-        created_at=r[5],
-        platform=r[6],
-        platform_message_id=r[7],
-        user_row_id=r[8],
-        failure=r[9],
-        reply_target=r[10],
-        prompt_tokens=r[11],
-        completion_tokens=r[12],
-    )
-
-
-def _row_to_chunk(r: sqlite3.Row | tuple[Any, ...]) -> OutboxChunk:
-    return OutboxChunk(
-        id=r[0],
-        conversation=r[1],
-        platform=r[2],
-        message_id=r[3],
-        user_row_id=r[4],
-        seq=r[5],
-        text=r[6],
-        created_at=r[7],
-        reply_target=r[8],
-        state=r[9],
-    )
 
 
 class SqliteStore(

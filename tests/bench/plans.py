@@ -22,7 +22,7 @@ from gateway.store import _lifecycle as lifecycle
 from gateway.store import _pg_lifecycle as pg_lifecycle
 from gateway.store import _queries as q
 from gateway.store._pg_reads import MSG_COLUMNS as PG_COLUMNS
-from gateway.store.sqlite import _MSG_COLUMNS as COLUMNS
+from gateway.store._rows import MSG_COLUMNS as COLUMNS
 from tests.bench import _seed
 
 KEY = "peer:seed77"
