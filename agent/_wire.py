@@ -23,6 +23,7 @@ next bytes, not the whole response, so a long answer streamed steadily is never 
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
@@ -92,6 +93,13 @@ class WireClient:
             "Accept": "application/json",
             "User-Agent": USER_AGENT,
         }
+        # The organization and project the openai client would send, from its variables.
+        for variable, header in (
+            ("OPENAI_ORG_ID", "OpenAI-Organization"),
+            ("OPENAI_PROJECT_ID", "OpenAI-Project"),
+        ):
+            if os.environ.get(variable):
+                self._headers[header] = os.environ[variable]
         self._stream_headers = {**self._headers, "Accept": "text/event-stream"}
         self._timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=timeout_s, sock_read=timeout_s

@@ -115,3 +115,18 @@ def test_the_proxy_is_read_from_the_environment_once(monkeypatch: pytest.MonkeyP
     assert proxy_for("http://127.0.0.1:8000/v1/chat/completions") is None
     monkeypatch.delenv("HTTP_PROXY")
     assert proxy_for("http://api.example/v1/chat/completions") is None
+
+
+async def test_the_openai_clients_organization_and_project_variables_are_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-test")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-test")
+    async with open_fake_model() as fake:
+        wire = WireClient(fake.base_url, "sk", 5.0)
+        try:
+            await wire.chat(BODY, "m")
+        finally:
+            await wire.aclose()
+    headers = fake.requests[0].headers
+    assert (headers["OpenAI-Organization"], headers["OpenAI-Project"]) == ("org-test", "proj-test")

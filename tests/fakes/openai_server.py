@@ -278,6 +278,7 @@ class Request:
     stream: bool
     started: float
     body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)  # as received
 
     @property
     def stream_options(self) -> dict[str, Any]:
@@ -488,6 +489,7 @@ class FakeModel:
             stream=bool(body.get("stream", False)),
             started=time.monotonic(),
             body=body,
+            headers=dict(http.headers),
         )
         number = len(self.requests)
         self.requests.append(request)
