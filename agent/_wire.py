@@ -121,20 +121,26 @@ class WireClient:
         )
         return self._session
 
-    async def chat(self, body: dict[str, Any], model: str) -> dict[str, Any]:
-        """POST ``body``; the decoded JSON reply. Raises ProviderError (a status, or a reply
-        that is not a JSON object), ProviderTimeout or ProviderUnreachable."""
+    async def _post(
+        self, body: dict[str, Any], headers: dict[str, str], model: str
+    ) -> aiohttp.ClientResponse:
+        """Send ``body``; the response with its status and headers read, its body not yet."""
         session = self._session or self._open()
         data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         with _transport_errors(model):
-            async with session.post(
-                self._url, data=data, headers=self._headers, proxy=self._proxy
-            ) as response:
+            return await session.post(self._url, data=data, headers=headers, proxy=self._proxy)
+
+    async def chat(self, body: dict[str, Any], model: str) -> dict[str, Any]:
+        """POST ``body``; the decoded JSON reply. Raises ProviderError (a status, or a reply
+        that is not a JSON object), ProviderTimeout or ProviderUnreachable."""
+        response = await self._post(body, self._headers, model)
+        try:
+            with _transport_errors(model):
                 raw = await response.read()
-                status = response.status
-                headers = response.headers
-        if not 200 <= status < 300:
-            raise status_error(status, raw, headers, model)
+        finally:
+            response.release()
+        if not 200 <= response.status < 300:
+            raise status_error(response.status, raw, response.headers, model)
         try:
             reply = json.loads(raw)
         except ValueError as exc:
@@ -149,12 +155,7 @@ class WireClient:
     ) -> AsyncIterator[AsyncIterator[list[Any]]]:
         """POST ``body`` (``"stream": true``); the decoded events of each read, as
         :func:`agent._sse.batches` gives them. Errors as :meth:`chat`'s, also mid-stream."""
-        session = self._session or self._open()
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-        with _transport_errors(model):
-            response = await session.post(
-                self._url, data=data, headers=self._stream_headers, proxy=self._proxy
-            )
+        response = await self._post(body, self._stream_headers, model)
         try:
             if not 200 <= response.status < 300:
                 with _transport_errors(model):

@@ -90,7 +90,7 @@ class ClientPool:
     async def wire(
         self, endpoint: ModelEndpoint, api_key: str, *, rebuild: bool = False
     ) -> AsyncIterator[WireClient]:
-        """Borrow the plain-call client of (endpoint, key); ``rebuild``: replace it first."""
+        """Borrow the chat-call client of (endpoint, key); ``rebuild``: replace it first."""
         async with self._borrow(endpoint, api_key, rebuild) as entry:
             yield entry.wire
 

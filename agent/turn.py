@@ -403,7 +403,8 @@ def _piece(choices: Any) -> str:
 
 
 def _usage(value: Any) -> Usage | None:
-    """The usage of a streamed chunk (the last one, with ``include_usage``), if it has one."""
+    """The usage of a reply, or of a streamed chunk (the last one, with ``include_usage``), if
+    it has one."""
     if not isinstance(value, dict):
         return None
     prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")

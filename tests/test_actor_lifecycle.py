@@ -22,17 +22,15 @@ import pytest
 from gateway.errors import MailboxFull, StoreError
 from gateway.mailbox import LoadPending, StopTurn, TurnAdmitted
 from gateway.messages import (
-    AttachmentRef,
     ChatMessage,
     Inbound,
     StoredMessage,
-    TurnOutcome,
     TurnResult,
 )
-from gateway.ports import Watch
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
 from gateway.store import Store, open_sqlite_store
+from tests.test_session_turn import Platform
 
 pytestmark = pytest.mark.anyio
 
@@ -54,31 +52,6 @@ class Model:
 
     def status(self) -> dict[str, object]:
         return {}
-
-
-class Platform:
-    platform = "peer"
-
-    def __init__(self) -> None:
-        self.delivered: list[TurnOutcome] = []
-        self.arrived = anyio.Event()
-
-    def render(self, text: str) -> list[str]:
-        return [text]
-
-    async def deliver(self, outcome: TurnOutcome) -> None:
-        self.delivered.append(outcome)
-        self.arrived.set()
-
-    @asynccontextmanager
-    async def activity(self, conversation: str) -> AsyncIterator[None]:
-        yield
-
-    def watching(self, row: StoredMessage) -> Watch | None:
-        return None
-
-    async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
-        raise NotImplementedError
 
 
 @dataclass

@@ -17,8 +17,8 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from itertools import groupby
 from typing import Any, assert_never, cast
 
@@ -129,13 +129,8 @@ class SqliteStore(
     # -- reads ---------------------------------------------------------------------------
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[sqlite3.Row]:
-        try:
-            with mapped(SQLITE_ERRORS, "store read failed"):
-                return list(await self._reader.execute_fetchall(sql, params))
-        except ValueError as exc:  # aiosqlite: "no active connection"
-            raise StoreClosed("the store is closed") from exc
-        except sqlite3.Error as exc:  # locked, I/O error, ...: the store failed, not the caller
-            raise StoreError(f"store read failed: {exc}") from exc
+        with _read_errors():
+            return list(await self._reader.execute_fetchall(sql, params))
 
     async def pending(self, conversation: str) -> list[StoredMessage]:
         rows = await self._fetch(
@@ -173,13 +168,8 @@ class SqliteStore(
         """Several reads in one call on the reader's thread: one hop there and back (~40 us
         of CPU each) instead of one per statement."""
         on_thread = cast(Callable[..., Awaitable[list[list[sqlite3.Row]]]], self._reader._execute)
-        try:
-            with mapped(SQLITE_ERRORS, "store read failed"):
-                return await on_thread(self._fetch_on_thread, statements)
-        except ValueError as exc:  # aiosqlite: "no active connection"
-            raise StoreClosed("the store is closed") from exc
-        except sqlite3.Error as exc:
-            raise StoreError(f"store read failed: {exc}") from exc
+        with _read_errors():
+            return await on_thread(self._fetch_on_thread, statements)
 
     def _fetch_on_thread(
         self, statements: Sequence[tuple[str, Sequence[Any]]]
@@ -511,6 +501,18 @@ class SqliteStore(
             (str(ChunkState.EXPIRED),),
         ).rowcount
         return [count] + [0] * (len(ops) - 1)  # later ones found none left
+
+
+@contextmanager
+def _read_errors() -> Iterator[None]:
+    """A read's failures as the store's: closed, or failed (not the caller's fault)."""
+    try:
+        with mapped(SQLITE_ERRORS, "store read failed"):
+            yield
+    except ValueError as exc:  # aiosqlite: "no active connection"
+        raise StoreClosed("the store is closed") from exc
+    except sqlite3.Error as exc:  # locked, I/O error, ...: the store failed, not the caller
+        raise StoreError(f"store read failed: {exc}") from exc
 
 
 def _create_private(path: str) -> None:

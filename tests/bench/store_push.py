@@ -55,7 +55,12 @@ async def push(path: Path, writers: int, turns: int) -> dict[str, float]:
     }
 
 
-async def raw(path: Path, rows: int = 100_000, per_commit: int = 1000) -> float:
+async def raw(
+    path: Path, rows: int = 100_000, per_commit: int = 1000, *, index: bool = True
+) -> float:
+    """Raw aiosqlite's rows per second: ``executemany`` of ``per_commit`` rows per commit
+    (WAL, ``synchronous=NORMAL``), with an index on (conversation, id) like the store's
+    messages when ``index``; the ceiling the store's writer is measured against."""
     import aiosqlite
 
     async with aiosqlite.connect(path, isolation_level=None) as db:
@@ -65,7 +70,8 @@ async def raw(path: Path, rows: int = 100_000, per_commit: int = 1000) -> float:
             "CREATE TABLE t (id INTEGER PRIMARY KEY, conversation TEXT, content TEXT, state TEXT,"
             " created_at REAL)"
         )
-        await db.execute("CREATE INDEX t_by_conversation ON t (conversation, id)")
+        if index:
+            await db.execute("CREATE INDEX t_by_conversation ON t (conversation, id)")
         started = time.perf_counter()
         for start in range(0, rows, per_commit):
             await db.execute("BEGIN")

@@ -35,7 +35,7 @@ from typing import Any
 import aiohttp
 import openai
 
-from tests.bench import _load, _procs
+from tests.bench import _load, _procs, store_push
 
 Result = dict[str, float]
 
@@ -248,7 +248,7 @@ async def scenario_store(repeat: int, quick: bool) -> dict[str, Any]:
                         store_cpu = _procs.cpu_seconds(gw.pid, threads="others") - store0
         # Each turn writes 2 message rows, 1 outbox row, and 3 row updates.
         rows = result.turns * 3
-        raw = await _raw_aiosqlite_rows_per_s(Path(tempfile.mkdtemp()))
+        raw = await store_push.raw(Path(tempfile.mkdtemp()) / "raw.db", 50_000, index=False)
         runs.append(
             {
                 "turns_per_s": result.turns_per_s,
@@ -259,30 +259,6 @@ async def scenario_store(repeat: int, quick: bool) -> dict[str, Any]:
             }
         )
     return _summary(runs)
-
-
-async def _raw_aiosqlite_rows_per_s(tmp: Path, rows: int = 50_000, per_commit: int = 1000) -> float:
-    import aiosqlite
-
-    async with aiosqlite.connect(tmp / "raw.db", isolation_level=None) as db:
-        await db.execute("PRAGMA journal_mode = WAL")
-        await db.execute("PRAGMA synchronous = NORMAL")
-        await db.execute(
-            "CREATE TABLE t (id INTEGER PRIMARY KEY, conversation TEXT, content TEXT, state TEXT,"
-            " created_at REAL)"
-        )
-        started = time.perf_counter()
-        for start in range(0, rows, per_commit):
-            await db.execute("BEGIN")
-            await db.executemany(
-                "INSERT INTO t (id, conversation, content, state, created_at) VALUES (?,?,?,?,?)",
-                [
-                    (i, f"peer:c{i % 50}", "hello there", "pending", 0.0)
-                    for i in range(start + 1, start + per_commit + 1)
-                ],
-            )
-            await db.execute("COMMIT")
-        return rows / (time.perf_counter() - started)
 
 
 async def scenario_startup(repeat: int, quick: bool) -> dict[str, Any]:
