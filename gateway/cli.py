@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 import anyio
 
-from gateway import control, exposure
+from gateway import control, event_loop, exposure
 from gateway.config import Config, load_config
 from gateway.errors import ConfigError, GatewayError
 from gateway.failpoints import Failpoints
@@ -149,6 +149,7 @@ def _run(config: Config, config_arg: str | None = None) -> int:
 
     try:
         failpoints = Failpoints.from_env(os.environ)
+        loop = event_loop.chosen(os.environ)
     except ConfigError as exc:
         print(f"botmux: config error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -181,7 +182,8 @@ def _run(config: Config, config_arg: str | None = None) -> int:
                 tg.cancel_scope.cancel()
 
     try:
-        anyio.run(serve)
+        logging.getLogger("gateway").info("event loop", extra={"loop": loop})
+        anyio.run(serve, backend_options=event_loop.backend_options(loop))
     except (GatewayError, OSError, BaseExceptionGroup) as exc:
         cause = _expected_failure(exc)
         if cause is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import sqlite3
@@ -269,3 +270,35 @@ async def test_a_busy_port_or_an_unreachable_database_is_one_clear_line(tmp_path
         "botmux: error: cannot open the store at postgresql://botmux:***@127.0.0.1:1/botmux" in err
     )
     assert "hunter2-secret" not in err and "Traceback" not in err
+
+
+def _loop_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if "event loop" in line]
+
+
+async def test_runs_on_uvloop_unless_the_environment_says_asyncio(
+    gateway: GatewayProcess, fake: FakeModel
+) -> None:
+    """uvloop where it is installed (a dependency on Linux); ``BOTMUX_EVENT_LOOP=asyncio``
+    runs asyncio's own loop: both serve a turn and stop cleanly on SIGTERM."""
+    for env, loop in (({}, "uvloop"), ({"BOTMUX_EVENT_LOOP": "asyncio"}, "asyncio")):
+        await gateway.start(env)
+        async with aiohttp.ClientSession() as http:
+            body = await chat(http, gateway.url, f"on-{loop}", "hello")
+        assert body["message"] == {"role": "assistant", "content": "echo: hello"}
+        gateway.signal(signal.SIGTERM)
+        assert await gateway.wait() == 0
+        lines = _loop_lines(gateway.log())
+        assert loop in lines[-1], lines
+
+
+async def test_an_unknown_event_loop_exits_2_naming_the_variable(tmp_path: Path) -> None:
+    config = tmp_path / "botmux.toml"
+    config.write_text(config_text(tmp_path / "x.db", "http://127.0.0.1:9/v1"))
+    result = await anyio.run_process(
+        [sys.executable, "-m", "gateway", "run", "--config", str(config)],
+        check=False,
+        env={**os.environ, "BOTMUX_EVENT_LOOP": "trio"},
+    )
+    assert result.returncode == 2
+    assert "BOTMUX_EVENT_LOOP" in result.stderr.decode(), result.stderr
