@@ -113,6 +113,13 @@ class Outlet(Protocol):
         """Queue the outcome's chunks for delivery (recorded through ``Intake.delivered``)."""
         ...
 
+    def delivered_as(self, row: StoredMessage) -> str | None:
+        """The platform message id the answer to ``row`` is stored delivered as, in the
+        answer's own commit, when handing the outcome to ``deliver`` is its delivery (the
+        peer API: the waiting request's response); None: ``deliver`` sends the chunks and
+        records each."""
+        ...
+
     def activity(self, conversation: str) -> AbstractAsyncContextManager[None]:
         """Show that a turn is running (typing) for as long as the context is open."""
         ...

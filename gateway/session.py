@@ -376,7 +376,11 @@ class SessionActor(Actor):
                 case Commit(result=result):
                     try:
                         outcome = await deps.store.answer(
-                            row, result, self._outlet.render(result.reply), also=also
+                            row,
+                            result,
+                            self._outlet.render(result.reply),
+                            also=also,
+                            delivered_as=self._outlet.delivered_as(row),
                         )
                     except LeaseLost as exc:
                         # Fenced: another node took the conversation over (this one was frozen

@@ -50,6 +50,9 @@ class Files:
     def render(self, text: str) -> list[str]:
         return [text]
 
+    def delivered_as(self, row: StoredMessage) -> None:
+        return None
+
     async def deliver(self, outcome: TurnOutcome) -> None:
         pass
 

@@ -47,6 +47,10 @@ async def test_chat_round_trip_stores_both_rows(tmp_path: Path) -> None:
     ]
     assert transcript[0]["created_at"].endswith("Z")
     assert rows(db) == [("user", "hi there", "answered"), ("assistant", "echo: hi there", "final")]
+    # The response is the delivery: the answer's commit stored the chunk delivered.
+    with sqlite3.connect(db) as conn:
+        chunks = list(conn.execute("SELECT state, platform_message_id FROM outbox"))
+    assert chunks == [("delivered", "http:1")]
     # The model saw the system prompt and the message once, with the configured key.
     (request,) = fake.requests
     assert request.api_key == "sk-test-key-0001"

@@ -134,6 +134,9 @@ class Platform:
     def render(self, text: str) -> list[str]:
         return [text]
 
+    def delivered_as(self, row: StoredMessage) -> None:
+        return None
+
     async def deliver(self, outcome: TurnOutcome) -> None:
         self.delivered.append(outcome)
         self.arrived.set()

@@ -129,6 +129,45 @@ async def test_answer_settles_the_row_and_queues_chunks(open_store: Opener) -> N
         assert reply is not None and reply.content == "part1part2" and reply.user_row_id == row.id
 
 
+async def test_an_answer_that_is_its_own_delivery_is_stored_delivered(
+    open_store: Opener, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """``delivered_as`` (the peer API: the response is the delivery): the answer's one commit
+    stores its chunks delivered, with that platform id; nothing is left for redelivery."""
+    async with open_store() as store:
+        row = (await store.admit(inbound("question", "q1"))).row
+        before = store.statistics()["operations"]
+        outcome = await store.answer(
+            row, TurnResult(reply="ab", model="m"), ["a", "b"], delivered_as=f"http:{row.id}"
+        )
+        assert store.statistics()["operations"] == before + 1  # the answer alone
+        assert [c.state for c in outcome.chunks] == ["delivered", "delivered"]
+        assert await store.undelivered() == []
+        assert await store.outbox_chunks(10) == []
+        assert await store.outbox_pending() == {}
+        if isinstance(store, PostgresStore):
+            conn = await asyncpg.connect(request.getfixturevalue("postgres_url"))
+            try:
+                rows = [
+                    tuple(r)
+                    for r in await conn.fetch(
+                        "SELECT state, platform_message_id, delivered_at IS NOT NULL"
+                        " FROM outbox ORDER BY id"
+                    )
+                ]
+            finally:
+                await conn.close()
+        else:
+            with sqlite3.connect(tmp_path / "s.db") as db:
+                rows = list(
+                    db.execute(
+                        "SELECT state, platform_message_id, delivered_at IS NOT NULL"
+                        " FROM outbox ORDER BY id"
+                    )
+                )
+        assert rows == [("delivered", f"http:{row.id}", True)] * 2
+
+
 async def test_history_leaves_out_failures_and_everything_before_a_reset(
     open_store: Opener,
 ) -> None:

@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from gateway.messages import Admission, Inbound, StoredMessage, TurnOutcome, TurnResult
+from gateway.messages import (
+    Admission,
+    ChunkState,
+    Inbound,
+    StoredMessage,
+    TurnOutcome,
+    TurnResult,
+)
 
 R_co = TypeVar("R_co", covariant=True)
 W = TypeVar("W")
@@ -44,6 +51,11 @@ class AnswerTurn(Write[TurnOutcome]):
     result: TurnResult
     chunks: tuple[str, ...]
     also: tuple[int, ...] = ()
+    delivered_as: str | None = None  # the chunks are stored delivered, as this platform id
+
+    @property
+    def chunk_state(self) -> ChunkState:
+        return ChunkState.PENDING if self.delivered_as is None else ChunkState.DELIVERED
 
     @property
     def tokens(self) -> tuple[int | None, int | None]:

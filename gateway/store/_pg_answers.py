@@ -102,6 +102,7 @@ class PgAnswersMixin:
         chunk_rows: list[OutboxChunk] = []
         notify: list[tuple[str, int]] = []
         settles: list[tuple[int, str, int]] = []  # user row, its state, the reply answering it
+        delivered_as: list[str | None] = []  # of each chunk: stored delivered as, or pending
         for (position, op), message_id in zip(accepted, message_ids, strict=True):
             user_row: StoredMessage = op.user_row
             result: TurnResult = op.result
@@ -125,10 +126,12 @@ class PgAnswersMixin:
                     text=text,
                     created_at=now,
                     reply_target=user_row.reply_target,
+                    state=op.chunk_state,
                 )
                 for seq, text in enumerate(op.chunks)
             )
             chunk_rows.extend(chunks)
+            delivered_as.extend([op.delivered_as] * len(chunks))
             for settled in (*op.also, user_row.id):
                 settles.append((settled, str(state), message_id))
                 receiver = rows[settled]["received_by"]
@@ -163,13 +166,15 @@ class PgAnswersMixin:
         if chunk_rows:
             await db.executemany(
                 "INSERT INTO outbox (id, conversation, platform, message_id, user_row_id, seq,"
-                " text, reply_target, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                " text, reply_target, created_at, state, platform_message_id, delivered_at)"
+                " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
                 [
                     (
                         *(c.id, c.conversation, c.platform, c.message_id, c.user_row_id),
                         *(c.seq, c.text, c.reply_target, now),
+                        *(str(c.state), pmid, None if pmid is None else now),
                     )
-                    for c in chunk_rows
+                    for c, pmid in zip(chunk_rows, delivered_as, strict=True)
                 ],
             )
         await db.execute(

@@ -56,8 +56,10 @@ class QueuedWrites:
         chunks: Sequence[str],
         *,
         also: Sequence[int] = (),
+        delivered_as: str | None = None,
     ) -> TurnOutcome:
-        return await self._group.submit(AnswerTurn(user_row, result, tuple(chunks), tuple(also)))
+        write = AnswerTurn(user_row, result, tuple(chunks), tuple(also), delivered_as)
+        return await self._group.submit(write)
 
     async def cancel(self, user_row_id: int, *, also: Sequence[int] = ()) -> None:
         await self._group.submit(CancelTurn(user_row_id, tuple(also)))

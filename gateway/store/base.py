@@ -61,10 +61,13 @@ class Store(Protocol):
         chunks: Sequence[str],
         *,
         also: Sequence[int] = (),
+        delivered_as: str | None = None,
     ) -> TurnOutcome:
         """Store the reply (or failure reply), settle the user row, queue the chunks.
         ``also``: the earlier rows of a merged turn (SPEC 10), settled in the same
-        transaction and linked to the reply (``reply_to`` finds it for each)."""
+        transaction and linked to the reply (``reply_to`` finds it for each).
+        ``delivered_as``: the chunks are stored delivered, with that platform message id,
+        instead of pending (``Outlet.delivered_as``: the outcome is its own delivery)."""
         ...
 
     async def cancel(self, user_row_id: int, *, also: Sequence[int] = ()) -> None:

@@ -405,6 +405,7 @@ class SqliteStore(
                     text=text,
                     created_at=now,
                     reply_target=user_row.reply_target,
+                    state=op.chunk_state,
                 )
                 chunks.append(chunk)
                 chunk_rows.append(
@@ -418,6 +419,9 @@ class SqliteStore(
                         text,
                         chunk.reply_target,
                         now,
+                        str(chunk.state),
+                        op.delivered_as,
+                        None if op.delivered_as is None else now,
                     )
                 )
             outcomes.append(
@@ -441,7 +445,8 @@ class SqliteStore(
         if chunk_rows:
             db.executemany(
                 "INSERT INTO outbox (id, conversation, platform, message_id, user_row_id, seq,"
-                " text, reply_target, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " text, reply_target, created_at, state, platform_message_id, delivered_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 chunk_rows,
             )
         db.executemany(

@@ -175,6 +175,9 @@ class A2aAdapter:
     def render(self, text: str) -> list[str]:
         return [text]
 
+    def delivered_as(self, row: StoredMessage) -> None:
+        return None  # the chunk carries the task's push notification: sent by the courier
+
     # A2A messages are admitted as their text parts; nothing of them is ever fetched.
     fetch = _fetch.unsupported
 

@@ -169,6 +169,9 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching):
             text, limit=self._config.chunk_chars, max_lines=self._config.max_lines
         )
 
+    def delivered_as(self, row: StoredMessage) -> None:
+        return None  # sent by ``deliver``, each chunk recorded once Discord took it
+
     async def deliver(self, outcome: TurnOutcome) -> None:
         channel = convert.channel_of(outcome.conversation)
         discard = partial(_stream.discard, self._live_client, channel)

@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 
 from gateway.config import PeerConfig, PeerToken
 from gateway.errors import ConversationClosed
-from gateway.messages import CONTROL_COMMANDS, Inbound, StoredMessage, TurnOutcome
+from gateway.messages import CONTROL_COMMANDS, ChunkState, Inbound, StoredMessage, TurnOutcome
 from gateway.ports import Intake, Watch
 from platforms import _fetch
 from platforms._guarded import ConnectionGuard, guarded_serving
@@ -159,18 +159,23 @@ class PeerAdapter:
     def render(self, text: str) -> list[str]:
         return [text]
 
+    def delivered_as(self, row: StoredMessage) -> str | None:
+        # The HTTP response is the delivery, so the answer's commit records it: one write
+        # less per turn than recording it after. A reply nobody waits for (the client left,
+        # or the turn was resumed after a restart) stays readable in the transcript and
+        # through a retry with the same Idempotency-Key.
+        return f"http:{row.id}"
+
     async def deliver(self, outcome: TurnOutcome) -> None:
-        # The HTTP response is the delivery; a reply nobody waits for (the client left, or
-        # the turn was resumed after a restart) stays readable in the transcript and through
-        # a retry with the same Idempotency-Key.
         if outcome.interrupted:  # its rows are still pending: their requests wait on
             return
         for row in outcome.rows:  # a merged turn (SPEC 10) answers the request of each row
             pmid = self._pmids.pop(row, None)
             if pmid is not None:
-                self._waiters.resolve(pmid, outcome)  # answer first: recording is off the path
-        for chunk in outcome.chunks:
-            await self._intake.delivered(chunk.id, f"http:{chunk.user_row_id}")
+                self._waiters.resolve(pmid, outcome)
+        for chunk in outcome.chunks:  # pending: stored before the answer recorded delivery
+            if chunk.state != ChunkState.DELIVERED:  # (a restart's redelivery of those)
+                await self._intake.delivered(chunk.id, f"http:{chunk.user_row_id}")
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:

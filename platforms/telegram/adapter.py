@@ -166,6 +166,9 @@ class TelegramAdapter(LiveSection[TelegramConfig]):
     def render(self, text: str) -> list[str]:
         return render.render(text)
 
+    def delivered_as(self, row: StoredMessage) -> None:
+        return None  # sent by ``deliver``, each chunk recorded once Telegram took it
+
     async def deliver(self, outcome: TurnOutcome) -> None:
         target = convert.parse_key(outcome.conversation)
 

@@ -143,6 +143,9 @@ class _Platform:
     def render(self, text: str) -> list[str]:
         return [text]
 
+    def delivered_as(self, row: StoredMessage) -> None:
+        return None
+
     async def deliver(self, outcome: TurnOutcome) -> None:
         self.delivered += 1
         if self.delivered >= self.expect:
