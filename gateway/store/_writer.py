@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar, cast
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream
 
 from gateway.errors import StoreClosed, StoreError, StoreUnavailable
 from gateway.events import Observe, StoreCommitted
@@ -52,7 +52,13 @@ class Pending:
 
 
 class GroupWriter:
-    """The writer task and its mailbox; ``apply(batch)`` commits a batch in one transaction."""
+    """The writer task and its mailbox; ``apply(batch)`` commits a batch in one transaction.
+
+    The mailbox is a deque with two events, not a memory object stream: a stream's ``send``
+    and ``receive`` each yield to the loop first (a checkpoint), which was a loop round per
+    write for nothing, and its wake-up per item became one per batch. A full mailbox
+    (``mailbox`` writes) still holds submitters back until the writer takes a batch.
+    """
 
     def __init__(
         self,
@@ -67,7 +73,11 @@ class GroupWriter:
         self._deadline_s = deadline_s
         self._committing: anyio.CancelScope | None = None  # the commit under way, shielded
         self._stopped = anyio.Event()
-        self._send, self._receive = anyio.create_memory_object_stream[Pending](mailbox)
+        self._mailbox = mailbox
+        self._queue: deque[Pending] = deque()
+        self._closed = False
+        self._arrived: anyio.Event | None = None  # while the writer waits for a write
+        self._room: anyio.Event | None = None  # while a submitter waits for a full mailbox
         self._stats = {"commits": 0, "operations": 0, "batch_max": 0, "retried_batches": 0}
 
     def statistics(self) -> dict[str, int]:
@@ -76,11 +86,17 @@ class GroupWriter:
     async def submit(self, write: Write[R]) -> R:
         """Queue ``write`` and wait until it committed: its result, or its error raised."""
         assert isinstance(write, StoreWrite), f"not a store write: {write!r}"
+        while len(self._queue) >= self._mailbox and not self._closed:
+            if self._room is None:
+                self._room = anyio.Event()
+            await self._room.wait()
+        if self._closed:
+            raise StoreClosed("the store is closed")
         op = Pending(write)
-        try:
-            await self._send.send(op)
-        except (anyio.ClosedResourceError, anyio.BrokenResourceError) as exc:
-            raise StoreClosed("the store is closed") from exc
+        self._queue.append(op)
+        if self._arrived is not None:
+            self._arrived.set()
+            self._arrived = None
         await op.done.wait()
         if op.error is not None:
             raise op.error
@@ -106,40 +122,47 @@ class GroupWriter:
 
     def close(self) -> None:
         """No more operations: the writer settles what is queued, then ``run`` returns."""
-        self._send.close()
+        self._closed = True
+        self._wake()
+
+    def _wake(self) -> None:
+        """The writer (a write arrived, or the close) and any submitter waiting for room."""
+        for event in (self._arrived, self._room):
+            if event is not None:
+                event.set()
+        self._arrived = self._room = None
 
     async def run(self) -> None:
-        receive: MemoryObjectReceiveStream[Pending] = self._receive
-        async with receive:
-            try:
-                async for first in receive:
-                    batch = [first]
-                    while len(batch) < MAX_BATCH:
-                        try:
-                            batch.append(receive.receive_nowait())
-                        except (anyio.WouldBlock, anyio.EndOfStream):
-                            break
-                    with anyio.CancelScope(shield=True) as self._committing:
-                        await self._commit(batch)
-                    self._committing = None
-                    if any(not op.done.is_set() for op in batch):
-                        # Cut short by the close deadline: outcome unknown.
-                        error = StoreUnavailable("the store closed before this write settled")
-                        _fail(batch, error)
-            finally:
-                left = []
-                while True:
-                    try:
-                        left.append(receive.receive_nowait())
-                    except (anyio.WouldBlock, anyio.EndOfStream):
-                        break
-                if left:
-                    log.warning(
-                        "store: closed with writes not committed (their callers were told)",
-                        extra={"writes": len(left), "deadline_s": self._deadline_s},
-                    )
-                    _fail(left, StoreClosed("the store closed before this write was committed"))
-                self._stopped.set()
+        queue = self._queue
+        try:
+            while queue or not self._closed:
+                if not queue:
+                    self._arrived = anyio.Event()
+                    await self._arrived.wait()
+                    continue
+                batch = [queue.popleft() for _ in range(min(len(queue), MAX_BATCH))]
+                if self._room is not None:  # room again for whoever waits
+                    self._room.set()
+                    self._room = None
+                with anyio.CancelScope(shield=True) as self._committing:
+                    await self._commit(batch)
+                self._committing = None
+                if any(not op.done.is_set() for op in batch):
+                    # Cut short by the close deadline: outcome unknown.
+                    error = StoreUnavailable("the store closed before this write settled")
+                    _fail(batch, error)
+        finally:
+            self._closed = True  # the writer is gone (cancelled, or a bug): refuse new writes
+            self._wake()
+            left = list(queue)
+            queue.clear()
+            if left:
+                log.warning(
+                    "store: closed with writes not committed (their callers were told)",
+                    extra={"writes": len(left), "deadline_s": self._deadline_s},
+                )
+                _fail(left, StoreClosed("the store closed before this write was committed"))
+            self._stopped.set()
 
     async def _commit(self, batch: list[Pending]) -> None:
         started = time.perf_counter()
