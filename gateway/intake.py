@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import anyio
 
-from gateway.backlog import DEFAULT_CAPS, BacklogGate, Caps
+from gateway.backlog import DEFAULT_CAPS, Caps
 from gateway.config import GatewayConfig
 from gateway.errors import ConversationClosed, MailboxFull, MessageTooLong, Overloaded
 from gateway.events import DuplicateIgnored, MessageAdmitted, MessageRefused, Observe
@@ -91,8 +91,13 @@ class GatewayIntake:
             max_message_chars=max_message_chars,
         )
         self._live = live or (lambda: fixed)
-        self._gate = BacklogGate(store, caps, live=self._caps)
-        self._stats = {"admitted": 0, "duplicates": 0, "refused": 0}
+        self._stats = {
+            "admitted": 0,
+            "duplicates": 0,
+            "refused": 0,
+            "refused_conversation": 0,
+            "refused_gateway": 0,
+        }
 
     def _caps(self) -> Caps:
         g = self._live()
@@ -102,7 +107,7 @@ class GatewayIntake:
         return f"<GatewayIntake accepting={self._accepting} {self._stats}>"
 
     def statistics(self) -> dict[str, int]:
-        return {**self._stats, **self._gate.statistics()}
+        return dict(self._stats)
 
     @property
     def accepting(self) -> bool:
@@ -124,18 +129,15 @@ class GatewayIntake:
                 length=len(inbound.text),
             )
         try:
-            reservation = await self._gate.reserve(inbound)
+            # The caps are checked in the admission's own transaction (gateway.backlog).
+            admission = await self._store.admit(inbound, blobs, caps=self._caps())
         except Overloaded as exc:
-            self._refused(
-                inbound, "overloaded", scope="gateway" if exc.scope == "gateway" else "conversation"
+            scope: Literal["conversation", "gateway"] = (
+                "gateway" if exc.scope == "gateway" else "conversation"
             )
+            self._stats[f"refused_{scope}"] += 1
+            self._refused(inbound, "overloaded", scope=scope)
             raise
-        added = True  # until admit says: the gate's counts are upper bounds (a hang-up, say)
-        try:
-            admission = await self._store.admit(inbound, blobs)
-            added = not admission.duplicate
-        finally:
-            self._gate.release(reservation, added=added)
         facts = (inbound.conversation, inbound.platform, admission.row.id)
         if admission.duplicate:
             self._stats["duplicates"] += 1

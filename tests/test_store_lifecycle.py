@@ -1,5 +1,5 @@
-"""The store's bounds and data lifecycle, on both backends: the backlog read before
-admission, pending rows without their content, purge, delete, and the retention sweep's
+"""The store's bounds and data lifecycle, on both backends: the caps checked in the
+admission's transaction, the backlog read, pending rows without their content, purge, delete, and the retention sweep's
 delete (SPEC section 14)."""
 
 from __future__ import annotations
@@ -10,9 +10,12 @@ from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from gateway.messages import Inbound, TurnResult
+from gateway.backlog import Caps, decide
+from gateway.errors import Overloaded
+from gateway.messages import Backlog, Inbound, TurnResult
 from gateway.retention import NEVER
 from gateway.store import open_sqlite_store
 from gateway.store.postgres import open_postgres_store
@@ -50,6 +53,49 @@ async def test_backlog_counts_up_to_the_limits_and_sees_a_stored_message(
         read = await store.backlog("peer:c", "peer", "c0", conversation_limit=4, total_limit=100)
         assert (read.conversation, read.total, read.stored) == (0, 8, False)
         assert await store.pending_count("peer:a") == 5
+
+
+async def test_admission_checks_the_caps_in_its_own_transaction(open_store: Opener) -> None:
+    """One batch (concurrent admissions share a commit) counts what it admitted before each
+    message: a burst of 6 to a conversation capped at 4 stores 4; a redelivery at the cap is
+    a duplicate, never refused; the gateway-wide cap counts every conversation."""
+    caps = Caps(per_conversation=4, total=6)
+    async with open_store() as store:
+        outcomes: dict[str, str] = {}
+
+        async def admit(pmid: str, conversation: str) -> None:
+            try:
+                admission = await store.admit(inbound(pmid, conversation), caps=caps)
+                outcomes[pmid] = "duplicate" if admission.duplicate else "stored"
+            except Overloaded as exc:
+                outcomes[pmid] = exc.scope
+
+        async with anyio.create_task_group() as tg:
+            for i in range(6):
+                tg.start_soon(admit, f"a{i}", "peer:a")
+        assert sorted(outcomes.values()) == ["conversation"] * 2 + ["stored"] * 4
+        assert await store.pending_count("peer:a") == 4
+        stored = [k for k, v in outcomes.items() if v == "stored"]
+        await admit(stored[0], "peer:a")
+        assert outcomes[stored[0]] == "duplicate"
+        await admit("b0", "peer:b")
+        await admit("b1", "peer:b")
+        await admit("b2", "peer:b")
+        assert [outcomes[k] for k in ("b0", "b1", "b2")] == ["stored", "stored", "gateway"]
+        assert await store.pending_count("peer:b") == 2
+        # Without caps (nothing asked), nothing is refused.
+        assert not (await store.admit(inbound("b3", "peer:b"))).duplicate
+
+
+def test_a_batch_counts_what_it_admitted_before_each_message() -> None:
+    caps = Caps(per_conversation=2, total=10)
+    empty = Backlog(conversation=0, total=0, stored=False)
+    batch = [(inbound(p, c), caps) for p, c in (("x", "peer:a"), ("x", "peer:a"), ("y", "peer:a"))]
+    batch += [(inbound("z", "peer:a"), caps), (inbound("w", "peer:b"), None)]
+    refusals = decide(batch, [empty, empty, empty, empty, None])
+    # "x" twice: the second is a duplicate of the first (admitted, not counted); "z" is the
+    # third of peer:a; a message without caps is never refused.
+    assert [r.scope if r else None for r in refusals] == [None, None, None, "conversation", None]
 
 
 async def test_pending_headers_are_the_pending_rows_without_their_content(

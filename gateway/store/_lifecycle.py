@@ -1,5 +1,6 @@
 """The SQLite store's part in bounding what waits and in the data's lifecycle (SPEC section
-14): the backlog read before admission, pending rows without their content (what a session
+14): the caps checked inside an admission's transaction (and the same read on its own),
+pending rows without their content (what a session
 actor queues at start), and the operator's purge and delete and the retention sweep.
 
 The writes are group-commit writes like the others (``PurgeConversation``,
@@ -9,12 +10,14 @@ The writes are group-commit writes like the others (``PurgeConversation``,
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from gateway.messages import Backlog, StoredMessage
+from gateway import backlog
+from gateway.errors import Overloaded
+from gateway.messages import Admission, Backlog, StoredMessage
 from gateway.store._attachments import delete_attachments
-from gateway.store._ops import DeleteConversation, DeleteTurn, PurgeConversation
+from gateway.store._ops import AdmitRow, DeleteConversation, DeleteTurn, PurgeConversation
 from gateway.store._writer import GroupWriter
 
 #: Both backends' retention rule: idle past the cutoff, and nothing pending.
@@ -42,6 +45,33 @@ _EXPIRED = (
     " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.conversation = c.key"
     "                 AND m.state = 'pending')"
 )
+
+
+def admit_within_caps(
+    db: sqlite3.Connection,
+    ops: list[AdmitRow],
+    insert: Callable[[list[AdmitRow]], list[Admission]],
+) -> list[Admission | Overloaded]:
+    """``insert`` the admissions of ``ops`` that their caps let in; the others' results are
+    their refusals. On the writer's connection, in the batch's transaction: what the batch
+    admitted before an admission counts for it (``backlog.decide``)."""
+    if all(op.caps is None for op in ops):
+        return list(insert(ops))
+    reads: list[Backlog | None] = []
+    for op in ops:
+        if op.caps is None:
+            reads.append(None)
+            continue
+        m = op.inbound
+        params = (m.conversation, op.caps.per_conversation, op.caps.total)
+        ((conv, total, stored),) = db.execute(
+            _BACKLOG, (*params, m.platform, m.platform_message_id)
+        ).fetchall()
+        reads.append(Backlog(conv, total, bool(stored)))
+    refusals = backlog.decide([(op.inbound, op.caps) for op in ops], reads)
+    accepted = [op for op, refusal in zip(ops, refusals, strict=True) if refusal is None]
+    admitted = iter(insert(accepted) if accepted else [])
+    return [refusal or next(admitted) for refusal in refusals]
 
 
 class LifecycleMixin:

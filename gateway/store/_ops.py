@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from gateway.backlog import Caps
 from gateway.messages import (
     Admission,
     ChunkState,
@@ -36,10 +37,13 @@ class Write(Generic[R_co]):
 class AdmitRow(Write[Admission]):
     """Store the user row as pending, unless (platform, platform id) is already stored,
     with its attachment references; ``blobs`` are bytes that came inline (the peer API),
-    by sha256, stored in the same transaction (SPEC 9)."""
+    by sha256, stored in the same transaction (SPEC 9). ``caps``: refused (its result an
+    ``Overloaded``, nothing stored) past them, checked in the same transaction
+    (``gateway.backlog``)."""
 
     inbound: Inbound
     blobs: tuple[tuple[str, bytes], ...] = ()
+    caps: Caps | None = None
 
 
 @dataclass(frozen=True, slots=True)

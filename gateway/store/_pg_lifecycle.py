@@ -1,6 +1,7 @@
 """The PostgreSQL store's part in bounding what waits and in the data's lifecycle (SPEC
-section 14), the same as SQLite's (``_lifecycle``): the backlog read before admission, pending
-rows without their content, purge, delete and the retention sweep.
+section 14), the same as SQLite's (``_lifecycle``): the caps checked in an admission's
+transaction (and the same read on its own), pending rows without their content, purge, delete
+and the retention sweep.
 
 A delete locks the conversation row first (as admission and the answer commit do), so it
 queues behind them and they behind it; an answer to a deleted row is refused (it is no longer
@@ -9,14 +10,16 @@ the oldest pending row) like a fenced one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import asyncpg
 
-from gateway.messages import Backlog, StoredMessage
+from gateway import backlog
+from gateway.errors import Overloaded
+from gateway.messages import Admission, Backlog, StoredMessage
 from gateway.store._lifecycle import ANONYMOUS_PATTERN
-from gateway.store._ops import DeleteConversation, DeleteTurn, PurgeConversation
+from gateway.store._ops import AdmitRow, DeleteConversation, DeleteTurn, PurgeConversation
 from gateway.store._pg_attachments import delete_attachments
 from gateway.store._writer import GroupWriter
 
@@ -25,6 +28,15 @@ _BACKLOG = (
     "         AND state = 'pending' LIMIT $2) AS c),"
     " (SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE state = 'pending' LIMIT $3) AS t),"
     " EXISTS (SELECT 1 FROM messages WHERE platform = $4 AND platform_message_id = $5)"
+)
+#: _BACKLOG for each admission of a batch, in one round trip, in the batch's order.
+_BACKLOGS = (
+    "SELECT (SELECT COUNT(*) FROM (SELECT 1 FROM messages m WHERE m.conversation = u.c"
+    "         AND m.state = 'pending' LIMIT u.cl) AS c),"
+    " (SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE state = 'pending' LIMIT u.tl) AS t),"
+    " EXISTS (SELECT 1 FROM messages m WHERE m.platform = u.p AND m.platform_message_id = u.pm)"
+    " FROM unnest($1::text[], $2::int[], $3::int[], $4::text[], $5::text[])"
+    " WITH ORDINALITY AS u(c, cl, tl, p, pm, n) ORDER BY n"
 )
 _HEADERS = (
     "SELECT id, conversation, role, '', state, created_at, platform, platform_message_id,"
@@ -36,6 +48,33 @@ _EXPIRED = (
     " AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.conversation = c.key"
     "                 AND m.state = 'pending')"
 )
+
+
+async def admit_within_caps(
+    db: asyncpg.Connection,
+    ops: list[AdmitRow],
+    insert: Callable[[list[AdmitRow]], Awaitable[list[Admission]]],
+) -> list[Admission | Overloaded]:
+    """SQLite's ``admit_within_caps``: the batch's counts in one read at the start of its
+    transaction (what other nodes commit meanwhile is not seen: the overshoot
+    ``gateway.backlog`` describes), then ``insert`` of those the caps let in."""
+    capped = [op for op in ops if op.caps is not None]
+    if not capped:
+        return list(await insert(ops))
+    rows = await db.fetch(
+        _BACKLOGS,
+        [op.inbound.conversation for op in capped],
+        [op.caps.per_conversation for op in capped if op.caps],
+        [op.caps.total for op in capped if op.caps],
+        [op.inbound.platform for op in capped],
+        [op.inbound.platform_message_id for op in capped],
+    )
+    read = iter(Backlog(int(r[0]), int(r[1]), bool(r[2])) for r in rows)
+    reads = [None if op.caps is None else next(read) for op in ops]
+    refusals = backlog.decide([(op.inbound, op.caps) for op in ops], reads)
+    accepted = [op for op, refusal in zip(ops, refusals, strict=True) if refusal is None]
+    admitted = iter(await insert(accepted) if accepted else [])
+    return [refusal or next(admitted) for refusal in refusals]
 
 
 class PgLifecycleMixin:

@@ -5,8 +5,8 @@ writes that are waiting and hands them to the backend's ``apply`` as one batch, 
 backend commits as one transaction: under load, many conversations' admissions and answers
 share one commit instead of queueing behind one commit each. Each write still settles as a
 unit: ``apply`` returns one result per write, and may refuse one write (its result is a
-``StoreError``) and commit the others; a batch that fails is retried one write per
-transaction, so one bad row never sinks the others.
+``GatewayError``: ``LeaseLost``, ``Overloaded``) and commit the others; a batch that fails is
+retried one write per transaction, so one bad row never sinks the others.
 Operations settle in the order they reached the writer, which is the order their ids were
 assigned, so the tasks that wait on them resume in admission order.
 
@@ -28,7 +28,7 @@ from typing import TypeVar, cast
 
 import anyio
 
-from gateway.errors import StoreClosed, StoreError, StoreUnavailable
+from gateway.errors import GatewayError, StoreClosed, StoreError, StoreUnavailable
 from gateway.events import Observe, StoreCommitted
 from gateway.store._ops import StoreWrite, Write
 
@@ -203,8 +203,9 @@ class GroupWriter:
         self._stats["batch_max"] = max(self._stats["batch_max"], len(batch))
         self._observe(StoreCommitted(seconds=time.perf_counter() - started, operations=len(batch)))
         for op, result in zip(batch, results, strict=True):
-            if isinstance(result, StoreError):
-                op.error = result  # refused alone (``LeaseLost``): the others committed
+            if isinstance(result, GatewayError):
+                # Refused alone (``LeaseLost``, ``Overloaded``): the others committed.
+                op.error = result
             else:
                 op.result = result
             op.done.set()

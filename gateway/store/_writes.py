@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gateway.backlog import Caps
 from gateway.messages import Admission, Inbound, StoredMessage, TurnOutcome, TurnResult
 from gateway.store._ops import (
     AdmitRow,
@@ -35,8 +36,14 @@ from gateway.store._writer import GroupWriter
 class QueuedWrites:
     _group: GroupWriter
 
-    async def admit(self, inbound: Inbound, blobs: Mapping[str, bytes] | None = None) -> Admission:
-        return await self._group.submit(AdmitRow(inbound, tuple((blobs or {}).items())))
+    async def admit(
+        self,
+        inbound: Inbound,
+        blobs: Mapping[str, bytes] | None = None,
+        *,
+        caps: Caps | None = None,
+    ) -> Admission:
+        return await self._group.submit(AdmitRow(inbound, tuple((blobs or {}).items()), caps))
 
     async def save_attachment(
         self,

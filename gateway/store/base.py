@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
+from gateway.backlog import Caps
 from gateway.messages import (
     Admission,
     Backlog,
@@ -27,9 +28,17 @@ from gateway.messages import (
 
 
 class Store(Protocol):
-    async def admit(self, inbound: Inbound, blobs: Mapping[str, bytes] | None = None) -> Admission:
+    async def admit(
+        self,
+        inbound: Inbound,
+        blobs: Mapping[str, bytes] | None = None,
+        *,
+        caps: Caps | None = None,
+    ) -> Admission:
         """Store the user row as pending, unless (platform, platform id) is already stored,
-        with its attachment references; ``blobs``: inline bytes by sha256, stored with it."""
+        with its attachment references; ``blobs``: inline bytes by sha256, stored with it.
+        ``caps``: raises :class:`~gateway.errors.Overloaded` (nothing stored) when as many
+        rows wait already, counted in the same transaction (``gateway.backlog``)."""
         ...
 
     async def save_attachment(

@@ -75,7 +75,7 @@ from gateway.store._pg_connection import (
 )
 from gateway.store._pg_console import PgConsoleReadsMixin
 from gateway.store._pg_leases import ALIVE, LeasesMixin, Placement, place
-from gateway.store._pg_lifecycle import PgLifecycleMixin
+from gateway.store._pg_lifecycle import PgLifecycleMixin, admit_within_caps
 from gateway.store._pg_pairing import PgPairingMixin
 from gateway.store._pg_reads import MSG_COLUMNS, PgReadsMixin, to_message
 from gateway.store._pg_schema import migrate
@@ -188,8 +188,9 @@ class PostgresStore(
     async def _apply(self, db: asyncpg.Connection, run: list[StoreWrite]) -> Sequence[object]:
         """One run of writes of the same class: one result per write."""
         match run[0]:
-            case AdmitRow():
-                return await self._apply_admit(db, only(AdmitRow, run))
+            case AdmitRow():  # within the caps (gateway.backlog)
+                admits = only(AdmitRow, run)
+                return await admit_within_caps(db, admits, lambda ok: self._apply_admit(db, ok))
             case AnswerTurn():
                 return await self._apply_answer(db, only(AnswerTurn, run))
             case CancelTurn():

@@ -42,7 +42,7 @@ from gateway.store import _queries as q
 from gateway.store._attachments import AttachmentsMixin, group_refs, with_refs
 from gateway.store._console import ConsoleReadsMixin
 from gateway.store._errors import SQLITE_ERRORS, mapped
-from gateway.store._lifecycle import LifecycleMixin
+from gateway.store._lifecycle import LifecycleMixin, admit_within_caps
 from gateway.store._ops import (
     AdmitRow,
     AnswerTurn,
@@ -267,8 +267,9 @@ class SqliteStore(
     def _apply(self, db: sqlite3.Connection, run: list[StoreWrite]) -> Sequence[object]:
         """One run of writes of the same class: one result per write."""
         match run[0]:
-            case AdmitRow():
-                return self._apply_admit(db, only(AdmitRow, run))
+            case AdmitRow():  # within the caps (gateway.backlog)
+                admits = only(AdmitRow, run)
+                return admit_within_caps(db, admits, lambda ok: self._apply_admit(db, ok))
             case AnswerTurn():
                 return self._apply_answer(db, only(AnswerTurn, run))
             case CancelTurn():
