@@ -31,7 +31,7 @@ import resource
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -169,9 +169,10 @@ class GuardedHandler(web.RequestHandler):
             self._guard.quiet.warning(
                 "peer API: connection cap reached, refusing new connections", cap=self._guard.cap
             )
-            assert isinstance(transport, asyncio.Transport)
-            transport.write(_REFUSAL)
-            transport.close()
+            # A stream transport; uvloop's are not asyncio.Transport subclasses.
+            stream = cast(asyncio.WriteTransport, transport)
+            stream.write(_REFUSAL)
+            stream.close()
             return
         self._guard.open += 1
         super().connection_made(transport)
