@@ -52,6 +52,12 @@ class Courier:
         self._observe = observe
         self._send, self._receive = anyio.create_memory_object_stream[TurnOutcome](mailbox)
         self._lanes: dict[str, deque[TurnOutcome]] = {}
+        # Replies handed over and not yet sent and recorded: idle at 0. Counted, because the
+        # lanes and the mailbox cannot say it: a reply handed straight to the waiting
+        # receiver is in neither until the receiving task runs, and a lane that finished in
+        # that moment used to declare the courier idle (a drain then stopped the node with
+        # that reply unsent, and the node that took the conversation over sent it again).
+        self._outstanding = 0
         self._idle = anyio.Event()
         self._idle.set()
         self._stats = {"sent": 0, "retries": 0, "failed": 0}
@@ -68,8 +74,19 @@ class Courier:
 
     async def deliver(self, outcome: TurnOutcome) -> None:
         """Queue a turn's chunks (waits while the mailbox is full)."""
-        self._idle = anyio.Event() if self._idle.is_set() else self._idle
-        await self._send.send(outcome)
+        if self._outstanding == 0:
+            self._idle = anyio.Event()
+        self._outstanding += 1
+        try:
+            await self._send.send(outcome)
+        except BaseException:
+            self._settled()
+            raise
+
+    def _settled(self) -> None:
+        self._outstanding -= 1
+        if self._outstanding == 0:
+            self._idle.set()
 
     async def wait_idle(self) -> None:
         """Until nothing is queued or being sent."""
@@ -96,10 +113,9 @@ class Courier:
                 for chunk in lane[0].chunks:
                     await self._deliver_chunk(chunk)
                 lane.popleft()
+                self._settled()
         finally:
             del self._lanes[conversation]
-            if not self._lanes and self._send.statistics().current_buffer_used == 0:
-                self._idle.set()
 
     async def _deliver_chunk(self, chunk: OutboxChunk) -> None:
         await self._intake.before_send(chunk.id)
