@@ -1,7 +1,7 @@
 """The SQLite store's part in bounding what waits and in the data's lifecycle (SPEC section
 14): the caps checked inside an admission's transaction (and the same read on its own),
-pending rows without their content (what a session
-actor queues at start), and the operator's purge and delete and the retention sweep.
+pending rows without their content (what a session actor queues at start), and the
+operator's purge and delete and the retention sweep.
 
 The writes are group-commit writes like the others (``PurgeConversation``,
 ``DeleteConversation``, applied by ``SqliteStore._apply``).
