@@ -20,7 +20,7 @@ import anyio
 
 from gateway.errors import PlatformError
 from gateway.events import ChunkRecorded, ChunkSent, Observe, SendFailed, SendRetried
-from gateway.messages import OutboxChunk, TurnOutcome
+from gateway.messages import OutboxChunk, StoredMessage, TurnOutcome
 from gateway.ports import Intake
 from policy import classify_send
 from policy.backoff import Backoff
@@ -28,6 +28,14 @@ from policy.backoff import Backoff
 log = logging.getLogger(__name__)
 
 SendChunk = Callable[[OutboxChunk], Awaitable[str]]
+
+
+class SentByCourier:
+    """For an outlet whose courier sends its replies: nothing is stored delivered with the
+    answer (``Outlet.delivered_as``); each chunk is recorded once the platform took it."""
+
+    def delivered_as(self, row: StoredMessage) -> None:
+        return None
 
 
 class Courier:

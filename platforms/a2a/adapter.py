@@ -41,7 +41,7 @@ from gateway.messages import (
 )
 from gateway.ports import Intake, Watch
 from platforms import _fetch
-from platforms._courier import Courier
+from platforms._courier import Courier, SentByCourier
 from platforms.a2a import _push, _stream, convert
 from platforms.a2a.card import agent_card
 from platforms.a2a.convert import Dialect, Envelope, Op, TaskState, TaskView
@@ -111,7 +111,7 @@ def _context_of(row: StoredMessage) -> str:
     return local
 
 
-class A2aAdapter:
+class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
     """The ``a2a`` platform: its routes (mounted on the peer listener) and its outlet."""
 
     platform = PLATFORM
@@ -174,9 +174,6 @@ class A2aAdapter:
 
     def render(self, text: str) -> list[str]:
         return [text]
-
-    def delivered_as(self, row: StoredMessage) -> None:
-        return None  # the chunk carries the task's push notification: sent by the courier
 
     # A2A messages are admitted as their text parts; nothing of them is ever fetched.
     fetch = _fetch.unsupported

@@ -42,7 +42,7 @@ from gateway.events import DiscordBackfilled, Observe
 from gateway.messages import OutboxChunk, StoredMessage, TurnOutcome
 from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
-from platforms._courier import Courier
+from platforms._courier import Courier, SentByCourier
 from platforms._live import LiveSection
 from platforms._notices import NoticeBox
 from platforms._preview import Previews
@@ -81,7 +81,7 @@ STORE_BUSY = "I could not do that just now: please try again in a moment."
 # -- the actor ---------------------------------------------------------------------------
 
 
-class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching):
+class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCourier):
     platform = convert.PLATFORM
 
     def __init__(
@@ -168,9 +168,6 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching):
         return convert.render(
             text, limit=self._config.chunk_chars, max_lines=self._config.max_lines
         )
-
-    def delivered_as(self, row: StoredMessage) -> None:
-        return None  # sent by ``deliver``, each chunk recorded once Discord took it
 
     async def deliver(self, outcome: TurnOutcome) -> None:
         channel = convert.channel_of(outcome.conversation)

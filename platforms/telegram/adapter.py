@@ -53,7 +53,7 @@ from gateway.messages import (
 from gateway.ports import Intake, Leases, Watch
 from platforms._access import check_access
 from platforms._attachments import MAX_DOWNLOADS
-from platforms._courier import Courier
+from platforms._courier import Courier, SentByCourier
 from platforms._live import LiveSection
 from platforms._notices import NoticeBox, send_notice
 from platforms._preview import Previews
@@ -89,7 +89,7 @@ class SendNotice:
     reply_to: int | None = None
 
 
-class TelegramAdapter(LiveSection[TelegramConfig]):
+class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
     platform = PLATFORM
 
     def __init__(
@@ -165,9 +165,6 @@ class TelegramAdapter(LiveSection[TelegramConfig]):
 
     def render(self, text: str) -> list[str]:
         return render.render(text)
-
-    def delivered_as(self, row: StoredMessage) -> None:
-        return None  # sent by ``deliver``, each chunk recorded once Telegram took it
 
     async def deliver(self, outcome: TurnOutcome) -> None:
         target = convert.parse_key(outcome.conversation)
