@@ -11,7 +11,8 @@ decisions: deciding what is retryable is ``policy.classify``'s job alone.
     ├── StoreError                the store failed
     │   ├── StoreClosed           closed by us: shutting down
     │   ├── StoreUnavailable      the database is unreachable, locked or lost (broken by the peer)
-    │   └── LeaseLost             another node owns the conversation now: this answer is fenced
+    │   ├── LeaseLost             another node owns the conversation now: this answer is fenced
+    │   └── TurnSettled           the turn's row was settled or deleted while it ran: not stored
     ├── MailboxFull               a bounded mailbox refused a message (visible, never dropped)
     ├── Refused                   a message refused before it was stored (nothing kept)
     │   ├── Overloaded            too many turns wait (retry_after, scope)
@@ -73,6 +74,15 @@ class StoreUnavailable(StoreError):
 class LeaseLost(StoreError):
     """This node no longer holds the conversation's lease (several nodes, PostgreSQL): its
     answer was refused so that the new owner's is the only one stored and delivered."""
+
+    def __init__(self, message: str, *, conversation: str) -> None:
+        super().__init__(message)
+        self.conversation = conversation
+
+
+class TurnSettled(StoreError):
+    """An answer's user row is no longer pending: it was purged, cancelled or deleted (by an
+    operator, another process) while its turn ran. The answer was refused, nothing stored."""
 
     def __init__(self, message: str, *, conversation: str) -> None:
         super().__init__(message)

@@ -19,7 +19,7 @@ import pytest
 
 from agent import Agent, ClientPool
 from gateway.config import parse_config
-from gateway.errors import ConfigError, LeaseLost
+from gateway.errors import ConfigError, LeaseLost, TurnSettled
 from gateway.events import Event, TurnInterrupted, TurnMerged
 from gateway.mailbox import LoadPending, StopTurn, TurnAdmitted
 from gateway.messages import (
@@ -180,7 +180,7 @@ async def test_a_merged_answer_is_fenced_on_postgres(postgres_url: str) -> None:
         with pytest.raises(LeaseLost, match="not the oldest pending"):  # the burst skips "one"
             await a.answer(three, TurnResult(reply="x"), ["x"], also=[two.id])
         await a.cancel(one.id)
-        with pytest.raises(LeaseLost, match="not the oldest pending"):  # "one" is settled
+        with pytest.raises(TurnSettled, match="no longer pending"):  # "one" is settled
             await a.answer(three, TurnResult(reply="x"), ["x"], also=[one.id, two.id])
         outcome = await a.answer(three, TurnResult(reply="both"), ["both"], also=[two.id])
         transcript = await a.transcript("peer:a")

@@ -15,7 +15,7 @@ import anyio
 import asyncpg
 import pytest
 
-from gateway.errors import LeaseLost, StoreError
+from gateway.errors import LeaseLost, StoreError, TurnSettled
 from gateway.messages import Failure, Inbound, StoredMessage, TurnResult
 from gateway.store import Store, open_sqlite_store
 from gateway.store._pg_schema import MIGRATIONS as PG_MIGRATIONS
@@ -127,6 +127,54 @@ async def test_answer_settles_the_row_and_queues_chunks(open_store: Opener) -> N
         assert [c.text for c in await store.undelivered()] == ["part2"]
         reply = await store.reply_to(row.id)
         assert reply is not None and reply.content == "part1part2" and reply.user_row_id == row.id
+
+
+async def test_an_answer_to_a_row_settled_meanwhile_is_refused_alone(open_store: Opener) -> None:
+    """A purge or cancel that lands while the turn runs (an operator, another process): the
+    answer's commit refuses that turn alone and stores nothing of it; the batch commits."""
+    async with open_store() as store:
+        purged = (await store.admit(inbound("purged", "p1", "peer:gone"))).row
+        kept = (await store.admit(inbound("kept", "k1"))).row
+        assert await store.purge("peer:gone") == 1
+        before = store.statistics()
+        results: dict[str, object] = {}
+
+        async def answer(name: str, row: StoredMessage) -> None:
+            try:
+                results[name] = await store.answer(row, TurnResult(reply=name), [name])
+            except TurnSettled as exc:
+                results[name] = exc
+
+        async with anyio.create_task_group() as tg:  # one batch, as the writer takes them
+            tg.start_soon(answer, "late", purged)
+            tg.start_soon(answer, "fine", kept)
+        after = store.statistics()
+        gone = [(m.role, m.content, m.state) for m in await store.transcript("peer:gone")]
+        fine = [(m.role, m.content, m.state) for m in await store.transcript("peer:a")]
+        outbox = [c.text for c in await store.undelivered()]
+    refused = results["late"]
+    assert isinstance(refused, TurnSettled) and refused.conversation == "peer:gone"
+    assert "no longer pending" in str(refused)
+    assert gone == [("user", "purged", "failed")]  # as the purge left it: no reply row
+    assert fine == [("user", "kept", "answered"), ("assistant", "fine", "final")]
+    assert outbox == ["fine"]
+    assert after["commits"] == before["commits"] + 1  # refused inside the batch's commit
+
+
+async def test_a_merged_answer_with_a_row_settled_meanwhile_leaves_the_rest_pending(
+    open_store: Opener,
+) -> None:
+    async with open_store() as store:
+        first, second = [(await store.admit(inbound(t, t, "peer:b"))).row for t in ("b1", "b2")]
+        await store.cancel(first.id)  # /stop from another process, say
+        with pytest.raises(TurnSettled, match="no longer pending"):
+            await store.answer(second, TurnResult(reply="both"), ["both"], also=[first.id])
+        assert [m.content for m in await store.pending("peer:b")] == ["b2"]  # as it was
+        await store.answer(second, TurnResult(reply="b2 alone"), ["b2 alone"])
+        transcript = [(m.content, m.state) for m in await store.transcript("peer:b")]
+        outbox = [c.text for c in await store.undelivered()]
+    assert transcript == [("b1", "cancelled"), ("b2", "answered"), ("b2 alone", "final")]
+    assert outbox == ["b2 alone"]
 
 
 async def test_an_answer_that_is_its_own_delivery_is_stored_delivered(
@@ -333,7 +381,7 @@ async def test_answers_keep_the_conversation_order(postgres_url: str) -> None:
             await a.answer(second, TurnResult(reply="out of order"), ["x"])
         await a.answer(first, TurnResult(reply="first"), ["first"])
         await a.answer(second, TurnResult(reply="second"), ["second"])
-        with pytest.raises(LeaseLost, match="not the oldest pending"):
+        with pytest.raises(TurnSettled, match="no longer pending"):
             await a.answer(second, TurnResult(reply="twice"), ["x"])  # settled already
 
 

@@ -2,8 +2,9 @@
 
 One transaction per batch locks the conversations and user rows, refuses an answer whose
 node no longer holds the conversation's lease (owner and fence) or whose row is not the
-oldest pending one (a merged turn: whose rows are all pending, its first the oldest)
-(``LeaseLost``, that write alone), then stores the reply rows, settles
+oldest pending one (a merged turn: its first row the oldest) (``LeaseLost``, that write
+alone), or one of whose rows is no longer pending (purged, cancelled, deleted meanwhile:
+``TurnSettled``), then stores the reply rows, settles
 the user rows, queues the outbox chunks and notifies the nodes that wait for them. A mixin
 of :class:`~gateway.store.postgres.PostgresStore`, split out to keep that module readable.
 """
@@ -15,7 +16,7 @@ from typing import Any
 
 import asyncpg
 
-from gateway.errors import LeaseLost
+from gateway.errors import LeaseLost, TurnSettled
 from gateway.messages import (
     MessageState,
     OutboxChunk,
@@ -33,7 +34,7 @@ class PgAnswersMixin:
 
     async def _apply_answer(
         self, db: asyncpg.Connection, ops: list[AnswerTurn]
-    ) -> list[TurnOutcome | LeaseLost]:
+    ) -> list[TurnOutcome | LeaseLost | TurnSettled]:
         now = self._clock()
         users: list[StoredMessage] = [op.user_row for op in ops]
         keys = sorted({u.conversation for u in users})
@@ -62,7 +63,7 @@ class PgAnswersMixin:
             )
         }
         # Each write's result, by position: LeaseLost now, or its outcome once stored.
-        results: list[TurnOutcome | LeaseLost | None] = []
+        results: list[TurnOutcome | LeaseLost | TurnSettled | None] = []
         accepted: list[tuple[int, AnswerTurn]] = []
         for op, user in zip(ops, users, strict=True):
             owner, fence = owners.get(user.conversation, (None, -1))
@@ -73,9 +74,12 @@ class PgAnswersMixin:
                     f"{user.conversation} is held by {owner or 'nobody'} now (fence {fence})",
                     conversation=user.conversation,
                 )
-            elif any(row is None or row["state"] != "pending" for row in burst) or oldest.get(
-                user.conversation
-            ) != min(row["seq"] for row in burst if row):
+            elif any(row is None or row["state"] != "pending" for row in burst):
+                results[-1] = TurnSettled(
+                    f"row {user.id} of {user.conversation} is no longer pending",
+                    conversation=user.conversation,
+                )
+            elif oldest.get(user.conversation) != min(row["seq"] for row in burst if row):
                 results[-1] = LeaseLost(
                     f"row {user.id} of {user.conversation} is not the oldest pending row",
                     conversation=user.conversation,
@@ -91,7 +95,7 @@ class PgAnswersMixin:
         db: asyncpg.Connection,
         accepted: list[tuple[int, AnswerTurn]],
         rows: dict[int, asyncpg.Record],
-        results: list[TurnOutcome | LeaseLost | None],
+        results: list[TurnOutcome | LeaseLost | TurnSettled | None],
         now: float,
     ) -> None:
         """The answers that passed the fence: their rows, chunks and notifications."""

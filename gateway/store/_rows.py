@@ -8,7 +8,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from gateway.messages import OutboxChunk, StoredMessage
+from gateway.messages import Inbound, MessageState, OutboxChunk, StoredMessage
 from gateway.store._attachments import REF_COLUMNS
 
 MSG_COLUMNS = (
@@ -33,6 +33,21 @@ def row_to_message(r: sqlite3.Row | tuple[Any, ...]) -> StoredMessage:
         reply_target=r[10],
         prompt_tokens=r[11],
         completion_tokens=r[12],
+    )
+
+
+def admitted(m: Inbound, row_id: int, now: float) -> StoredMessage:
+    """A user row just inserted, as reading it back would give it."""
+    return StoredMessage(
+        id=row_id,
+        conversation=m.conversation,
+        role="user",
+        content=m.text,
+        state=str(MessageState.PENDING),
+        created_at=now,
+        platform=m.platform,
+        platform_message_id=m.platform_message_id,
+        reply_target=m.reply_target,
     )
 
 

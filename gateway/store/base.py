@@ -76,7 +76,9 @@ class Store(Protocol):
         ``also``: the earlier rows of a merged turn (SPEC 10), settled in the same
         transaction and linked to the reply (``reply_to`` finds it for each).
         ``delivered_as``: the chunks are stored delivered, with that platform message id,
-        instead of pending (``Outlet.delivered_as``: the outcome is its own delivery)."""
+        instead of pending (``Outlet.delivered_as``: the outcome is its own delivery).
+        Raises ``TurnSettled`` (nothing stored) when one of the rows is no longer pending,
+        and, on PostgreSQL, ``LeaseLost`` when this node may not answer for it."""
         ...
 
     async def cancel(self, user_row_id: int, *, also: Sequence[int] = ()) -> None:

@@ -32,13 +32,11 @@ from gateway.messages import (
     ChunkState,
     ConversationInfo,
     Inbound,
-    MessageState,
     OutboxChunk,
     StoredMessage,
-    TurnOutcome,
-    TurnResult,
 )
 from gateway.store import _queries as q
+from gateway.store._answers import AnswersMixin
 from gateway.store._attachments import AttachmentsMixin, group_refs, with_refs
 from gateway.store._console import ConsoleReadsMixin
 from gateway.store._errors import SQLITE_ERRORS, mapped
@@ -72,6 +70,7 @@ from gateway.store._pairing import fetchall as _fetchall
 from gateway.store._push_configs import PushConfigsMixin
 from gateway.store._rows import MSG_COLUMNS as _MSG_COLUMNS
 from gateway.store._rows import REFS_OF_ROW as _REFS_OF_ROW
+from gateway.store._rows import admitted
 from gateway.store._rows import row_to_chunk as _row_to_chunk
 from gateway.store._rows import row_to_message as _row_to_message
 from gateway.store._schema import migrate
@@ -85,6 +84,7 @@ log = logging.getLogger(__name__)
 
 class SqliteStore(
     QueuedWrites,
+    AnswersMixin,
     PairingMixin,
     LifecycleMixin,
     SummariesMixin,
@@ -271,7 +271,7 @@ class SqliteStore(
                 admits = only(AdmitRow, run)
                 return admit_within_caps(db, admits, lambda ok: self._apply_admit(db, ok))
             case AnswerTurn():
-                return self._apply_answer(db, only(AnswerTurn, run))
+                return self._apply_answers(db, only(AnswerTurn, run))
             case CancelTurn():
                 return self._apply_cancel(db, only(CancelTurn, run))
             case ResetConversation():
@@ -342,13 +342,19 @@ class SqliteStore(
                     now,
                 )
             )
-        db.executemany(
+        inserted = db.executemany(
             "INSERT INTO messages (id, conversation, role, content, state, platform,"
             " platform_message_id, reply_target, sender, created_at)"
             " VALUES (?, ?, 'user', ?, 'pending', ?, ?, ?, ?, ?)"
             " ON CONFLICT (platform, platform_message_id) DO NOTHING",
             rows,
-        )
+        ).rowcount
+        if inserted == len(rows):  # no duplicate: every row is as it was just written
+            new = [
+                Admission(row=admitted(m, i, now), duplicate=False)
+                for m, i in zip(inbound, proposed, strict=True)
+            ]
+            return self._admit_attachments(db, ops, new)
         stored: dict[tuple[str, str], StoredMessage] = {}
         keys = list({(m.platform, m.platform_message_id) for m in inbound})
         for start in range(0, len(keys), 400):
@@ -364,97 +370,6 @@ class SqliteStore(
             msg = stored[(m.platform, m.platform_message_id)]
             admissions.append(Admission(row=msg, duplicate=msg.id != row_id))
         return self._admit_attachments(db, ops, admissions)
-
-    def _apply_answer(self, db: sqlite3.Connection, ops: list[AnswerTurn]) -> list[TurnOutcome]:
-        now = self._clock()
-        assistant_rows, user_updates, chunk_rows = [], [], []
-        outcomes: list[TurnOutcome] = []
-        for op in ops:
-            user_row: StoredMessage = op.user_row
-            result: TurnResult = op.result
-            texts: tuple[str, ...] = op.chunks
-            self._next_message_id += 1
-            message_id = self._next_message_id
-            failure = result.failure.reason if result.failure else None
-            assistant_rows.append(
-                (
-                    message_id,
-                    user_row.conversation,
-                    result.reply,
-                    user_row.platform,
-                    user_row.id,
-                    failure,
-                    result.model,
-                    now,
-                    *op.tokens,
-                )
-            )
-            state = MessageState.FAILED if result.failure else MessageState.ANSWERED
-            # A merged turn's rows all settle here, each linked to the one reply (SPEC 10).
-            for settled in (*op.also, user_row.id):
-                user_updates.append((str(state), message_id, settled))
-            chunks = []
-            for seq, text in enumerate(texts):
-                self._next_chunk_id += 1
-                chunk = OutboxChunk(
-                    id=self._next_chunk_id,
-                    conversation=user_row.conversation,
-                    platform=user_row.platform,
-                    message_id=message_id,
-                    user_row_id=user_row.id,
-                    seq=seq,
-                    text=text,
-                    created_at=now,
-                    reply_target=user_row.reply_target,
-                    state=op.chunk_state,
-                )
-                chunks.append(chunk)
-                chunk_rows.append(
-                    (
-                        chunk.id,
-                        chunk.conversation,
-                        chunk.platform,
-                        message_id,
-                        user_row.id,
-                        seq,
-                        text,
-                        chunk.reply_target,
-                        now,
-                        str(chunk.state),
-                        op.delivered_as,
-                        None if op.delivered_as is None else now,
-                    )
-                )
-            outcomes.append(
-                TurnOutcome(
-                    conversation=user_row.conversation,
-                    user_row_id=user_row.id,
-                    reply=result.reply,
-                    failure=result.failure,
-                    chunks=tuple(chunks),
-                    usage=result.usage,
-                    also=op.also,
-                )
-            )
-        db.executemany(
-            "INSERT INTO messages (id, conversation, role, content, state, platform, user_row_id,"
-            " failure, model, created_at, prompt_tokens, completion_tokens)"
-            " VALUES (?, ?, 'assistant', ?, 'final', ?, ?, ?, ?, ?, ?, ?)",
-            assistant_rows,
-        )
-        db.executemany("UPDATE messages SET state = ?, answered_by = ? WHERE id = ?", user_updates)
-        if chunk_rows:
-            db.executemany(
-                "INSERT INTO outbox (id, conversation, platform, message_id, user_row_id, seq,"
-                " text, reply_target, created_at, state, platform_message_id, delivered_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                chunk_rows,
-            )
-        db.executemany(
-            "UPDATE conversations SET updated_at = ? WHERE key = ?",
-            [(now, o.conversation) for o in outcomes],
-        )
-        return outcomes
 
     def _apply_cancel(self, db: sqlite3.Connection, ops: list[CancelTurn]) -> list[None]:
         db.executemany(
