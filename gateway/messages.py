@@ -268,6 +268,7 @@ class TurnOutcome:
     also: tuple[int, ...] = ()
     # An interrupted turn (queue mode "interrupt"): nothing to send, its preview goes, and its
     # rows stay pending for the next turn (nobody waiting learns anything from this outcome).
+    # Also a turn whose rows were settled elsewhere while it ran (``TurnSettled``).
     interrupted: bool = False
 
     @property

@@ -31,7 +31,7 @@ import anyio
 
 from gateway.actor import Actor
 from gateway.attachments import Attachments, TurnInput, history_message
-from gateway.errors import LeaseLost
+from gateway.errors import LeaseLost, TurnSettled
 from gateway.events import (
     AnswerCommitted,
     FirstTokenShown,
@@ -204,7 +204,7 @@ class SessionActor(Actor):
         match message:
             case TurnAdmitted(row=row):
                 if row.id > self._floor and not self._is_queued(row.id):
-                    self._enqueue(dataclasses.replace(row, content=""))
+                    self._enqueue(row if self._starts_now(row) else _header(row))
                     if self._policy.mode == "interrupt":
                         self._cut_turn("interrupt")
             case StopTurn():
@@ -257,6 +257,15 @@ class SessionActor(Actor):
             self._cut = "stop" if "stop" in (why, self._cut) else why
             self._turn_scope.cancel()
 
+    def _starts_now(self, row: StoredMessage) -> bool:
+        """Whether ``row``'s turn starts as soon as the worker runs: then the row admitted
+        is kept whole, and the turn does not read it back (a row with attachments is read,
+        for the refs as stored). A row that waits (behind a turn, in a burst's window) is
+        queued as a header and read when its turn comes, so a purge or delete meanwhile is
+        seen before the model is asked, as ever; the answer's commit refuses a row settled
+        in the instant between (``TurnSettled``)."""
+        return not (self._waiting or self._running or self._debounce or row.attachments)
+
     def _is_queued(self, row_id: int) -> bool:
         i = bisect.bisect_left(self._queued, row_id)
         return i < len(self._queued) and self._queued[i] == row_id
@@ -273,6 +282,7 @@ class SessionActor(Actor):
             burst = await self._next_burst()
             if not burst:
                 continue
+            self._waiting[:] = map(_header, self._waiting)  # they wait for this turn
             self._running = burst
             requeue = False
             try:
@@ -282,7 +292,7 @@ class SessionActor(Actor):
                 self._finished += 1
                 if requeue and not self._closed and not self._abandoned:
                     for row in burst:  # still queued: the next turn answers them too
-                        bisect.insort(self._waiting, row, key=lambda r: r.id)
+                        bisect.insort(self._waiting, _header(row), key=lambda r: r.id)
                 else:
                     for row in burst:
                         self._queued.remove(row.id)
@@ -299,6 +309,7 @@ class SessionActor(Actor):
                     del self._waiting[: len(rows)]  # a prefix: the oldest rows
                     return rows
                 case WaitForMore(seconds=seconds):
+                    self._waiting[:] = map(_header, self._waiting)  # they wait for the burst
                     with anyio.CancelScope() as self._debounce:
                         await anyio.sleep(seconds)
                     self._debounce = None
@@ -313,11 +324,11 @@ class SessionActor(Actor):
         ``/stop``, ``abandon`` and, in queue mode "interrupt", a newer row cancel), then the
         turn ends as the plan says. True: interrupted, its rows go back to the queue."""
         deps = self._deps
-        # The queue holds rows without their content; the rows are read whole when their turn
-        # comes, and one purged or deleted while it waited is skipped.
+        # A queued row is a header (``_header``), read whole when its turn comes (one purged
+        # or deleted while it waited is skipped); a row that started at once is whole.
         rows: list[StoredMessage] = []
         for header in burst:
-            current = await deps.store.message(header.id)
+            current = header if header.content else await deps.store.message(header.id)
             if current is not None and current.state == MessageState.PENDING:
                 rows.append(current)
         if not rows:
@@ -382,6 +393,16 @@ class SessionActor(Actor):
                             also=also,
                             delivered_as=self._outlet.delivered_as(row),
                         )
+                    except TurnSettled as exc:
+                        # Purged, cancelled or deleted while the turn ran (an operator, another
+                        # process): nothing was stored; a preview of it is taken down.
+                        log.warning(
+                            "turn settled meanwhile: answer discarded",
+                            extra={"conversation": self.key, "row": row.id, "reason": str(exc)},
+                        )
+                        gone = TurnOutcome(self.key, row.id, "", None, (), also=also)
+                        await self._outlet.deliver(dataclasses.replace(gone, interrupted=True))
+                        return False
                     except LeaseLost as exc:
                         # Fenced: another node took the conversation over (this one was frozen
                         # or cut off) and runs the row itself. Nothing was stored or sent.
@@ -503,6 +524,11 @@ class SessionActor(Actor):
         excess = len(self._history) - self._deps.history_limit
         if excess > 0:
             del self._history[:excess]
+
+
+def _header(row: StoredMessage) -> StoredMessage:
+    """``row`` as the queue keeps a row that waits: without its content (read at its turn)."""
+    return row if not row.content else dataclasses.replace(row, content="", attachments=())
 
 
 class _FirstToken:

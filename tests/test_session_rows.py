@@ -1,0 +1,133 @@
+"""Where a turn's row comes from: in hand when it starts at once, read back when it waited.
+
+A row admitted to an idle actor starts its turn at once, so the actor keeps the row it was
+handed and does not read it back (a store round trip less per turn). A row that waits (behind
+a running turn) is queued as a header and read whole when its turn comes, so an operator's
+purge meanwhile is seen before the model is asked; a purge that lands while the turn runs is
+refused by the answer's commit (``TurnSettled``): nothing stored, nothing sent, the actor
+goes on with its queue. A real ``SessionActor`` on a real ``SqliteStore``, the real agent
+against the fake model server.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import anyio
+import pytest
+
+from agent import Agent, ClientPool
+from gateway.messages import Inbound, StoredMessage
+from gateway.session import SessionActor, SessionDeps, TurnAdmitted
+from gateway.store.sqlite import SqliteStore, open_sqlite_store
+from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
+from tests.harness import make_config
+from tests.test_session_turn import FAST, Platform
+
+pytestmark = pytest.mark.anyio
+
+KEY = "peer:s"
+
+
+@dataclass
+class World:
+    actor: SessionActor
+    store: SqliteStore
+    platform: Platform
+    reads: list[int]  # the rows the actor read back with ``store.message``
+    number: itertools.count[int]
+
+    async def admit(self, text: str) -> StoredMessage:
+        inbound = Inbound("peer", KEY, f"m{next(self.number)}", text)
+        row = (await self.store.admit(inbound)).row
+        await self.actor.send(TurnAdmitted(row))
+        return row
+
+    async def transcript(self) -> list[tuple[str, str, str]]:
+        return [(r.role, r.content, r.state) for r in await self.store.transcript(KEY)]
+
+    async def delivered(self, count: int) -> None:
+        with anyio.fail_after(10):
+            while len(self.platform.delivered) < count:
+                self.platform.arrived = anyio.Event()
+                await self.platform.arrived.wait()
+
+
+@asynccontextmanager
+async def session(tmp_path: Path, fake: FakeModel) -> AsyncIterator[World]:
+    config = make_config(tmp_path / "b.db", fake.base_url, model_extra=FAST)
+    clients = ClientPool()
+    try:
+        async with open_sqlite_store(str(tmp_path / "b.db")) as store:
+            reads: list[int] = []
+            read = store.message
+
+            async def message(row_id: int) -> StoredMessage | None:
+                reads.append(row_id)
+                return await read(row_id)
+
+            store.message = message  # type: ignore[method-assign]
+            deps = SessionDeps(
+                store=store,
+                runner=Agent(config.model, config.agent, clients),
+                outlets={"peer": (platform := Platform())},
+                limiter=anyio.CapacityLimiter(4),
+                history_messages=20,
+                mailbox_size=8,
+            )
+            actor = SessionActor(KEY, deps)
+            async with anyio.create_task_group() as tg:
+                await tg.start(actor.run)
+                try:
+                    yield World(actor, store, platform, reads, itertools.count(1))
+                finally:
+                    actor.close()
+    finally:
+        await clients.aclose()
+
+
+async def test_a_row_that_starts_at_once_is_not_read_back(tmp_path: Path) -> None:
+    async with open_fake_model() as fake:
+        fake.script(ok("one"), ok("two"))
+        async with session(tmp_path, fake) as world:
+            await world.admit("first")
+            await world.delivered(1)
+            await world.admit("second")
+            await world.delivered(2)
+            assert world.reads == []
+            assert await world.transcript() == [
+                ("user", "first", "answered"),
+                ("assistant", "one", "final"),
+                ("user", "second", "answered"),
+                ("assistant", "two", "final"),
+            ]
+        assert [r.last_user for r in fake.requests] == ["first", "second"]
+
+
+async def test_a_row_that_waited_is_read_back_and_skipped_when_purged(tmp_path: Path) -> None:
+    async with open_fake_model() as fake:
+        fake.script(Hold(ok("late")), ok("after"))
+        async with session(tmp_path, fake) as world:
+            running = await world.admit("running")
+            with anyio.fail_after(10):
+                await fake.wait_for_requests(1)
+            waiting = await world.admit("waiting")  # queued behind the running turn
+            assert await world.store.purge(KEY) == 2  # an operator, from another process
+            fake.release()
+            await world.delivered(1)
+            (gone,) = world.platform.delivered  # the running turn's answer was refused
+            assert gone.interrupted and gone.chunks == () and gone.user_row_id == running.id
+            assert world.reads == [waiting.id]  # read at its turn: failed, so skipped
+            assert await world.transcript() == [
+                ("user", "running", "failed"),
+                ("user", "waiting", "failed"),
+            ]
+            # The actor goes on: the next row is answered as ever.
+            await world.admit("next")
+            await world.delivered(2)
+            assert [c.text for c in world.platform.delivered[1].chunks] == ["after"]
+        assert [r.last_user for r in fake.requests] == ["running", "next"]
