@@ -9,7 +9,9 @@ bench drives both like ``tests/bench/streaming.py`` drives the gateway (``--turn
 ``--concurrency``) and prints the relay's CPU per turn (``/proc``): what asyncio and aiohttp
 alone cost per streamed chunk on this machine, the lower bound for botmux's relay.
 
-    .venv/bin/python -m tests.bench.stream_floor --chunks 50 --interval 0.02
+    .venv/bin/python -m tests.bench.stream_floor --chunks 50 --interval 0.02 [--loop asyncio]
+
+The relay runs on uvloop, as ``botmux run`` does, unless ``--loop asyncio``.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ import subprocess
 import sys
 
 import aiohttp
+import anyio
 from aiohttp import web
 
+from gateway.event_loop import CHOICES, backend_options
 from tests.bench._procs import ROOT, _env, cpu_seconds, wait_http
 from tests.bench.streaming import streaming_model
 from tests.harness import free_port
+
+RELAY = [sys.executable, "-m", "tests.bench.stream_floor"]
 
 
 async def serve(port: int, model_url: str) -> None:
@@ -76,7 +82,7 @@ async def main(args: argparse.Namespace) -> None:
     async with streaming_model(args.first, args.chunks, args.interval) as model:
         port = free_port()
         relay = subprocess.Popen(  # noqa: ASYNC220 - a long-lived child, not awaited here
-            [sys.executable, "-m", "tests.bench.stream_floor", "--serve", str(port), model.url],
+            [*RELAY, "--serve", str(port), model.url, "--serve-loop", args.loop],
             cwd=ROOT,
             env=_env(),
         )
@@ -101,7 +107,7 @@ async def main(args: argparse.Namespace) -> None:
     plain, stream = sorted(results["plain"]), sorted(results["stream"])
     mid = len(plain) // 2
     print(
-        f"minimal aiohttp relay, {args.chunks} chunks {args.interval * 1000:.0f} ms apart;"
+        f"minimal aiohttp relay on {args.loop}, {args.chunks} chunks {args.interval * 1000:.0f} ms apart;"
         f" {args.turns} turns, {args.concurrency} at once, {args.runs} runs (median, range)"
     )
     print(
@@ -115,14 +121,20 @@ async def main(args: argparse.Namespace) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--serve", nargs=2, metavar=("PORT", "MODEL_URL"))
+    parser.add_argument("--serve-loop", choices=CHOICES, default="uvloop", help=argparse.SUPPRESS)
     parser.add_argument("--chunks", type=int, default=50)
     parser.add_argument("--interval", type=float, default=0.02)
     parser.add_argument("--first", type=float, default=0.05)
     parser.add_argument("--turns", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=20)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument(
+        "--loop", choices=CHOICES, default="uvloop", help="the relay's loop (botmux: uvloop)"
+    )
     parsed = parser.parse_args()
     if parsed.serve:
-        asyncio.run(serve(int(parsed.serve[0]), parsed.serve[1]))
+        anyio.run(
+            serve, int(parsed.serve[0]), parsed.serve[1], **backend_options(parsed.serve_loop)
+        )
     else:
         asyncio.run(main(parsed))
