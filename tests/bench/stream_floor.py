@@ -133,8 +133,7 @@ if __name__ == "__main__":
     )
     parsed = parser.parse_args()
     if parsed.serve:
-        anyio.run(
-            serve, int(parsed.serve[0]), parsed.serve[1], **backend_options(parsed.serve_loop)
-        )
+        port, url = int(parsed.serve[0]), parsed.serve[1]
+        anyio.run(serve, port, url, backend_options=backend_options(parsed.serve_loop))
     else:
         asyncio.run(main(parsed))
