@@ -228,6 +228,8 @@ class Attachments:
     async def _recent_images(self, history: list[ChatMessage]) -> list[ChatMessage]:
         """The history with the images of its last ``history_images`` user turns resolved
         (data URLs) and every older image left out."""
+        if not any(m.images for m in history):
+            return list(history)  # the usual case: one pass, nothing to resolve or leave out
         keep = self._config().history_images
         turns = [i for i, m in enumerate(history) if m.role == "user"]
         recent = set(turns[-keep:]) if keep else set()
