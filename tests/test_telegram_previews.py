@@ -308,9 +308,13 @@ async def test_drafts_across_many_private_chats_keep_to_one_budget(
             await tg.wait_until(lambda: all(tg.visible_messages(u) == [final] for u in users))
     drafts = sorted(d.at for d in tg.drafts())
     busiest = max(sum(1 for at in drafts if start <= at < start + 1.0) for start in drafts)
-    # 30 chats each wanting 10 a second (300): the budget lets 20 a second go; they may
-    # reach Telegram bunched a little (the HTTP pool's queue), never at the chats' pace.
-    assert 0 < busiest <= 30
+    # 30 chats each wanting 10 a second (300; 119 reached Telegram in a second without the
+    # budget): the budget lets 20 go in any second. They reach Telegram after the HTTP pool's
+    # queue, so on a loaded machine a second's drafts can arrive in the next one (32 were seen
+    # in one second under CI), but never more than two seconds' worth at once, and over the
+    # whole run never faster than the budget.
+    assert 0 < busiest <= 40
+    assert len(drafts) <= 20 * (drafts[-1] - drafts[0] + 2)
     for user in users:
         assert tg.visible_messages(user) == [final]
         assert len(tg.sent_messages(user)) == 1
