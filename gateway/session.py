@@ -322,7 +322,8 @@ class SessionActor(Actor):
     async def _turn(self, burst: Sequence[StoredMessage]) -> bool:
         """Plan, then act (``plan``): the model phase runs under the turn's cancel scope (what
         ``/stop``, ``abandon`` and, in queue mode "interrupt", a newer row cancel), then the
-        turn ends as the plan says. True: interrupted, its rows go back to the queue."""
+        turn ends as the plan says. True: its rows go back to the queue (interrupted, or
+        its answer refused because one of them was settled meanwhile)."""
         deps = self._deps
         # A queued row is a header (``_header``), read whole when its turn comes (one purged
         # or deleted while it waited is skipped); a row that started at once is whole.
@@ -394,15 +395,18 @@ class SessionActor(Actor):
                             delivered_as=self._outlet.delivered_as(row),
                         )
                     except TurnSettled as exc:
-                        # Purged, cancelled or deleted while the turn ran (an operator, another
-                        # process): nothing was stored; a preview of it is taken down.
+                        # A row purged, cancelled or deleted while the turn ran (an operator,
+                        # another process): nothing was stored; a preview of it is taken down.
+                        # The rows go back to the queue as headers: the next turn reads them,
+                        # skips what was settled and answers any still pending (of a merged
+                        # turn), so none is left waiting for a restart.
                         log.warning(
                             "turn settled meanwhile: answer discarded",
                             extra={"conversation": self.key, "row": row.id, "reason": str(exc)},
                         )
                         gone = TurnOutcome(self.key, row.id, "", None, (), also=also)
                         await self._outlet.deliver(dataclasses.replace(gone, interrupted=True))
-                        return False
+                        return True
                     except LeaseLost as exc:
                         # Fenced: another node took the conversation over (this one was frozen
                         # or cut off) and runs the row itself. Nothing was stored or sent.

@@ -22,6 +22,7 @@ import pytest
 
 from agent import Agent, ClientPool
 from gateway.messages import Inbound, StoredMessage
+from gateway.queue import QueuePolicy
 from gateway.session import SessionActor, SessionDeps, TurnAdmitted
 from gateway.store.sqlite import SqliteStore, open_sqlite_store
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
@@ -34,11 +35,23 @@ KEY = "peer:s"
 
 
 @dataclass
+class Returned:
+    count: int = 0
+    arrived: anyio.Event | None = None
+
+    def one(self) -> None:
+        self.count += 1
+        if self.arrived is not None:
+            self.arrived.set()
+
+
+@dataclass
 class World:
     actor: SessionActor
     store: SqliteStore
     platform: Platform
     reads: list[int]  # the rows the actor read back with ``store.message``
+    returned: Returned  # the reads that returned to the actor
     number: itertools.count[int]
 
     async def admit(self, text: str) -> StoredMessage:
@@ -50,6 +63,14 @@ class World:
     async def transcript(self) -> list[tuple[str, str, str]]:
         return [(r.role, r.content, r.state) for r in await self.store.transcript(KEY)]
 
+    async def read_back(self, count: int) -> None:
+        """Until ``count`` reads returned to the actor (a row read failed or deleted is dropped
+        by it before its next await, so by then it is out of the queue)."""
+        with anyio.fail_after(10):
+            while self.returned.count < count:
+                self.returned.arrived = anyio.Event()
+                await self.returned.arrived.wait()
+
     async def delivered(self, count: int) -> None:
         with anyio.fail_after(10):
             while len(self.platform.delivered) < count:
@@ -58,17 +79,23 @@ class World:
 
 
 @asynccontextmanager
-async def session(tmp_path: Path, fake: FakeModel) -> AsyncIterator[World]:
+async def session(
+    tmp_path: Path, fake: FakeModel, queue: QueuePolicy | None = None
+) -> AsyncIterator[World]:
     config = make_config(tmp_path / "b.db", fake.base_url, model_extra=FAST)
     clients = ClientPool()
     try:
         async with open_sqlite_store(str(tmp_path / "b.db")) as store:
             reads: list[int] = []
+            returned = Returned()
             read = store.message
 
             async def message(row_id: int) -> StoredMessage | None:
                 reads.append(row_id)
-                return await read(row_id)
+                try:
+                    return await read(row_id)
+                finally:
+                    returned.one()
 
             store.message = message  # type: ignore[method-assign]
             deps = SessionDeps(
@@ -78,12 +105,13 @@ async def session(tmp_path: Path, fake: FakeModel) -> AsyncIterator[World]:
                 limiter=anyio.CapacityLimiter(4),
                 history_messages=20,
                 mailbox_size=8,
+                queues={"peer": queue} if queue else {},
             )
             actor = SessionActor(KEY, deps)
             async with anyio.create_task_group() as tg:
                 await tg.start(actor.run)
                 try:
-                    yield World(actor, store, platform, reads, itertools.count(1))
+                    yield World(actor, store, platform, reads, returned, itertools.count(1))
                 finally:
                     actor.close()
     finally:
@@ -121,7 +149,9 @@ async def test_a_row_that_waited_is_read_back_and_skipped_when_purged(tmp_path: 
             await world.delivered(1)
             (gone,) = world.platform.delivered  # the running turn's answer was refused
             assert gone.interrupted and gone.chunks == () and gone.user_row_id == running.id
-            assert world.reads == [waiting.id]  # read at its turn: failed, so skipped
+            # Both read at their turns (the refused one requeued): failed, so skipped.
+            await world.read_back(2)
+            assert world.reads == [running.id, waiting.id]
             assert await world.transcript() == [
                 ("user", "running", "failed"),
                 ("user", "waiting", "failed"),
@@ -131,3 +161,27 @@ async def test_a_row_that_waited_is_read_back_and_skipped_when_purged(tmp_path: 
             await world.delivered(2)
             assert [c.text for c in world.platform.delivered[1].chunks] == ["after"]
         assert [r.last_user for r in fake.requests] == ["running", "next"]
+
+
+async def test_a_merged_turn_refused_for_one_row_answers_the_other_next(tmp_path: Path) -> None:
+    """One row of a merged turn settled while it ran (cancelled from elsewhere): the answer is
+    refused whole, and the row still pending is answered by a turn of its own at once, not
+    left for a restart."""
+    async with open_fake_model() as fake:
+        fake.script(Hold(ok("merged")), ok("alone"))
+        collect = QueuePolicy("collect", debounce_s=0.2, debounce_max_s=1.0)
+        async with session(tmp_path, fake, collect) as world:
+            first = await world.admit("first")
+            second = await world.admit("second")  # within the window: one turn for both
+            with anyio.fail_after(10):
+                await fake.wait_for_requests(1)
+            await world.store.cancel(first.id)  # another process settles one of them
+            fake.release()
+            await world.delivered(2)
+            gone, answered = world.platform.delivered
+            assert gone.interrupted and gone.chunks == ()
+            assert answered.user_row_id == second.id
+            assert [c.text for c in answered.chunks] == ["alone"]
+            states = {r.id: r.state for r in await world.store.transcript(KEY)}
+            assert states[first.id] == "cancelled" and states[second.id] == "answered"
+        assert fake.requests[1].last_user == "second"
