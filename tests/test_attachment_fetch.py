@@ -19,7 +19,7 @@ from gateway.errors import AttachmentTooLarge, PlatformError
 from gateway.messages import AttachmentRef
 from platforms.discord import _attachments as discord_files
 from platforms.telegram import _files as telegram_files
-from platforms.telegram.errors import BotApiRequest
+from platforms.telegram._transport import BotApiRequest
 from policy.classify import classify_send
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram

@@ -12,7 +12,8 @@ import anyio
 import pytest
 
 from gateway.session import MAX_RUNS
-from platforms.telegram import render
+from platforms.telegram import _stream, render
+from platforms.telegram.convert import Target
 from tests.fakes.openai_server import FakeModel, open_fake_model, streamed
 from tests.fakes.telegram_server import (
     DEFAULT_USER_ID,
@@ -318,3 +319,18 @@ async def test_drafts_across_many_private_chats_keep_to_one_budget(
     for user in users:
         assert tg.visible_messages(user) == [final]
         assert len(tg.sent_messages(user)) == 1
+
+
+def test_a_final_refused_with_a_429_pauses_the_previews_it_competes_with() -> None:
+    now = [100.0]
+    budget = _stream.budget()
+    budget.clock = lambda: now[0]
+    group, other = Target(chat_id=GROUP), Target(chat_id=-1_000_999)
+    _stream.yield_to(budget, group, 30.0)
+    # That chat's previews wait the whole retry-after out; every chat's a second at most.
+    assert budget.ready_at(_stream.keys_for(group, "edit")) == 130.0
+    assert budget.ready_at(_stream.keys_for(other, "edit")) == 101.0
+    private = Target(chat_id=ALICE)
+    _stream.yield_to(budget, private, 0.5)
+    assert budget.ready_at(_stream.keys_for(private, "draft")) == 100.5
+    assert budget.ready_at(_stream.keys_for(other, "edit")) == 101.0  # the longer pause kept

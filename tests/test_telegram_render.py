@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+import aiohttp
 import httpx
 import pytest
 from hypothesis import given, settings
@@ -179,5 +180,15 @@ def test_error_table() -> None:
     assert errors.translate(read).ambiguous is True
     dropped = caused(NetworkError("Server disconnected"), httpx.RemoteProtocolError("gone"))
     assert errors.translate(dropped).ambiguous is True
+    # The Bot API calls' own transport (aiohttp): only a connection never made proves nothing left.
+    key = aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None)
+    never = caused(NetworkError("refused"), aiohttp.ClientConnectorError(key, OSError(111, "x")))
+    assert errors.translate(never).ambiguous is False
+    no_slot = caused(TimedOut("Connect or pool timeout"), aiohttp.ConnectionTimeoutError())
+    assert errors.translate(no_slot).ambiguous is False
+    slow = caused(TimedOut(), aiohttp.SocketTimeoutError())
+    assert errors.translate(slow).ambiguous is True
+    cut = caused(NetworkError("gone"), aiohttp.ServerDisconnectedError())
+    assert errors.translate(cut).ambiguous is True
     assert errors.entities_refused(BadRequest("Can't parse entities: unclosed tag"))
     assert not errors.entities_refused(BadRequest("Message is too long"))

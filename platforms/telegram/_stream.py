@@ -73,6 +73,15 @@ def keys_for(target: Target, mode: Mode) -> list[Key]:
     return keys
 
 
+def yield_to(budget: Budget, target: Target, retry_after: float) -> None:
+    """A final answer in ``target`` was refused with a 429: Telegram does not say which limit,
+    so the chat's previews wait the whole ``retry_after`` out, and every chat's for at most a
+    second (the bot-wide limit's window), rather than add to the flood the finals wait on."""
+    for key in (("chat", target.chat_id), ("group", target.chat_id), ("draft", target.chat_id)):
+        budget.pause(key, retry_after)
+    budget.pause(("all", ""), min(retry_after, 1.0))
+
+
 def open_preview(
     bot: Bot,
     config: TelegramConfig,

@@ -59,7 +59,7 @@ from platforms._notices import NoticeBox, send_notice
 from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
-from platforms.telegram import _files, _stream, convert, errors, render
+from platforms.telegram import _files, _stream, _transport, convert, errors, render
 from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueue, Verdict
 from platforms.telegram._poller import PollerKeeper
 from platforms.telegram._webhook import WebhookServer
@@ -226,9 +226,18 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
             )
 
     async def _send_chunk(self, chunk: OutboxChunk) -> str:
-        """Send one outbox chunk (for the courier); PTB's errors leave as PlatformError."""
-        bot = self._running_bot()
+        """Send one outbox chunk (for the courier); PTB's errors leave as PlatformError. A
+        final refused with a 429 pauses the previews it competes with (``_stream.yield_to``)."""
         target = convert.parse_key(chunk.conversation)
+        try:
+            return await self._send_final(target, chunk)
+        except PlatformError as exc:
+            if exc.retry_after is not None:
+                _stream.yield_to(self._previews.budget, target, exc.retry_after)
+            raise
+
+    async def _send_final(self, target: Target, chunk: OutboxChunk) -> str:
+        bot = self._running_bot()
         # Finals count against the previews' budget (never waiting on it): previews yield.
         self._previews.budget.take(_stream.keys_for(target, "edit"))
         preview = self._previews.edit_target(chunk.id)
@@ -283,8 +292,8 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
             pool: int,
             on_answer: Callable[[bool], None] | None = None,
             screen: Callable[[list[Any]], list[Any]] | None = None,
-        ) -> errors.BotApiRequest:
-            return errors.BotApiRequest(
+        ) -> _transport.BotApiRequest:
+            return _transport.BotApiRequest(
                 on_answer=on_answer,
                 screen=screen,
                 connection_pool_size=pool,

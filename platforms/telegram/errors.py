@@ -2,12 +2,13 @@
 
 Two things happen here, both at the boundary where python-telegram-bot (PTB) is called:
 
-- :class:`BotApiRequest` is PTB's own HTTP transport with one change: it reads 429 and 5xx
-  answers itself. PTB would turn a 429 into ``RetryAfter``, whose constructor reads its own
-  deprecated ``retry_after`` attribute and so emits ``PTBDeprecationWarning`` in PTB 22 unless
-  the process sets ``PTB_TIMEDELTA=true``. Setting an environment variable from a library is a
-  side effect on the whole process, and the warning would otherwise land in the gateway's log
-  on every flood wait (and fail our tests, where warnings are errors). Reading the Bot API's
+- :func:`answer_error` reads 429 and 5xx answers, for our PTB transport
+  (:class:`platforms.telegram._transport.BotApiRequest`) and our file downloads. PTB would
+  turn a 429 into ``RetryAfter``, whose constructor reads its own deprecated ``retry_after``
+  attribute and so emits ``PTBDeprecationWarning`` in PTB 22 unless the process sets
+  ``PTB_TIMEDELTA=true``. Setting an environment variable from a library is a side effect on
+  the whole process, and the warning would otherwise land in the gateway's log on every flood
+  wait (and fail our tests, where warnings are errors). Reading the Bot API's
   ``parameters.retry_after`` ourselves avoids both, keeps fractional seconds, and lets a 5xx
   keep its status (PTB reduces every 5xx to a bare ``NetworkError``).
 - :func:`translate` is the one table from PTB's exceptions to ``PlatformError`` facts: the
@@ -20,9 +21,9 @@ Two things happen here, both at the boundary where python-telegram-bot (PTB) is 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
+import aiohttp
 import anyio
 import httpx
 from telegram.error import (
@@ -38,7 +39,6 @@ from telegram.error import (
     TimedOut,
 )
 from telegram.ext import Application
-from telegram.request import HTTPXRequest, RequestData
 
 from gateway.errors import PlatformError
 
@@ -87,70 +87,15 @@ def answer_error(status: int, payload: bytes) -> TelegramError | None:
     return None
 
 
-class BotApiRequest(HTTPXRequest):
-    """PTB's httpx transport, reading 429 and 5xx answers itself (see the module docs).
-
-    ``on_answer``, when given, hears after every request whether Telegram answered (True) or
-    could not be reached or answered 5xx (False): the poller's transport uses it to tell
-    ``/readyz`` whether Telegram is reachable. ``screen``, when given, sees every answer's
-    ``result`` list before PTB parses it: the poller's transport uses it to keep an update PTB
-    cannot parse from failing the whole batch (see ``convert.screen_updates``).
-    """
-
-    def __init__(
-        self,
-        *args: Any,
-        on_answer: Callable[[bool], None] | None = None,
-        screen: Callable[[list[Any]], list[Any]] | None = None,
-        **kw: Any,
-    ):
-        super().__init__(*args, **kw)
-        self._on_answer = on_answer or (lambda reached: None)
-        self._screen = screen
-
-    def parse_json_payload(self, payload: bytes) -> dict[str, Any]:  # type: ignore[override]
-        """PTB's documented hook for decoding answers (a static method there: ours needs
-        ``self``, and PTB calls it on the instance)."""
-        data = HTTPXRequest.parse_json_payload(payload)
-        result = data.get("result") if isinstance(data, dict) else None
-        if self._screen is not None and isinstance(result, list):
-            data["result"] = self._screen(result)
-        return data
-
-    async def do_request(
-        self,
-        url: str,
-        method: str,
-        request_data: RequestData | None = None,
-        read_timeout: Any = HTTPXRequest.DEFAULT_NONE,
-        write_timeout: Any = HTTPXRequest.DEFAULT_NONE,
-        connect_timeout: Any = HTTPXRequest.DEFAULT_NONE,
-        pool_timeout: Any = HTTPXRequest.DEFAULT_NONE,
-    ) -> tuple[int, bytes]:
-        try:
-            status, payload = await super().do_request(
-                url,
-                method,
-                request_data,
-                read_timeout=read_timeout,
-                write_timeout=write_timeout,
-                connect_timeout=connect_timeout,
-                pool_timeout=pool_timeout,
-            )
-        except NetworkError as exc:
-            if not isinstance(exc, TimedOut):  # a long poll's read timeout is no outage
-                self._on_answer(False)
-            raise
-        self._on_answer(status < 500)
-        if status == 429 or status >= 500:
-            error = answer_error(status, payload)
-            if error is not None:
-                raise error
-        return status, payload
-
-
 # Causes that prove the request never left: nothing can have been delivered.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+# aiohttp's for the Bot API calls (``_transport``), httpx's for file downloads (``_files``).
+_NOT_SENT = (
+    aiohttp.ClientConnectorError,
+    aiohttp.ConnectionTimeoutError,
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+)
 
 
 def _surely_not_sent(exc: BaseException) -> bool:
