@@ -114,6 +114,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         self._queue = UpdateQueue(self._submit)
         self._refusals = RefusalNotices()
         self._previews = Previews(_stream.budget())
+        self._requests: list[_transport.BotApiRequest] = []  # the Bot API transports, once built
         self._bot: ExtBot[None] | None = None
         self._me = convert.BotIdentity(0, "")
         self._connected = False
@@ -226,8 +227,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
             )
 
     async def _send_chunk(self, chunk: OutboxChunk) -> str:
-        """Send one outbox chunk (for the courier); PTB's errors leave as PlatformError. A
-        final refused with a 429 pauses the previews it competes with (``_stream.yield_to``)."""
+        """One outbox chunk, for the courier (PlatformError; a 429 pauses previews: yield_to)."""
         target = convert.parse_key(chunk.conversation)
         try:
             return await self._send_final(target, chunk)
@@ -293,7 +293,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
             on_answer: Callable[[bool], None] | None = None,
             screen: Callable[[list[Any]], list[Any]] | None = None,
         ) -> _transport.BotApiRequest:
-            return _transport.BotApiRequest(
+            made = _transport.BotApiRequest(
                 on_answer=on_answer,
                 screen=screen,
                 connection_pool_size=pool,
@@ -302,6 +302,8 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
                 connect_timeout=timeout,
                 pool_timeout=timeout,
             )
+            self._requests.append(made)  # PTB shuts them down only once initialized
+            return made
 
         builder = (
             Application.builder()
@@ -323,7 +325,13 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
     ) -> None:
         application = self._build_application()
         # Initializing the application calls getMe: a wrong token fails the start here.
-        await errors.initialize(application)
+        try:
+            await errors.initialize(application)
+        except PlatformError:  # a refused getMe: PTB leaves the requests open
+            with anyio.CancelScope(shield=True):
+                for made in self._requests:
+                    await made.shutdown()
+            raise
         async with anyio.create_task_group() as tg, application:
             try:
                 await application.start()
