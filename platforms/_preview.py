@@ -18,12 +18,13 @@ previews are never ``binding``.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import assert_never
 
@@ -55,7 +56,12 @@ class Rate:
 
 
 class Budget:
-    """Sliding windows of preview calls, one per key, and the pauses a 429 set per key."""
+    """Sliding windows of preview calls, one per key, and the pauses a 429 set per key.
+
+    A call counts from when it is made (:meth:`spend`) and, once answered, as made when it
+    was answered: the platform counts it on arrival, somewhere in between, so under a burst
+    our window never empties before the platform's does.
+    """
 
     def __init__(self, rates: Mapping[str, Rate], clock: Callable[[], float] = time.monotonic):
         self._rates = dict(rates)
@@ -82,11 +88,33 @@ class Budget:
                 at = max(at, calls[len(calls) - rate.count] + rate.seconds)
         return at
 
-    def take(self, keys: Sequence[Key]) -> None:
+    def take(self, keys: Sequence[Key]) -> float:
+        """Counts a call against ``keys`` now (the time it is counted at, for :meth:`done`)."""
         now = self.clock()
         for key in keys:
             if str(key[0]) in self._rates:
                 self._calls.setdefault(key, deque()).append(now)
+        return now
+
+    def done(self, keys: Sequence[Key], taken: float) -> None:
+        """The call :meth:`take` counted at ``taken`` was answered: it counts as of now."""
+        now = self.clock()
+        for key in keys:
+            calls = self._calls.get(key)
+            if calls is None:
+                continue
+            with contextlib.suppress(ValueError):  # aged out already: counted again, now
+                calls.remove(taken)
+            bisect.insort(calls, now)
+
+    @contextlib.contextmanager
+    def spend(self, keys: Sequence[Key]) -> Iterator[None]:
+        """Counts the call made inside against ``keys``, from its start to its answer."""
+        taken = self.take(keys)
+        try:
+            yield
+        finally:
+            self.done(keys, taken)
 
     def pause(self, key: Key, seconds: float) -> None:
         self._paused[key] = max(self._paused.get(key, 0.0), self.clock() + seconds)
@@ -207,12 +235,11 @@ class Preview:
                 with contextlib.suppress(GatewayError):
                     self.message_id = await adopt()
             version = self._version
-            self._budget.take(self._keys)
             next_at = clock() + self._interval
             try:
                 # Shielded: finish() waits for a call in flight rather than cancelling it,
                 # so a preview edit never lands after the final one.
-                with anyio.CancelScope(shield=True):
+                with anyio.CancelScope(shield=True), self._budget.spend(self._keys):
                     message_id = await self._show(text, self.message_id)
             except PlatformError as exc:
                 pause = retry_after_of(exc)

@@ -42,6 +42,33 @@ def test_the_budget_allows_its_rate_per_key_and_pauses_a_key() -> None:
     assert budget.ready_at([("draft", 1)]) == 101.0  # no rate: only pauses count
 
 
+
+def test_a_call_counts_from_its_start_and_then_as_of_its_answer() -> None:
+    """The platform counts a call on arrival, after we sent it: a window that ran from the
+    send would empty before the platform's does, and a burst at its edge would get a 429."""
+    clock = Clock()
+    budget = Budget({"chat": Rate(2, 5.0)}, clock)
+    chat = [("chat", 1)]
+    with budget.spend(chat):
+        clock.now = 100.5  # answered half a second after it was sent
+    clock.now = 101.0
+    with budget.spend(chat):
+        assert budget.ready_at(chat) == 105.5  # in flight: counted already
+        clock.now = 102.0
+    assert budget.ready_at(chat) == 105.5  # the first, as of its answer: not 105.0
+    clock.now = 105.5
+    assert budget.ready_at(chat) == 105.5
+    budget.take(chat)
+    assert budget.ready_at(chat) == 107.0  # the second, as of its answer at 102
+    clock.now = 120.0
+    with pytest.raises(PlatformError), budget.spend(chat):
+        clock.now = 130.0  # slower than the window (aged out), and refused
+        assert budget.ready_at(chat) == 130.0
+        raise PlatformError("slow", status=500)
+    clock.now = 131.0
+    budget.take(chat)
+    assert budget.ready_at(chat) == 135.0  # the slow one counts as of its answer
+
 def test_cut_keeps_a_preview_within_the_limit() -> None:
     assert cut("short", 10) == "short"
     long = "x" * 50

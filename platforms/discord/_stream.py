@@ -3,7 +3,8 @@
 ``[discord] streaming = "edit"`` (default) sends the preview once there is text and edits it
 at most every ``stream_interval_s``; ``"off"`` shows nothing before the answer. Previews are
 plain content cut to Discord's 2000 characters. The final answer goes through the outbox:
-its first chunk is edited into the preview message (:func:`finalise`), the rest are sent.
+its first chunk is edited into the preview message (:func:`finalise`), the rest are sent
+(:func:`send`), each with its nonce.
 
 The budget keeps previews under Discord's message buckets (5 creates or edits per 5 s per
 channel, 50 requests a second per bot) with room to spare for the final answer.
@@ -20,6 +21,7 @@ from gateway.config import DiscordConfig
 from gateway.messages import OutboxChunk, StoredMessage
 from gateway.ports import Intake, Watch
 from platforms._preview import Adopt, Budget, Key, Preview, Previews, Rate, Record
+from platforms.discord import convert
 from platforms.discord._client import MENTIONS
 from platforms.discord.errors import TRANSLATED, translate
 
@@ -122,6 +124,27 @@ async def finalise(
     except TRANSLATED as exc:
         raise translate(exc, idempotent=True) from exc  # an edit repeated changes nothing
     return True
+
+
+async def send(channel: discord.PartialMessageable, chunk: OutboxChunk, *, reply: bool) -> str:
+    """An outbox chunk as a new message (a reply to its question when ``reply``); its nonce
+    (``enforce_nonce``) makes a repeat harmless."""
+    nonce = convert.nonce(chunk)
+    try:
+        if reply:
+            reference = discord.MessageReference(
+                message_id=int(chunk.reply_target),
+                channel_id=channel.id,
+                fail_if_not_exists=False,  # the question was deleted: answer anyway
+            )
+            message = await channel.send(
+                chunk.text, nonce=nonce, reference=reference, allowed_mentions=MENTIONS
+            )
+        else:
+            message = await channel.send(chunk.text, nonce=nonce, allowed_mentions=MENTIONS)
+    except TRANSLATED as exc:
+        raise translate(exc, idempotent=True) from exc
+    return str(message.id)
 
 
 async def discard(client: Callable[[], discord.Client], channel_id: int, message_id: str) -> None:

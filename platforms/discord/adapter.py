@@ -191,8 +191,8 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
         channel_id = convert.channel_of(conversation)
 
         async def typing() -> None:
-            self._previews.budget.take(_stream.GLOBAL)  # the bot's 50/s: never waits
-            await self._live_client().get_partial_messageable(channel_id).typing()
+            with self._previews.budget.spend(_stream.GLOBAL):  # the bot's 50/s: never waits
+                await self._live_client().get_partial_messageable(channel_id).typing()
 
         # Discord shows typing for 10 s after each call; each counts in the previews' budget.
         preview = self._previews.current(conversation)
@@ -206,32 +206,18 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
             yield
 
     async def _send_chunk(self, chunk: OutboxChunk) -> str:
-        """One outbox chunk as one Discord message; its nonce makes a repeat harmless."""
+        """One outbox chunk as one Discord message (its nonce makes a repeat harmless)."""
         channel_id = convert.channel_of(chunk.conversation)
         channel = self._live_client().get_partial_messageable(channel_id)
-        self._previews.budget.take(_stream.keys_for(channel_id))  # finals count, never wait
-        preview = self._previews.edit_target(chunk.id)
-        if preview is not None:
-            done = await _stream.finalise(channel, int(preview), chunk)
-            self._previews.edited(chunk.id)
-            if done:
-                return str(preview)
-        nonce = convert.nonce(chunk)
-        try:
-            if convert.replies(chunk, self._config.reply_to):
-                reference = discord.MessageReference(
-                    message_id=int(chunk.reply_target),
-                    channel_id=channel_id,
-                    fail_if_not_exists=False,  # the question was deleted: answer anyway
-                )
-                message = await channel.send(
-                    chunk.text, nonce=nonce, reference=reference, allowed_mentions=MENTIONS
-                )
-            else:
-                message = await channel.send(chunk.text, nonce=nonce, allowed_mentions=MENTIONS)
-        except TRANSLATED as exc:
-            raise translate(exc, idempotent=True) from exc
-        return str(message.id)
+        with self._previews.budget.spend(_stream.keys_for(channel_id)):  # finals never wait
+            preview = self._previews.edit_target(chunk.id)
+            if preview is not None:
+                done = await _stream.finalise(channel, int(preview), chunk)
+                self._previews.edited(chunk.id)
+                if done:
+                    return str(preview)
+            replies = convert.replies(chunk, self._config.reply_to)
+            return await _stream.send(channel, chunk, reply=replies)
 
     def _live_client(self) -> BotClient:
         if self._client is None:

@@ -229,8 +229,10 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
     async def _send_chunk(self, chunk: OutboxChunk) -> str:
         """One outbox chunk, for the courier (PlatformError; a 429 pauses previews: yield_to)."""
         target = convert.parse_key(chunk.conversation)
+        # Finals count against the previews' budget (never waiting on it): previews yield.
         try:
-            return await self._send_final(target, chunk)
+            with self._previews.budget.spend(_stream.keys_for(target, "edit")):
+                return await self._send_final(target, chunk)
         except PlatformError as exc:
             if exc.retry_after is not None:
                 _stream.yield_to(self._previews.budget, target, exc.retry_after)
@@ -238,8 +240,6 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
 
     async def _send_final(self, target: Target, chunk: OutboxChunk) -> str:
         bot = self._running_bot()
-        # Finals count against the previews' budget (never waiting on it): previews yield.
-        self._previews.budget.take(_stream.keys_for(target, "edit"))
         preview = self._previews.edit_target(chunk.id)
         if preview is not None:
             done = await _stream.finalise(bot, target, int(preview), chunk)
