@@ -161,7 +161,8 @@ class WireClient:
                 with _transport_errors(model):
                     raw = await response.read()
                 raise status_error(response.status, raw, response.headers, model)
-            yield _sse.batches(_reads(response, model), model)
+            with _transport_errors(model):  # the body's reads, in the caller's loop
+                yield _sse.batches(response.content.readany, model)
         finally:
             # Read to its end, the connection goes back to the pool; cut short (a cancel, an
             # error), it is closed, so the model sees the hang-up and stops generating.
@@ -184,10 +185,3 @@ def _transport_errors(model: str) -> Iterator[None]:
         raise ProviderTimeout("the request timed out", model=model) from exc
     except (aiohttp.ClientError, OSError) as exc:
         raise ProviderUnreachable(f"connection failed: {exc}"[:500], model=model) from exc
-
-
-async def _reads(response: aiohttp.ClientResponse, model: str) -> AsyncIterator[bytes]:
-    """The body's reads as they arrive, aiohttp's errors made ours."""
-    with _transport_errors(model):
-        async for data in response.content.iter_any():
-            yield data

@@ -4,7 +4,7 @@ reads cut them; an error event is the ProviderError openai's APIError was transl
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -14,10 +14,15 @@ from gateway.errors import ProviderError
 pytestmark = pytest.mark.anyio
 
 
-async def body(reads: list[bytes]) -> AsyncIterator[bytes]:
-    """A response body that arrives in the given reads."""
-    for read in reads:
-        yield read
+def body(reads: list[bytes]) -> Callable[[], Awaitable[bytes]]:
+    """A response body that arrives in the given reads: aiohttp's ``readany``, which gives
+    b"" only at the end (so an empty read in ``reads`` is none)."""
+    left = iter([r for r in reads if r])
+
+    async def readany() -> bytes:
+        return next(left, b"")
+
+    return readany
 
 
 def event(content: str) -> bytes:
@@ -29,7 +34,7 @@ def contents(batches: list[list[object]]) -> list[list[str]]:
     return [[c["choices"][0]["delta"]["content"] for c in b] for b in batches]  # type: ignore[index]
 
 
-async def read(reads: AsyncIterator[bytes]) -> list[list[object]]:
+async def read(reads: Callable[[], Awaitable[bytes]]) -> list[list[object]]:
     return [batch async for batch in _sse.batches(reads, "m")]
 
 
@@ -58,3 +63,16 @@ async def test_an_error_event_and_a_bad_event_are_provider_errors() -> None:
     with pytest.raises(ProviderError, match="invalid stream event") as bad:
         await read(body([event("a"), b"data: {not json\n\n"]))
     assert bad.value.status == 200
+
+
+async def test_what_json_loads_refused_is_refused_and_spaces_around_are_allowed() -> None:
+    """The decoder is ``raw_decode`` with a check of what follows: the same verdicts as
+    ``json.loads`` on the event's data."""
+    spaced = b'data:   {"choices": [{"delta": {"content": "s"}}]}  \n\n'
+    bare = b'data:{"choices": [{"delta": {"content": "b"}}]}\n\n'
+    lines = b': comment\nevent: x\ndata: {"choices":\ndata: [{"delta": {"content": "m"}}]}\n\n'
+    batches = await read(body([spaced, bare, lines, b"data: [DONE]\n\n"]))
+    assert [x for b in contents(batches) for x in b] == ["s", "b", "m"]
+    for bad in (b'data: {"a": 1} {"b": 2}\n\n', b'data: {"a": 1} x\n\n', b"data: \xff{}\n\n"):
+        with pytest.raises(ProviderError, match="invalid stream event"):
+            await read(body([bad]))

@@ -14,6 +14,7 @@ A peer client cannot be shown a correction, so once a piece reached one the stre
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -52,7 +53,17 @@ class LiveReply:
     """One streaming request's view of its turn's answer: the pieces handed to it so far and
     how many it has written; ``closed`` once the turn's outcome is there."""
 
-    __slots__ = ("_waiter", "active_at", "closed", "gone", "pieces", "row", "silent", "written")
+    __slots__ = (
+        "_loop",
+        "_waiter",
+        "closed",
+        "gone",
+        "pieces",
+        "row",
+        "silent",
+        "writes",
+        "written",
+    )
 
     def __init__(self) -> None:
         self.pieces: list[str] = []
@@ -60,9 +71,13 @@ class LiveReply:
         self.row: int | None = None  # the user row, once admitted
         self.closed = False
         self.gone = False  # the client hung up
-        self.active_at = 0.0  # when the pump last wrote (anyio's clock)
+        self.writes = 0  # the pump's writes so far (the keep-alive's measure of silence)
         self.silent = False  # a keep-alive comment is due
-        self._waiter: anyio.Event | None = None  # only while the pump waits
+        # Only while the pump waits. A bare future of the loop, not an Event: aiohttp ties
+        # this module to asyncio anyway, and an anyio Event a piece (with the asyncio Event
+        # and the future inside it) was a tenth of the pump's CPU.
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # (asking for it is a getpid())
 
     def __repr__(self) -> str:
         return f"<LiveReply pieces={len(self.pieces)} written={self.written}>"
@@ -85,14 +100,16 @@ class LiveReply:
         """Until the next piece or the close (a piece is never missed: the pump calls this
         only after ``take`` found nothing, with no await in between)."""
         if self._waiter is None:
-            self._waiter = anyio.Event()
-        await self._waiter.wait()
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._waiter = self._loop.create_future()
+        await self._waiter
 
     def wake(self) -> None:
-        # A piece while the pump is busy writing needs no event: it takes it next round.
-        if self._waiter is not None:
-            self._waiter.set()
-            self._waiter = None
+        # A piece while the pump is busy writing needs no wake-up: it takes it next round.
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():  # done: the pump was cancelled
+            waiter.set_result(None)
 
 
 class Watched:
@@ -148,9 +165,9 @@ async def pump(
     (then an SSE comment every ``keepalive_s``, so proxies keep the connection), so a turn
     that fails before any piece can still answer with a status of its own.
 
-    The silence is timed by a task of its own that wakes only once per ``keepalive_s``: a
-    timeout around each wait for a piece (a cancel scope per piece) was a tenth of the CPU
-    of a streamed turn."""
+    The silence is timed by a task of its own that wakes only once per ``keepalive_s`` and
+    counts the writes: a timeout around each wait for a piece (a cancel scope per piece) was
+    a tenth of the CPU of a streamed turn, and reading the clock at each write a fiftieth."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(_keepalive, reply, keepalive_s)
         await _write(request, response, reply, encode)
@@ -167,15 +184,16 @@ async def _write(
         while True:
             pieces = reply.take()
             if pieces:
-                await response.prepare(request)
+                if not response.prepared:
+                    await response.prepare(request)
                 await response.write(encode(pieces))
-                reply.active_at = anyio.current_time()
+                reply.writes += 1
                 continue
             if reply.silent:
                 reply.silent = False
                 await response.prepare(request)
                 await response.write(KEEPALIVE)
-                reply.active_at = anyio.current_time()
+                reply.writes += 1
                 continue
             if reply.closed:
                 return
@@ -186,15 +204,16 @@ async def _write(
 
 
 async def _keepalive(reply: LiveReply, keepalive_s: float) -> None:
-    """Mark ``reply`` silent after every ``keepalive_s`` without a write (cancelled by the
-    pump once everything is written)."""
-    reply.active_at = anyio.current_time()
+    """Mark ``reply`` silent once a ``keepalive_s`` went by without a write (cancelled by the
+    pump once everything is written). It looks once a ``keepalive_s``: the first comment goes
+    ``keepalive_s`` after the start, a later one within twice that of the last write."""
+    writes = reply.writes
     while True:
-        await anyio.sleep_until(reply.active_at + keepalive_s)
-        if anyio.current_time() >= reply.active_at + keepalive_s and not reply.silent:
+        await anyio.sleep(keepalive_s)
+        if reply.writes == writes and not reply.silent:
             reply.silent = True
-            reply.active_at = anyio.current_time()  # the pump writes it at once
             reply.wake()
+        writes = reply.writes
 
 
 async def finish(response: web.StreamResponse, data: bytes) -> None:

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m tests.bench.instructions                 # 1 conversation, 100 turns
     .venv/bin/python -m tests.bench.instructions --conversations 50 --messages 4
+    .venv/bin/python -m tests.bench.instructions --stream 50 --messages 20   # SSE chat route
 
 Wall-clock figures on a shared 2-core machine move with whatever else runs; the number of
 instructions the gateway executes per turn does not (callgrind counts them, not time), so this
@@ -9,6 +10,10 @@ is the figure to compare two commits with. The real ``botmux run`` runs under
 ``valgrind --tool=callgrind`` with instrumentation off (so the start is quick); after the warm-up it is switched on
 (``callgrind_control -i on``) for the measured turns only, then the total is read from the
 callgrind output. Slow (the gateway runs ~50x slower under valgrind): keep the turns few.
+
+``--stream N`` streams each turn on the SSE chat route from a model that streams ``N`` chunks
+20 ms apart (``tests/bench/streaming.py``'s fake): the instructions of a streamed turn, to
+compare with a plain one's.
 """
 
 from __future__ import annotations
@@ -24,13 +29,15 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.bench._load import closed_loop, completions, peer_chat
+from tests.bench._load import Send, closed_loop, completions, peer_chat
 from tests.bench._procs import ROOT, fake_model, gateway_config, wait_http
+from tests.bench.streaming import streaming_model
 from tests.harness import free_port
 
 
 async def _run(args: argparse.Namespace, work: Path) -> float:
-    async with fake_model() as model:
+    model_of = streaming_model(0.0, args.stream, 0.02) if args.stream else fake_model()
+    async with model_of as model:
         port = free_port()
         config = gateway_config(work, model.url, port)
         out = work / "callgrind.out"
@@ -47,7 +54,12 @@ async def _run(args: argparse.Namespace, work: Path) -> float:
         await wait_http(f"{base}/readyz", limit_s=300)
         timeout = aiohttp.ClientTimeout(total=600)
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            send = peer_chat(http, base) if args.route == "session" else completions(http, base)
+            if args.stream:
+                send = streamed_chat(http, base)
+            elif args.route == "session":
+                send = peer_chat(http, base)
+            else:
+                send = completions(http, base)
             await closed_loop(send, args.conversations, 3)  # warm-up
             await _toggle("on", popen.pid)
             result = await closed_loop(send, args.conversations, args.messages)
@@ -59,6 +71,17 @@ async def _run(args: argparse.Namespace, work: Path) -> float:
         text = (work / "callgrind.out").read_text(errors="replace")
         raise SystemExit(f"no callgrind summary: {text[:300]} ... {text[-300:]}")
     return total / result.turns
+
+
+def streamed_chat(http: aiohttp.ClientSession, base_url: str) -> Send:
+    async def send(c: int, m: int) -> None:
+        body = {"message": f"hello {m}", "stream": True}
+        async with http.post(f"{base_url}/api/sessions/s{c}/chat", json=body) as r:
+            text = await r.text()
+            if r.status != 200 or "event: message" not in text:
+                raise RuntimeError(f"turn failed: {r.status} {text[-300:]}")
+
+    return send
 
 
 async def _toggle(state: str, pid: int) -> None:
@@ -84,11 +107,13 @@ def main() -> None:
     parser.add_argument("--route", choices=("session", "v1"), default="session")
     parser.add_argument("--conversations", type=int, default=1)
     parser.add_argument("--messages", type=int, default=100)
+    parser.add_argument("--stream", type=int, default=0, metavar="CHUNKS")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         per_turn = asyncio.run(_run(args, Path(work)))
+    route = f"SSE chat, {args.stream} chunks" if args.stream else args.route
     print(
-        f"{args.route}, {args.conversations} x {args.messages}: {per_turn / 1e6:.3f} M instructions per turn"
+        f"{route}, {args.conversations} x {args.messages}: {per_turn / 1e6:.3f} M instructions per turn"
     )
 
 

@@ -3,12 +3,15 @@
     .venv/bin/python -m tests.bench.profile                      # session route, 50 x 20
     .venv/bin/python -m tests.bench.profile --route v1 --top 40
     .venv/bin/python -m tests.bench.profile --out /tmp/gw.prof   # keep the raw profile
+    .venv/bin/python -m tests.bench.profile --stream 50 --conversations 20   # streamed turns
 
 The real ``botmux run`` runs under ``python -m cProfile``; the fake model and the load are
 other processes' work, so what is printed is the gateway's own. cProfile inflates every
 Python call about alike, so read the figures as shares, and compare before and after with the
 same command. ``--spy`` runs py-spy (``record -f raw``) on the gateway instead and prints the
 leaf frames' shares, which is closer to where the time goes, native code included.
+``--stream N``: each turn streamed on the SSE chat route, from a model streaming ``N`` chunks
+20 ms apart (as ``tests.bench.instructions --stream``).
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ import aiohttp
 
 from tests.bench._load import closed_loop, completions, peer_chat
 from tests.bench._procs import ROOT, cpu_seconds, fake_model, gateway_config, wait_http
+from tests.bench.instructions import streamed_chat
+from tests.bench.streaming import streaming_model
 from tests.harness import free_port
 
 
 async def _run(args: argparse.Namespace, work: Path) -> None:
-    async with fake_model() as model:
+    model_of = streaming_model(0.0, args.stream, 0.02) if args.stream else fake_model()
+    async with model_of as model:
         port = free_port()
         config = gateway_config(work, model.url, port)
         prof = Path(args.out or work / "gw.prof")
@@ -49,7 +55,12 @@ async def _run(args: argparse.Namespace, work: Path) -> None:
         await wait_http(f"{base}/readyz")
         spy = None
         async with aiohttp.ClientSession() as http:
-            send = peer_chat(http, base) if args.route == "session" else completions(http, base)
+            if args.stream:
+                send = streamed_chat(http, base)
+            elif args.route == "session":
+                send = peer_chat(http, base)
+            else:
+                send = completions(http, base)
             await closed_loop(send, args.conversations, 2)  # warm-up
             if args.spy:
                 raw = Path(args.out) if args.out else work / "spy.txt"
@@ -111,6 +122,7 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=50)
     parser.add_argument("--messages", type=int, default=20)
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--stream", type=int, default=0, metavar="CHUNKS")
     parser.add_argument("--out")
     parser.add_argument("--spy", action="store_true")
     parser.add_argument("--none", action="store_true", help="no profiler: the figures only")
