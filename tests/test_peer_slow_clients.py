@@ -17,7 +17,7 @@ import aiohttp
 import anyio
 import pytest
 
-from tests.fakes.openai_server import Hold, Sleep, ok, open_fake_model
+from tests.fakes.openai_server import Hold, Sleep, ok, open_fake_model, streamed
 from tests.harness import GatewayProcess, config_text, free_port, make_config, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -193,6 +193,31 @@ async def test_at_the_connection_cap_idle_ones_make_room_and_busy_ones_503(
     assert json.loads(refusal.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "overloaded"
     assert problems(node.log()) == [], node.log_tail()
     assert "connection cap reached" in node.log()
+
+
+async def test_a_stream_that_goes_quiet_after_a_piece_gets_a_keepalive(tmp_path: Path) -> None:
+    """The keep-alive counts the pump's writes: a stream silent after its first piece gets a
+    comment within twice ``sse_keepalive_s`` of it, and the answer then completes."""
+    body = {"messages": [{"role": "user", "content": "then wait"}], "stream": True}
+    async with open_fake_model() as fake:
+        fake.default = lambda r: streamed("first ", "last", hold_after=1)
+        async with (
+            running_gateway(make_config(tmp_path / "b.db", fake.base_url)) as (app, url),
+            aiohttp.ClientSession() as http,
+        ):
+            assert app.peer is not None
+            app.peer.sse_keepalive_s = 0.2
+            async with http.post(f"{url}/v1/chat/completions", json=body) as r:
+                lines: list[bytes] = []
+                while not any(b'"first "' in x for x in lines):
+                    lines.append((await r.content.readline()).strip())
+                with anyio.fail_after(0.4 + 0.3):  # twice the keep-alive, and some slack
+                    while (line := (await r.content.readline()).strip()) == b"":
+                        pass
+                assert line == b": keepalive"
+                fake.release_streams()
+                rest = [x.strip() async for x in r.content if x.strip()]
+            assert b'"last"' in b"".join(rest) and rest[-1] == b"data: [DONE]"
 
 
 async def test_a_long_stream_gets_keepalives_and_a_hang_up_is_no_error(
