@@ -231,16 +231,19 @@ async def test_a_long_stream_gets_keepalives_and_a_hang_up_is_no_error(
             aiohttp.ClientSession() as http,
         ):
             assert app.peer is not None
-            app.peer.sse_keepalive_s = 0.05
+            app.peer.sse_keepalive_s = 0.3
             lines: list[bytes] = []
+            started = anyio.current_time()
             async with http.post(f"{url}/v1/chat/completions", json=body) as r:
                 assert r.status == 200
                 assert r.headers["Content-Type"] == "text/event-stream"
-                while len(lines) < 2:  # two comments, while the model still holds the reply
+                while len(lines) < 3:  # three comments, while the model still holds the reply
                     line = await r.content.readline()
                     if line.strip():
                         lines.append(line.strip())
-                assert lines == [b": keepalive", b": keepalive"]
+                assert lines == [b": keepalive"] * 3
+                # One every keepalive_s (0.9 s), not one every other (a comment is no piece).
+                assert anyio.current_time() - started < 1.4
                 fake.release()
                 async for line in r.content:
                     if line.strip():

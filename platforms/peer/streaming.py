@@ -61,7 +61,6 @@ class LiveReply:
         "pieces",
         "row",
         "silent",
-        "writes",
         "written",
     )
 
@@ -71,7 +70,6 @@ class LiveReply:
         self.row: int | None = None  # the user row, once admitted
         self.closed = False
         self.gone = False  # the client hung up
-        self.writes = 0  # the pump's writes so far (the keep-alive's measure of silence)
         self.silent = False  # a keep-alive comment is due
         # Only while the pump waits. A bare future of the loop, not an Event: aiohttp ties
         # this module to asyncio anyway, and an anyio Event a piece (with the asyncio Event
@@ -166,8 +164,9 @@ async def pump(
     that fails before any piece can still answer with a status of its own.
 
     The silence is timed by a task of its own that wakes only once per ``keepalive_s`` and
-    counts the writes: a timeout around each wait for a piece (a cancel scope per piece) was
-    a tenth of the CPU of a streamed turn, and reading the clock at each write a fiftieth."""
+    compares how many pieces were written: a timeout around each wait for a piece (a cancel
+    scope per piece) was a tenth of the CPU of a streamed turn, and reading the clock at
+    each write a fiftieth."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(_keepalive, reply, keepalive_s)
         await _write(request, response, reply, encode)
@@ -187,13 +186,11 @@ async def _write(
                 if not response.prepared:
                     await response.prepare(request)
                 await response.write(encode(pieces))
-                reply.writes += 1
                 continue
             if reply.silent:
                 reply.silent = False
                 await response.prepare(request)
                 await response.write(KEEPALIVE)
-                reply.writes += 1
                 continue
             if reply.closed:
                 return
@@ -204,16 +201,17 @@ async def _write(
 
 
 async def _keepalive(reply: LiveReply, keepalive_s: float) -> None:
-    """Mark ``reply`` silent once a ``keepalive_s`` went by without a write (cancelled by the
-    pump once everything is written). It looks once a ``keepalive_s``: the first comment goes
-    ``keepalive_s`` after the start, a later one within twice that of the last write."""
-    writes = reply.writes
+    """Mark ``reply`` silent when a ``keepalive_s`` went by without a piece taken to be
+    written (cancelled by the pump once everything is written). It looks once a
+    ``keepalive_s``: a turn silent from the start gets a comment every ``keepalive_s``, a
+    stream gone quiet its first within twice that of its last piece."""
+    written = reply.written
     while True:
         await anyio.sleep(keepalive_s)
-        if reply.writes == writes and not reply.silent:
+        if reply.written == written and not reply.silent:
             reply.silent = True
             reply.wake()
-        writes = reply.writes
+        written = reply.written
 
 
 async def finish(response: web.StreamResponse, data: bytes) -> None:
