@@ -163,14 +163,16 @@ async def pump(
     (then an SSE comment every ``keepalive_s``, so proxies keep the connection), so a turn
     that fails before any piece can still answer with a status of its own.
 
-    The silence is timed by a task of its own that wakes only once per ``keepalive_s`` and
-    compares how many pieces were written: a timeout around each wait for a piece (a cancel
-    scope per piece) was a tenth of the CPU of a streamed turn, and reading the clock at
-    each write a fiftieth."""
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_keepalive, reply, keepalive_s)
+    The silence is timed by a timer of the loop (:class:`_Keepalive`) that fires once per
+    ``keepalive_s`` and compares how many pieces were written: a timeout around each wait
+    for a piece (a cancel scope per piece) was a tenth of the CPU of a streamed turn, reading
+    the clock at each write a fiftieth, and a task of its own (with its task group) for the
+    keep-alive 0.3 M instructions, a thirteenth of a turn streamed in one piece."""
+    keepalive = _Keepalive(reply, keepalive_s)
+    try:
         await _write(request, response, reply, encode)
-        tg.cancel_scope.cancel()
+    finally:
+        keepalive.cancel()
 
 
 async def _write(
@@ -200,18 +202,31 @@ async def _write(
         log.debug("peer API: a streaming client hung up; its turn runs on")
 
 
-async def _keepalive(reply: LiveReply, keepalive_s: float) -> None:
-    """Mark ``reply`` silent when a ``keepalive_s`` went by without a piece taken to be
-    written (cancelled by the pump once everything is written). It looks once a
-    ``keepalive_s``: a turn silent from the start gets a comment every ``keepalive_s``, a
-    stream gone quiet its first within twice that of its last piece."""
-    written = reply.written
-    while True:
-        await anyio.sleep(keepalive_s)
-        if reply.written == written and not reply.silent:
+class _Keepalive:
+    """Marks ``reply`` silent when a ``keepalive_s`` went by without a piece taken to be
+    written, looking once a ``keepalive_s`` (a ``call_later`` of the loop: a callback, not a
+    task; ``cancel`` stops it). A turn silent from the start gets a comment every
+    ``keepalive_s``, a stream gone quiet its first within twice that of its last piece."""
+
+    __slots__ = ("_every", "_handle", "_loop", "_reply", "_written")
+
+    def __init__(self, reply: LiveReply, keepalive_s: float) -> None:
+        self._reply = reply
+        self._every = keepalive_s
+        self._written = reply.written
+        self._loop = asyncio.get_running_loop()
+        self._handle = self._loop.call_later(keepalive_s, self._look)
+
+    def _look(self) -> None:
+        reply = self._reply
+        if reply.written == self._written and not reply.silent:
             reply.silent = True
             reply.wake()
-        written = reply.written
+        self._written = reply.written
+        self._handle = self._loop.call_later(self._every, self._look)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 async def finish(response: web.StreamResponse, data: bytes) -> None:
