@@ -42,7 +42,6 @@ def test_the_budget_allows_its_rate_per_key_and_pauses_a_key() -> None:
     assert budget.ready_at([("draft", 1)]) == 101.0  # no rate: only pauses count
 
 
-
 def test_a_call_counts_from_its_start_and_then_as_of_its_answer() -> None:
     """The platform counts a call on arrival, after we sent it: a window that ran from the
     send would empty before the platform's does, and a burst at its edge would get a 429."""
@@ -68,6 +67,7 @@ def test_a_call_counts_from_its_start_and_then_as_of_its_answer() -> None:
     clock.now = 131.0
     budget.take(chat)
     assert budget.ready_at(chat) == 135.0  # the slow one counts as of its answer
+
 
 def test_cut_keeps_a_preview_within_the_limit() -> None:
     assert cut("short", 10) == "short"
