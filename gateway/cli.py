@@ -8,6 +8,7 @@ line, for every subcommand.
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import signal
@@ -181,6 +182,7 @@ def _run(config: Config, config_arg: str | None = None) -> int:
                 await control.serve_with_run_file(app)
                 tg.cancel_scope.cancel()
 
+    _tune_collector()
     try:
         logging.getLogger("gateway").info("event loop", extra={"loop": loop})
         anyio.run(serve, backend_options=event_loop.backend_options(loop))
@@ -195,6 +197,19 @@ def _run(config: Config, config_arg: str | None = None) -> int:
         print(f"botmux: error: {line}", file=sys.stderr)
         return EXIT_FAILURE
     return EXIT_OK
+
+
+def _tune_collector() -> None:
+    """The cyclic garbage collector, set for a long-running server (``run`` only: tests that
+    start gateways in their own process keep Python's defaults).
+
+    What the imports built (modules, classes, functions: most of the heap) is moved out of
+    every future collection (``gc.freeze``), and the youngest generation is collected every
+    7,000 container allocations instead of 700. Garbage without cycles is freed at once as
+    ever; only cycles wait a little longer. Instructions per turn at 50 conversations
+    (callgrind, ``tests.bench.instructions``): 2.49-2.54 -> 2.39-2.41 M."""
+    gc.freeze()
+    gc.set_threshold(7_000, 10, 10)
 
 
 def _expected_failure(exc: BaseException) -> BaseException | None:
