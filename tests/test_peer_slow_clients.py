@@ -196,8 +196,8 @@ async def test_at_the_connection_cap_idle_ones_make_room_and_busy_ones_503(
 
 
 async def test_a_stream_that_goes_quiet_after_a_piece_gets_a_keepalive(tmp_path: Path) -> None:
-    """The keep-alive counts the pump's writes: a stream silent after its first piece gets a
-    comment within twice ``sse_keepalive_s`` of it, and the answer then completes."""
+    """The keep-alive compares the pieces written once a ``sse_keepalive_s``: a stream silent
+    after its first piece gets a comment within twice that of it, and the answer completes."""
     body = {"messages": [{"role": "user", "content": "then wait"}], "stream": True}
     async with open_fake_model() as fake:
         fake.default = lambda r: streamed("first ", "last", hold_after=1)

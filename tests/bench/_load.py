@@ -95,3 +95,23 @@ def direct(client: openai.AsyncOpenAI) -> Send:
         )
 
     return send
+
+
+def streamed_chat(http: aiohttp.ClientSession, base_url: str, prefix: str = "s") -> Send:
+    """The session chat route streamed (SSE): each turn read to its ``message`` event."""
+
+    async def send(c: int, m: int) -> None:
+        body = {"message": f"hello {m}", "stream": True}
+        async with http.post(f"{base_url}/api/sessions/{prefix}{c}/chat", json=body) as r:
+            text = await r.text()
+            if r.status != 200 or "event: message" not in text:
+                raise RuntimeError(f"turn failed: {r.status} {text[-300:]}")
+
+    return send
+
+
+def gateway_load(http: aiohttp.ClientSession, base_url: str, route: str, stream: bool) -> Send:
+    """The benches' load on a gateway: ``route`` "session" or "v1", or streamed chat."""
+    if stream:
+        return streamed_chat(http, base_url)
+    return peer_chat(http, base_url) if route == "session" else completions(http, base_url)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.bench._load import Send, closed_loop, completions, peer_chat
+from tests.bench._load import closed_loop, gateway_load
 from tests.bench._procs import ROOT, fake_model, gateway_config, wait_http
 from tests.bench.streaming import streaming_model
 from tests.harness import free_port
@@ -54,12 +54,7 @@ async def _run(args: argparse.Namespace, work: Path) -> float:
         await wait_http(f"{base}/readyz", limit_s=300)
         timeout = aiohttp.ClientTimeout(total=600)
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            if args.stream:
-                send = streamed_chat(http, base)
-            elif args.route == "session":
-                send = peer_chat(http, base)
-            else:
-                send = completions(http, base)
+            send = gateway_load(http, base, args.route, bool(args.stream))
             await closed_loop(send, args.conversations, 3)  # warm-up
             await _toggle("on", popen.pid)
             result = await closed_loop(send, args.conversations, args.messages)
@@ -71,17 +66,6 @@ async def _run(args: argparse.Namespace, work: Path) -> float:
         text = (work / "callgrind.out").read_text(errors="replace")
         raise SystemExit(f"no callgrind summary: {text[:300]} ... {text[-300:]}")
     return total / result.turns
-
-
-def streamed_chat(http: aiohttp.ClientSession, base_url: str) -> Send:
-    async def send(c: int, m: int) -> None:
-        body = {"message": f"hello {m}", "stream": True}
-        async with http.post(f"{base_url}/api/sessions/s{c}/chat", json=body) as r:
-            text = await r.text()
-            if r.status != 200 or "event: message" not in text:
-                raise RuntimeError(f"turn failed: {r.status} {text[-300:]}")
-
-    return send
 
 
 async def _toggle(state: str, pid: int) -> None:

@@ -30,9 +30,8 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.bench._load import closed_loop, completions, peer_chat
+from tests.bench._load import closed_loop, gateway_load
 from tests.bench._procs import ROOT, cpu_seconds, fake_model, gateway_config, wait_http
-from tests.bench.instructions import streamed_chat
 from tests.bench.streaming import streaming_model
 from tests.harness import free_port
 
@@ -55,12 +54,7 @@ async def _run(args: argparse.Namespace, work: Path) -> None:
         await wait_http(f"{base}/readyz")
         spy = None
         async with aiohttp.ClientSession() as http:
-            if args.stream:
-                send = streamed_chat(http, base)
-            elif args.route == "session":
-                send = peer_chat(http, base)
-            else:
-                send = completions(http, base)
+            send = gateway_load(http, base, args.route, bool(args.stream))
             await closed_loop(send, args.conversations, 2)  # warm-up
             if args.spy:
                 raw = Path(args.out) if args.out else work / "spy.txt"
