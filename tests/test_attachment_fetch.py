@@ -51,6 +51,14 @@ async def dc() -> AsyncIterator[FakeDiscord]:
         yield fake
 
 
+@pytest.fixture
+async def cdn() -> AsyncIterator[discord_files.Fetching]:
+    """The Discord adapter's downloads (its ``Fetching`` mixin), closed as the adapter does."""
+    fetching = discord_files.Fetching()
+    yield fetching
+    await fetching.close_downloads()
+
+
 def tg_ref(extra: dict[str, object], field: str, *, size: int | None = None) -> AttachmentRef:
     media = extra[field]
     item = media[-1] if isinstance(media, list) else media
@@ -79,6 +87,21 @@ async def test_telegram_files_of_every_kind_arrive_whole(tg: FakeTelegram, bot: 
         tg_ref(extra, field).source for extra, field, _ in cases
     ]
     assert all(d.complete and d.status == 200 for d in tg.files.downloads)
+
+
+async def test_telegram_downloads_reuse_the_bots_kept_alive_connection(
+    tg: FakeTelegram, bot: Bot
+) -> None:
+    """Downloads go over the bot's own transport (its session's pool), not a client and a
+    connection of their own per file: in production each new one is a TLS handshake."""
+    photo = tg.files.photo(os.urandom(100), os.urandom(200_000))
+    voice = tg.files.voice(b"OggS voice")
+    for _ in range(3):
+        assert len(await tg_fetch(bot, tg_ref(photo, "photo"))) == 200_000
+        assert await tg_fetch(bot, tg_ref(voice, "voice")) == b"OggS voice"
+    downloads = tg.files.server.downloads
+    assert len(downloads) == 6 and all(d.complete for d in downloads)
+    assert len({d.client for d in downloads}) == 1, downloads
 
 
 async def test_telegram_refuses_a_declared_size_over_the_limit_before_asking(
@@ -189,56 +212,77 @@ def dc_ref(attachment: dict[str, object], *, size: int | None = None) -> Attachm
     )
 
 
-async def test_discord_attachments_arrive_whole(dc: FakeDiscord) -> None:
+async def test_discord_attachments_arrive_whole(
+    dc: FakeDiscord,
+    cdn: discord_files.Fetching,
+) -> None:
     image = os.urandom(500_000)
     png = dc.cdn.attachment(image, filename="cat.png", content_type="image/png")
     text = dc.cdn.attachment(b"notes\n", filename="notes.txt")
-    assert await discord_files.fetch(dc_ref(png), limit=MIB) == image
-    assert await discord_files.fetch(dc_ref(text), limit=MIB) == b"notes\n"
+    assert await cdn.fetch(dc_ref(png), limit=MIB) == image
+    assert await cdn.fetch(dc_ref(text), limit=MIB) == b"notes\n"
     assert [d.complete for d in dc.cdn.downloads] == [True, True]
     # The signed URL is fetched without the bot's token.
     assert not [c for c in dc.rest_calls if "attachments" in c.path]
 
 
+async def test_discord_downloads_share_one_kept_alive_connection(
+    dc: FakeDiscord, cdn: discord_files.Fetching
+) -> None:
+    attachment = dc.cdn.attachment(os.urandom(100_000), filename="cat.png")
+    for _ in range(4):
+        assert len(await cdn.fetch(dc_ref(attachment), limit=MIB)) == 100_000
+    assert len({d.client for d in dc.cdn.downloads}) == 1, dc.cdn.downloads
+    await cdn.close_downloads()  # as the adapter stops; a later download opens a new session
+    assert len(await cdn.fetch(dc_ref(attachment), limit=MIB)) == 100_000
+    assert len({d.client for d in dc.cdn.downloads}) == 2
+
+
 async def test_discord_refuses_a_stated_size_over_the_limit_before_fetching(
     dc: FakeDiscord,
+    cdn: discord_files.Fetching,
 ) -> None:
     attachment = dc.cdn.attachment(b"x" * 5000, filename="big.log")
     with pytest.raises(AttachmentTooLarge) as caught:
-        await discord_files.fetch(dc_ref(attachment), limit=4096)
+        await cdn.fetch(dc_ref(attachment), limit=4096)
     assert (caught.value.name, caught.value.limit) == ("big.log", 4096)
     assert dc.cdn.downloads == []
 
 
 @pytest.mark.parametrize("send_length", [True, False], ids=["content-length", "chunked"])
-async def test_discord_stops_reading_past_the_limit(dc: FakeDiscord, send_length: bool) -> None:
+async def test_discord_stops_reading_past_the_limit(
+    dc: FakeDiscord, cdn: discord_files.Fetching, send_length: bool
+) -> None:
     attachment = dc.cdn.attachment(os.urandom(BIG), filename="huge.bin", declared_size=10)
     dc.cdn.server.send_length = send_length
     with pytest.raises(AttachmentTooLarge):
-        await discord_files.fetch(dc_ref(attachment), limit=MIB)
+        await cdn.fetch(dc_ref(attachment), limit=MIB)
     with anyio.fail_after(10):  # the fake records the download once its handler ends
         await dc.wait_until(lambda: bool(dc.cdn.downloads))
     [download] = dc.cdn.downloads
     assert not download.complete and download.sent < BIG
 
 
-async def test_discord_failures_are_classified_like_sends(dc: FakeDiscord) -> None:
+async def test_discord_failures_are_classified_like_sends(
+    dc: FakeDiscord,
+    cdn: discord_files.Fetching,
+) -> None:
     attachment = dc.cdn.attachment(b"hello", filename="hello.txt")
     dc.cdn.fail_next_download(503)
     with pytest.raises(PlatformError) as server:
-        await discord_files.fetch(dc_ref(attachment), limit=MIB)
+        await cdn.fetch(dc_ref(attachment), limit=MIB)
     failure = classify_send(server.value)
     assert (failure.reason, failure.retryable, failure.status) == ("server", True, 503)
-    assert await discord_files.fetch(dc_ref(attachment), limit=MIB) == b"hello"
+    assert await cdn.fetch(dc_ref(attachment), limit=MIB) == b"hello"
 
     dc.cdn.fail_next_download(429)
     with pytest.raises(PlatformError) as limited:
-        await discord_files.fetch(dc_ref(attachment), limit=MIB)
+        await cdn.fetch(dc_ref(attachment), limit=MIB)
     assert classify_send(limited.value).retryable
 
     gone = dc_ref(attachment)
     gone = AttachmentRef(gone.kind, gone.name, gone.content_type, 5, gone.source + "-deleted")
     with pytest.raises(PlatformError) as missing:
-        await discord_files.fetch(gone, limit=MIB)
+        await cdn.fetch(gone, limit=MIB)
     failure = classify_send(missing.value)
     assert (failure.reason, failure.retryable, failure.status) == ("bad_request", False, 404)

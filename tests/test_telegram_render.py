@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 
 import aiohttp
-import httpx
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -174,13 +173,7 @@ def test_error_table() -> None:
         exc.__cause__ = cause
         return exc
 
-    refused = caused(NetworkError("httpx.ConnectError"), httpx.ConnectError("refused"))
-    assert errors.translate(refused).ambiguous is False
-    read = caused(TimedOut(), httpx.ReadTimeout("slow"))
-    assert errors.translate(read).ambiguous is True
-    dropped = caused(NetworkError("Server disconnected"), httpx.RemoteProtocolError("gone"))
-    assert errors.translate(dropped).ambiguous is True
-    # The Bot API calls' own transport (aiohttp): only a connection never made proves nothing left.
+    # The transport (aiohttp): only a connection never made proves nothing left.
     key = aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None)
     never = caused(NetworkError("refused"), aiohttp.ClientConnectorError(key, OSError(111, "x")))
     assert errors.translate(never).ambiguous is False

@@ -6,7 +6,9 @@ before anything is fetched; the body is still read through
 stops the read), so never more than the limit is held in memory. discord.py's own
 ``Attachment.read`` reads the whole body at once: the GET is ours, on aiohttp (discord.py's
 transport), with no bot token (attachment URLs are signed CDN links, and the token must not
-leave for another host).
+leave for another host). The adapter's downloads share one session of their own
+(:class:`Fetching`), so one after another reuse a kept-alive connection to the CDN instead of
+opening (and TLS-handshaking) one each.
 
 Failures leave through the adapter's one table (``errors.translate``, the answer made a
 ``discord.HTTPException`` as discord.py makes it) and are idempotent: repeating a GET cannot
@@ -56,14 +58,11 @@ async def _refusal(response: aiohttp.ClientResponse) -> PlatformError:
     return error
 
 
-async def fetch(ref: AttachmentRef, *, limit: int) -> bytes:
-    """The bytes at ``ref.source`` (the attachment URL), within ``limit``."""
+async def fetch(session: aiohttp.ClientSession, ref: AttachmentRef, *, limit: int) -> bytes:
+    """The bytes at ``ref.source`` (the attachment URL), within ``limit``, on ``session``."""
     refuse_declared(ref, limit)
     try:
-        async with (
-            aiohttp.ClientSession(timeout=TIMEOUT) as session,
-            session.get(ref.source) as response,
-        ):
+        async with session.get(ref.source, timeout=TIMEOUT) as response:
             if response.status != 200:
                 raise await _refusal(response)
             refuse_declared(ref, limit, response.content_length)
@@ -74,12 +73,22 @@ async def fetch(ref: AttachmentRef, *, limit: int) -> bytes:
 
 class Fetching:
     """The outlet's ``fetch`` for :class:`~platforms.discord.adapter.DiscordAdapter` (a
-    mixin: the adapter's module is at its size limit), ``MAX_DOWNLOADS`` at a time."""
+    mixin: the adapter's module is at its size limit), ``MAX_DOWNLOADS`` at a time, on one
+    session made at the first download (a session belongs to the running loop) and closed by
+    :meth:`close_downloads` when the adapter stops."""
 
     _downloads: anyio.CapacityLimiter | None = None
+    _cdn: aiohttp.ClientSession | None = None
 
     async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
         if self._downloads is None:
             self._downloads = anyio.CapacityLimiter(MAX_DOWNLOADS)
         async with self._downloads:
-            return await fetch(ref, limit=limit)
+            if self._cdn is None or self._cdn.closed:
+                self._cdn = aiohttp.ClientSession()
+            return await fetch(self._cdn, ref, limit=limit)
+
+    async def close_downloads(self) -> None:
+        if self._cdn is not None:
+            cdn, self._cdn = self._cdn, None
+            await cdn.close()

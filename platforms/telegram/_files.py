@@ -1,7 +1,9 @@
 """Fetching a Telegram attachment's bytes: ``getFile``, then its file URL, streamed.
 
 PTB's own ``File.download_*`` reads the whole body into memory whatever its size, so the
-download is our own httpx stream (httpx is PTB's transport already), read through
+download is our own stream, on the bot's transport's aiohttp session
+(:meth:`~platforms.telegram._transport.BotApiRequest.download`: a kept-alive connection to the
+Bot API's host, not a new client and connection per file), read through
 :func:`platforms._attachments.read_bounded`: never more than the limit in memory. What
 Telegram says of the size is used first: the message's ``file_size`` (checked by the
 caller's ``refuse_declared`` before anything is asked), then getFile's, then the download's
@@ -15,14 +17,15 @@ retries a 5xx, a 429 (with its retry-after) or a lost connection, and not a 4xx.
 
 from __future__ import annotations
 
-import httpx
 from telegram import Bot
-from telegram.error import BadRequest, Forbidden, NetworkError, TelegramError, TimedOut
+from telegram.error import BadRequest, Forbidden, TelegramError
+from telegram.request import BaseRequest
 
 from gateway.errors import PlatformError
 from gateway.messages import AttachmentRef
 from platforms._attachments import read_bounded, refetchable, refuse_declared, too_large
 from platforms.telegram import errors
+from platforms.telegram._transport import BotApiRequest
 from platforms.telegram.convert import BOT_API_DOWNLOAD_LIMIT
 
 CHUNK_BYTES = 64 * 1024
@@ -56,27 +59,18 @@ async def fetch(bot: Bot, ref: AttachmentRef, *, limit: int, timeout_s: float) -
         # A local Bot API server (--local) answers a path on its own disk: not supported.
         raise PlatformError(f"telegram gave no file URL for {ref.name}", status=400)
     try:
-        return await _download(url, ref, limit=limit, timeout_s=timeout_s)
+        return await _download(bot.request, url, ref, limit=limit, timeout_s=timeout_s)
     except TelegramError as exc:
         raise refetchable(errors.translate(exc)) from exc
 
 
-async def _download(url: str, ref: AttachmentRef, *, limit: int, timeout_s: float) -> bytes:
-    try:
-        async with (
-            httpx.AsyncClient(timeout=timeout_s) as client,
-            client.stream("GET", url) as response,
-        ):
-            if response.status_code != 200:
-                payload = b""
-                async for chunk in response.aiter_bytes(4096):  # an error page: its start
-                    payload = chunk
-                    break
-                raise _refused(response.status_code, payload)
-            length = response.headers.get("content-length", "")
-            refuse_declared(ref, limit, int(length) if length.isdigit() else None)
-            return await read_bounded(response.aiter_bytes(CHUNK_BYTES), ref, limit=limit)
-    except httpx.TimeoutException as exc:
-        raise TimedOut(f"file download timed out: {type(exc).__name__}") from exc
-    except httpx.HTTPError as exc:
-        raise NetworkError(f"file download failed: {type(exc).__name__}: {exc}") from exc
+async def _download(
+    request: BaseRequest, url: str, ref: AttachmentRef, *, limit: int, timeout_s: float
+) -> bytes:
+    if not isinstance(request, BotApiRequest):
+        raise TypeError(f"telegram downloads need the bot on a BotApiRequest, not {request!r}")
+    async with request.download(url, timeout_s) as response:
+        if response.status != 200:
+            raise _refused(response.status, await response.content.read(4096))  # its start
+        refuse_declared(ref, limit, response.content_length)
+        return await read_bounded(response.content.iter_chunked(CHUNK_BYTES), ref, limit=limit)

@@ -17,13 +17,18 @@ PTB's four timeouts, as aiohttp has them: ``connect`` bounds opening a connectio
 request never left); ``read`` bounds each wait for the answer's next bytes once the request is
 written (``sock_read``); aiohttp has no write timeout, so the four together bound the whole
 call. ``HTTP(S)_PROXY``/``NO_PROXY`` are honoured as httpx honoured them, read once per host.
+
+File downloads (``_files``) go over the same session (:meth:`BotApiRequest.download`): the
+file URLs are on the Bot API's host, so a download reuses a kept-alive connection instead of
+opening (and, in production, TLS-handshaking) one of its own each time.
 """
 
 from __future__ import annotations
 
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import aiohttp
@@ -133,11 +138,41 @@ class BotApiRequest(BaseRequest):
         elif request_data is not None and (params := request_data.json_parameters):
             data = urllib.parse.urlencode(params).encode()
             headers.update(FORM)
-        try:
+        with self._failures():
             async with session.request(
                 method, url, data=data, headers=headers, timeout=timeout, proxy=self._proxy(url)
             ) as response:
                 status, payload = response.status, await response.read()
+        self._on_answer(status < 500)
+        if status == 429 or status >= 500:
+            error = answer_error(status, payload)
+            if error is not None:
+                raise error
+        return status, payload
+
+    @asynccontextmanager
+    async def download(self, url: str, timeout_s: float) -> AsyncIterator[aiohttp.ClientResponse]:
+        """GET ``url`` on this transport's session: the response, its body not yet read
+        (the caller streams it). ``timeout_s`` bounds the connect and each read. Failures,
+        also while the body is read, are PTB's as a Bot API call's are (``TimedOut``,
+        ``NetworkError``), and ``on_answer`` hears of them the same way."""
+        session = self._session
+        if session is None or session.closed:
+            raise RuntimeError("This BotApiRequest is not initialized!")
+        timeout = self._timeout(timeout_s, None, timeout_s, timeout_s)
+        headers = {"User-Agent": self.USER_AGENT}
+        with self._failures():
+            async with session.get(
+                url, headers=headers, timeout=timeout, proxy=self._proxy(url)
+            ) as response:
+                self._on_answer(response.status < 500)
+                yield response
+
+    @contextmanager
+    def _failures(self) -> Iterator[None]:
+        """aiohttp's failures as PTB's (``errors.translate`` reads their causes)."""
+        try:
+            yield
         except TimeoutError as exc:  # a timeout is no outage (a long poll's read ends so)
             if isinstance(exc, aiohttp.ConnectionTimeoutError):  # errors._NOT_SENT
                 raise TimedOut(
@@ -147,12 +182,6 @@ class BotApiRequest(BaseRequest):
         except (aiohttp.ClientError, OSError) as exc:
             self._on_answer(False)
             raise NetworkError(f"aiohttp.{type(exc).__name__}: {exc}") from exc
-        self._on_answer(status < 500)
-        if status == 429 or status >= 500:
-            error = answer_error(status, payload)
-            if error is not None:
-                raise error
-        return status, payload
 
     def _timeout(
         self,

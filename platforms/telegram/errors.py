@@ -25,7 +25,6 @@ from typing import Any
 
 import aiohttp
 import anyio
-import httpx
 from telegram.error import (
     BadRequest,
     ChatMigrated,
@@ -87,15 +86,9 @@ def answer_error(status: int, payload: bytes) -> TelegramError | None:
     return None
 
 
-# Causes that prove the request never left: nothing can have been delivered.
-# aiohttp's for the Bot API calls (``_transport``), httpx's for file downloads (``_files``).
-_NOT_SENT = (
-    aiohttp.ClientConnectorError,
-    aiohttp.ConnectionTimeoutError,
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.PoolTimeout,
-)
+# Causes that prove the request never left: nothing can have been delivered. aiohttp's, the
+# transport of every Bot API call and file download (``_transport``).
+_NOT_SENT = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 
 
 def _surely_not_sent(exc: BaseException) -> bool:

@@ -1,9 +1,10 @@
 """Bytes served over HTTP by the loopback fakes: Telegram's file downloads, Discord's CDN.
 
 ``add(path, data)`` keeps a file; ``serve(request, path)`` streams it in 64 KiB writes and
-records a :class:`Download` (path, status, bytes written, whether the whole body went out):
-a client that stops reading past a limit shows as ``complete=False``, ``sent`` short of the
-file. ``fail_next_download(status)`` answers the next download(s) with that error instead
+records a :class:`Download` (path, status, bytes written, whether the whole body went out,
+the client's address and port): a client that stops reading past a limit shows as
+``complete=False``, ``sent`` short of the file; downloads on one kept-alive connection share a
+``client``. ``fail_next_download(status)`` answers the next download(s) with that error instead
 (a 5xx once, then the file). ``send_length = False`` leaves Content-Length out (a chunked
 body: the client learns the size only by reading).
 """
@@ -28,6 +29,7 @@ class Download:
     status: int
     sent: int = 0
     complete: bool = False
+    client: str = ""  # "host:port" of the connection it came on
 
 
 class FileServer:
@@ -51,9 +53,10 @@ class FileServer:
         data = self._files.get(path)
         if self._failures:
             status = self._failures.popleft()
-            return self._record(path, status, web.Response(status=status, text="Bad Gateway"))
+            failed = web.Response(status=status, text="Bad Gateway")
+            return self._record(request, path, status, failed)
         if data is None:
-            return self._record(path, 404, web.Response(status=404, text="Not Found"))
+            return self._record(request, path, 404, web.Response(status=404, text="Not Found"))
         response = web.StreamResponse(status=200)
         response.content_type = "application/octet-stream"
         if self.send_length:
@@ -69,14 +72,15 @@ class FileServer:
                 sent += len(piece)
             await response.write_eof()
         except asyncio.CancelledError:  # the client went away (handler cancellation)
-            self._record(path, 200, None, sent=sent)
+            self._record(request, path, 200, None, sent=sent)
             raise
         except ConnectionError:
-            return self._record(path, 200, response, sent=sent)
-        return self._record(path, 200, response, sent=sent, complete=True)
+            return self._record(request, path, 200, response, sent=sent)
+        return self._record(request, path, 200, response, sent=sent, complete=True)
 
     def _record(
         self,
+        request: web.Request,
         path: str,
         status: int,
         response: web.StreamResponse | None,
@@ -84,6 +88,8 @@ class FileServer:
         sent: int = 0,
         complete: bool = False,
     ) -> web.StreamResponse:
-        self.downloads.append(Download(path, status, sent, complete))
+        peer = request.transport.get_extra_info("peername") if request.transport else None
+        client = f"{peer[0]}:{peer[1]}" if peer else ""
+        self.downloads.append(Download(path, status, sent, complete, client))
         self._notify()
         return response if response is not None else web.Response(status=status)
