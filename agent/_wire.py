@@ -32,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from agent import _sse
+from agent import _body, _sse
 from gateway.errors import ProviderError, ProviderTimeout, ProviderUnreachable
 
 #: The response headers a status error keeps (what policy reads, and the request id).
@@ -126,7 +126,7 @@ class WireClient:
     ) -> aiohttp.ClientResponse:
         """Send ``body``; the response with its status and headers read, its body not yet."""
         session = self._session or self._open()
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        data = _body.encode(body)  # images' data URLs spliced in, not escaped
         with _transport_errors(model):
             return await session.post(self._url, data=data, headers=headers, proxy=self._proxy)
 

@@ -17,7 +17,6 @@ resolved to data URLs only for the last ``[agent] history_images`` turns.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
 import logging
@@ -26,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 import anyio
+from pybase64 import b64encode
 
 from gateway.config import AgentConfig
 from gateway.documents import Unreadable, document_text, readable
@@ -35,6 +35,7 @@ from gateway.messages import (
     ATTACHMENT_FAILURES,
     AttachmentRef,
     ChatMessage,
+    DataUrl,
     Failure,
     StoredMessage,
     TurnResult,
@@ -70,8 +71,9 @@ def is_link(platform: str, ref: AttachmentRef) -> bool:
     return platform == "peer" and ref.sha256 is None and ref.source.startswith("https://")
 
 
-def data_url(content_type: str, data: bytes) -> str:
-    return f"data:{content_type or 'image/jpeg'};base64,{base64.b64encode(data).decode()}"
+def data_url(content_type: str, data: bytes) -> DataUrl:
+    # pybase64: 2.5 ms for 20 MiB where the standard library's takes 27-47, on the loop.
+    return DataUrl(f"data:{content_type or 'image/jpeg'};base64,{b64encode(data).decode()}")
 
 
 def image_ref(ref: AttachmentRef) -> str:

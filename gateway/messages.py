@@ -14,6 +14,15 @@ from enum import StrEnum
 STOPPED_REPLY = "The turn was stopped before it answered."
 
 
+class DataUrl(str):
+    """A ``data:`` URL whose part after its last comma is base64 (an image the gateway
+    encoded, ``gateway.attachments.data_url``): safe in JSON as it is, so the model request's
+    encoder may splice it in instead of escaping it character by character
+    (``agent._body``). Any other string, a plain ``str`` too, is encoded as ever."""
+
+    __slots__ = ()
+
+
 @dataclass(frozen=True, slots=True)
 class ControlCommand:
     """A command the runtime answers itself (SPEC section 2). The one table of them,

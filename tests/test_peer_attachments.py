@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ import aiohttp
 import openai
 import pytest
 
+from agent import _body
 from gateway.config import Config, parse_config
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model, rate_limited, unauthorized
 from tests.harness import config_text, running_gateway
@@ -140,6 +143,38 @@ async def test_an_inline_image_reaches_a_vision_model_beside_the_text_and_is_sto
     ]
     with sqlite3.connect(tmp_path / "b.db") as db:
         assert db.execute("SELECT sha256, size FROM blobs").fetchall() == [(PHOTO_SHA, len(PHOTO))]
+
+
+async def test_a_large_image_reaches_the_model_whole_without_passing_the_json_encoder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 300 KB image: its data URL is spliced into the model request (agent._body), not
+    escaped by json.dumps, and arrives as the plain encoder would have sent it."""
+    encoded: list[int] = []
+
+    def measured(body: Any) -> bytes:
+        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+        encoded.append(len(data))
+        return data
+
+    monkeypatch.setattr(_body, "dumps", measured)
+    image = os.urandom(300_000)
+    photo = {"name": "big.jpg", "content_type": "image/jpeg", "data": b64(image)}
+    async with (
+        open_fake_model() as fake,
+        running_gateway(config(tmp_path, fake)) as (_, url),
+        aiohttp.ClientSession() as http,
+    ):
+        status, body = await chat(
+            http, url, "big", {"message": "and this?", "attachments": [photo]}
+        )
+        assert status == 200 and body["failure"] is None
+    (request,) = fake.requests
+    assert last_user_parts(request)[1] == {
+        "type": "image_url",
+        "image_url": {"url": f"data:image/jpeg;base64,{b64(image)}"},
+    }
+    assert encoded and max(encoded) < 10_000  # the 400 KB of base64 went around the encoder
 
 
 async def test_openai_client_image_url_parts_data_and_https_untouched(tmp_path: Path) -> None:

@@ -11,12 +11,13 @@ both before anything is stored.
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
+
+from pybase64 import b64decode
 
 from gateway.messages import AttachmentRef
 from platforms.peer.convert import BadRequest
@@ -56,7 +57,8 @@ class Files:
         if len(encoded) // 4 * 3 - 2 > self.max_bytes:
             raise _too_large(name, self.max_bytes)
         try:
-            data = base64.b64decode(encoded, validate=True)
+            # pybase64: 2.5 ms for 20 MiB where the standard library's takes 75-130, on the loop.
+            data = b64decode(encoded, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise BadRequest(
                 f"the data of {name!r} is not valid base64", code="bad_attachment"

@@ -6,7 +6,12 @@ the gateway's peak RSS (``VmHWM`` from /proc, the whole process) and how long it
 ``--vision`` the model sees images (each image then goes to the model as a data URL); without,
 the image is stored and the text answered.
 
+With ``--probe``, another conversation sends plain turns back to back, first alone for two
+seconds, then while the uploads run: its latency (p50, p99, max) shows how long the uploads'
+decoding and encoding hold the event loop, which every other conversation waits on.
+
     .venv/bin/python -m tests.bench.attachments --uploads 20 --mib 20 --vision
+    .venv/bin/python -m tests.bench.attachments --uploads 6 --concurrency 1 --vision --probe
 """
 
 from __future__ import annotations
@@ -24,11 +29,39 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.bench._procs import ROOT, fake_model, memory_kib, wait_http
+from tests.bench._procs import ROOT, cpu_seconds, fake_model, memory_kib, wait_http
 from tests.harness import free_port
 
 
-async def run(uploads: int, mib: int, vision: bool) -> dict[str, object]:
+def _spread(latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies) or [0.0]
+    return {
+        "turns": len(latencies),
+        "p50_ms": round(1e3 * ordered[len(ordered) // 2], 2),
+        "p99_ms": round(1e3 * ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
+        "max_ms": round(1e3 * ordered[-1], 2),
+    }
+
+
+async def _probe(http: aiohttp.ClientSession, url: str, until: asyncio.Event) -> list[float]:
+    """Plain turns of one conversation back to back until ``until``: each one's latency."""
+    latencies = []
+    n = 0
+    while not until.is_set():
+        n += 1
+        started = time.perf_counter()
+        async with http.post(
+            f"{url}/api/sessions/probe/chat",
+            json={"message": f"ping {n}"},
+        ) as r:
+            await r.read()
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+async def run(
+    uploads: int, mib: int, vision: bool, *, concurrency: int = 0, probe: bool = False
+) -> dict[str, object]:
     data = base64.b64encode(os.urandom(mib << 20)).decode()
     body = json.dumps(
         {
@@ -60,21 +93,37 @@ async def run(uploads: int, mib: int, vision: bool) -> dict[str, object]:
                 url = f"http://127.0.0.1:{port}"
                 await wait_http(f"{url}/readyz")
                 before = memory_kib(popen.pid)
-                started = time.perf_counter()
                 timeout = aiohttp.ClientTimeout(total=600)
+                probes: dict[str, object] = {}
                 async with aiohttp.ClientSession(timeout=timeout) as http:
+                    if probe:  # alone first: the baseline
+                        alone = asyncio.Event()
+                        asyncio.get_running_loop().call_later(2.0, alone.set)
+                        probes["alone"] = _spread(await _probe(http, url, alone))
+                    limit = asyncio.Semaphore(concurrency or uploads)
 
                     async def one(i: int) -> int:
-                        async with http.post(
-                            f"{url}/api/sessions/u{i}/chat",
-                            data=body,
-                            headers={"Content-Type": "application/json"},
-                        ) as r:
+                        async with (
+                            limit,
+                            http.post(
+                                f"{url}/api/sessions/u{i}/chat",
+                                data=body,
+                                headers={"Content-Type": "application/json"},
+                            ) as r,
+                        ):
                             await r.read()
                             return r.status
 
+                    done = asyncio.Event()
+                    prober = asyncio.ensure_future(_probe(http, url, done)) if probe else None
+                    cpu0 = cpu_seconds(popen.pid)
+                    started = time.perf_counter()
                     statuses = await asyncio.gather(*(one(i) for i in range(uploads)))
-                seconds = time.perf_counter() - started
+                    seconds = time.perf_counter() - started
+                    cpu = cpu_seconds(popen.pid) - cpu0
+                    done.set()
+                    if prober is not None:
+                        probes["during_uploads"] = _spread(await prober)
                 after = memory_kib(popen.pid)
             finally:
                 popen.terminate()
@@ -85,6 +134,8 @@ async def run(uploads: int, mib: int, vision: bool) -> dict[str, object]:
         "vision": vision,
         "statuses": sorted(set(statuses)),
         "seconds": round(seconds, 2),
+        "gateway_cpu_s_per_upload": round(cpu / uploads, 3),  # the probe's turns included
+        **({"probe": probes} if probe else {}),
         "rss_idle_mib": round(before["VmRSS"] / 1024, 1),
         "peak_rss_mib": round(after["VmHWM"] / 1024, 1),
     }
@@ -95,8 +146,13 @@ def main() -> None:
     parser.add_argument("--uploads", type=int, default=20)
     parser.add_argument("--mib", type=int, default=20)
     parser.add_argument("--vision", action="store_true")
+    parser.add_argument("--concurrency", type=int, default=0, help="uploads at once (0: all)")
+    parser.add_argument("--probe", action="store_true", help="time another conversation")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args.uploads, args.mib, args.vision))))
+    result = asyncio.run(
+        run(args.uploads, args.mib, args.vision, concurrency=args.concurrency, probe=args.probe)
+    )
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
