@@ -253,8 +253,8 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
             self._notices.close()
             self._previews.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await self.close_downloads()  # first: the client may take all 5 s
                 await client.close()
-                await self.close_downloads()
 
     def _new_client(self, shard: int | None) -> BotClient:
         """A discord.py client posting to our mailbox: ``shard`` None for REST (and for the
