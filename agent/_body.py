@@ -1,78 +1,60 @@
-"""A model request's body as JSON bytes, its images' data URLs spliced in unescaped.
+"""A model request's body as JSON bytes, the images the gateway encoded spliced in as they are.
 
 An image travels as a data URL in an ``image_url`` part: 27 MB of base64 for a 20 MiB
-image. ``json.dumps`` scans and copies every character of it, ~95 ms for that image on the
-benchmark machine, on the event loop, while every other conversation waits. Base64 needs no
-escaping, so each :class:`~gateway.messages.DataUrl` of at least ``SPLICE_MIN`` characters
-goes through the encoder as a placeholder, and its bytes are joined in after. Should another
-string of the body be the placeholder itself (a user can type anything), the body is encoded
-the plain way: the result is the same bytes either way.
+image. Passed to ``json.dumps`` as a string, it is scanned and copied character by character
+(~95 ms for that image on the benchmark machine, on the event loop, while every other
+conversation waits), and making it a string at all took a decode and copies before that.
+The gateway keeps such an image as a :class:`~gateway.messages.DataUrl` (the base64 as
+bytes), which the encoder cannot encode: its ``default`` hook puts a placeholder string in
+its place, and the URL's bytes are joined in after, unescaped (base64 needs no escaping).
+Should a string of the body be the placeholder itself (a user can type anything), another
+placeholder is taken. The bytes are what ``json.dumps`` makes of the body with each
+``DataUrl`` as its text.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from typing import Any
 
 from gateway.messages import DataUrl
 
-SPLICE_MIN = 64 * 1024
 PLACEHOLDER = "\x00botmux:data-url\x00"
-_ENCODED = json.dumps(PLACEHOLDER).encode()  # with its quotes, as it appears in the body
 
 
-def dumps(body: Any) -> bytes:
-    """``body`` as compact JSON, UTF-8 (what ``json.dumps(body, ensure_ascii=False,
-    separators=(",", ":")).encode()`` gives)."""
-    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+def dumps(body: Any, default: Any = None) -> bytes:
+    """``body`` as compact JSON, UTF-8; ``default`` as ``json.dumps`` takes it."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), default=default).encode()
 
 
 def encode(body: dict[str, Any]) -> bytes:
-    """``body`` as :func:`dumps` encodes it, the large data URLs spliced in."""
-    messages = body.get("messages")
-    urls: list[DataUrl] = []
-    swapped = [_swap(m, urls) for m in messages] if isinstance(messages, list) else []
-    if not urls:
-        return dumps(body)
-    data = dumps({**body, "messages": swapped})
-    pieces = data.split(_ENCODED)
-    if len(pieces) != len(urls) + 1:  # the placeholder's text is in the body itself
-        return dumps(body)
-    out: list[bytes | memoryview] = [pieces[0]]
-    for url, after in zip(urls, pieces[1:], strict=True):
-        out.extend(_quoted(url))
-        out.append(after)
+    """``body`` as JSON bytes, each :class:`DataUrl` in it spliced in as its URL."""
+    placeholder = PLACEHOLDER
+    while True:
+        data, found = _with_stand_ins(body, placeholder)
+        if not found:
+            return data
+        pieces = data.split(json.dumps(placeholder).encode())  # with its quotes: whole strings
+        if len(pieces) == len(found) + 1:
+            break
+        placeholder = f"\x00botmux:data-url:{secrets.token_hex(8)}\x00"  # typed by someone
+    out: list[bytes] = [pieces[0]]
+    for url, after in zip(found, pieces[1:], strict=True):
+        head = json.dumps(f"data:{url.content_type};base64,", ensure_ascii=False)[:-1]
+        out += (head.encode(), url.payload, b'"', after)
     return b"".join(out)
 
 
-def _swap(message: Any, urls: list[DataUrl]) -> Any:
-    """``message`` with its large data URLs replaced by the placeholder (a copy), each
-    appended to ``urls`` in the order the encoder meets them; else ``message`` itself."""
-    content = message.get("content") if isinstance(message, dict) else None
-    if not isinstance(content, list):
-        return message
-    parts = [_swap_part(part, urls) for part in content]
-    if all(new is old for new, old in zip(parts, content, strict=True)):
-        return message
-    return {**message, "content": parts}
+def _with_stand_ins(body: dict[str, Any], placeholder: str) -> tuple[bytes, list[DataUrl]]:
+    """``body`` encoded with ``placeholder`` for each :class:`DataUrl`, and those, in the
+    order they appear."""
+    found: list[DataUrl] = []
 
+    def stand_in(value: object) -> str:
+        if not isinstance(value, DataUrl):
+            raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+        found.append(value)
+        return placeholder
 
-def _swap_part(part: Any, urls: list[DataUrl]) -> Any:
-    image = part.get("image_url") if isinstance(part, dict) else None
-    if not isinstance(image, dict):
-        return part
-    url = image.get("url")
-    # isascii is a flag of the string, not a scan: base64 always is.
-    if not isinstance(url, DataUrl) or len(url) < SPLICE_MIN or not url.isascii():
-        return part
-    urls.append(url)
-    return {**part, "image_url": {**image, "url": PLACEHOLDER}}
-
-
-def _quoted(url: DataUrl) -> list[bytes | memoryview]:
-    """The JSON string of ``url``: the head (``data:<type>;base64,``) escaped as the encoder
-    would, the base64 after its last comma as it is."""
-    raw = url.encode("ascii")
-    comma = raw.rfind(b",") + 1
-    head = json.dumps(url[:comma], ensure_ascii=False)[:-1].encode()  # its opening quote
-    return [head, memoryview(raw)[comma:], b'"']
+    return dumps(body, stand_in), found

@@ -32,7 +32,14 @@ from agent.turn import Agent, Messages
 from gateway.config import ModelEndpoint
 from gateway.errors import StoreError
 from gateway.events import ContextCompacted, Observe
-from gateway.messages import ChatMessage, ConversationSummary, Failure, StoredMessage, TurnResult
+from gateway.messages import (
+    ChatMessage,
+    ConversationSummary,
+    Failure,
+    Image,
+    StoredMessage,
+    TurnResult,
+)
 from gateway.ports import Watch
 from policy.engine import TurnFailed
 
@@ -97,7 +104,7 @@ class CompactingRunner:
         turn: int = 0,
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
-        images: Sequence[str] = (),
+        images: Sequence[Image] = (),
     ) -> TurnResult:
         summary: str | None = None
         if self._agent.chain and self._limit > 0:

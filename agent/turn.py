@@ -42,7 +42,9 @@ from gateway.events import ModelTokensUsed, PolicyDecided
 from gateway.messages import (
     AttemptFailed,
     ChatMessage,
+    DataUrl,
     Failure,
+    Image,
     ReplyDelta,
     TurnResult,
     Usage,
@@ -140,7 +142,7 @@ class Agent:
         halve: bool = False,
         share: float = 1.0,
         config: AgentConfig | None = None,
-        images: Sequence[str] = (),
+        images: Sequence[Image] = (),
     ) -> tuple[Messages, Window]:
         """The request to ``endpoint``: what of ``history`` fits its window (``share`` of it:
         compaction asks what would fit in part of it), and the window as built.
@@ -275,7 +277,7 @@ class Agent:
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
         summary: str | None = None,
-        images: Sequence[str] = (),
+        images: Sequence[Image] = (),
     ) -> TurnResult:
         """``summary``: the conversation's compaction summary, sent before the history.
         ``images``: a turn with images skips the models that cannot see them; when none
@@ -372,10 +374,14 @@ class Agent:
         return {**policy.status(), "context": self._context}
 
 
-def _content(text: str, images: Sequence[str]) -> str | list[dict[str, Any]]:
+def _content(text: str, images: Sequence[Image]) -> str | list[dict[str, Any]]:
     """A message's content: its text, or with images the text part and one ``image_url``
     part each (only resolved ones: a ``sha256:`` reference is an image not re-sent)."""
-    urls = [u for u in images if u.startswith(("data:", "https://", "http://"))]
+    urls = [
+        u
+        for u in images
+        if isinstance(u, DataUrl) or u.startswith(("data:", "https://", "http://"))
+    ]
     if not urls:
         return text
     parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []

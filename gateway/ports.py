@@ -20,6 +20,7 @@ from gateway.messages import (
     AttachmentRef,
     ChatMessage,
     Failure,
+    Image,
     Inbound,
     StoredMessage,
     StreamEvent,
@@ -86,7 +87,7 @@ class TurnRunner(Protocol):
         turn: int = 0,
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
-        images: Sequence[str] = (),
+        images: Sequence[Image] = (),
     ) -> TurnResult:
         """``turn`` is the user row's id, for the log lines of the turn's decisions.
         ``images``: image URLs (data or https) sent beside ``text`` to models that see them.

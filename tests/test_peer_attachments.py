@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import sqlite3
 from pathlib import Path
@@ -148,12 +147,13 @@ async def test_an_inline_image_reaches_a_vision_model_beside_the_text_and_is_sto
 async def test_a_large_image_reaches_the_model_whole_without_passing_the_json_encoder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A 300 KB image: its data URL is spliced into the model request (agent._body), not
-    escaped by json.dumps, and arrives as the plain encoder would have sent it."""
+    """A 300 KB image: its base64 is spliced into the model request (agent._body), never
+    passed to json.dumps, and arrives as the plain encoder would have sent it."""
     encoded: list[int] = []
+    dumps = _body.dumps
 
-    def measured(body: Any) -> bytes:
-        data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+    def measured(body: Any, default: Any = None) -> bytes:
+        data = dumps(body, default)
         encoded.append(len(data))
         return data
 
