@@ -3,8 +3,8 @@
 A client owns a connection pool; building one per call would pay a new TCP connection (and
 TLS) every turn. Each (endpoint, key) has two: the :class:`~agent._wire.WireClient` that sends
 the chat calls, plain and streamed (aiohttp itself: a quarter of the ``openai`` client's CPU
-per call), and an ``AsyncOpenAI`` for transcriptions, built at its first use, on the aiohttp
-transport because it is the cheapest the ``openai`` package offers.
+per call), and an ``AsyncOpenAI`` for transcriptions, built at its first use (on a worker
+thread), on the aiohttp transport because it is the cheapest the ``openai`` package offers.
 Retries inside the clients are off: retry and fallback belong to ``policy/``.
 
 Transport recovery replaces a client while other turns may still be using the old one, so
@@ -45,19 +45,29 @@ class _Entry:
     retired: bool = False
     sdk: openai.AsyncOpenAI | None = None  # built at first use
 
-    @property
-    def client(self) -> openai.AsyncOpenAI:
+    async def client(self) -> openai.AsyncOpenAI:
+        """The ``AsyncOpenAI``, built at the first call on a worker thread: building one
+        loads a CA bundle into a new SSL context (~30 ms of CPU, which on the loop stalled
+        every conversation; ``tests.bench.stalls``). Builds that race keep the first."""
         if self.sdk is None:
-            import openai  # here, not at import: only transcriptions use it
-
-            self.sdk = openai.AsyncOpenAI(
-                api_key=self.api_key,
-                base_url=self.endpoint.base_url,
-                timeout=self.endpoint.timeout_s,
-                max_retries=0,
-                http_client=openai.DefaultAioHttpClient(timeout=self.endpoint.timeout_s),
-            )
+            built = await anyio.to_thread.run_sync(self._build_sdk)
+            if self.sdk is None:
+                self.sdk = built
+            else:  # another call built one meanwhile
+                await built.close()
         return self.sdk
+
+    def _build_sdk(self) -> openai.AsyncOpenAI:
+        import openai  # here, not at import: only transcriptions use it
+
+        # No loop is needed to build it: its aiohttp session is made at the first request.
+        return openai.AsyncOpenAI(
+            api_key=self.api_key,
+            base_url=self.endpoint.base_url,
+            timeout=self.endpoint.timeout_s,
+            max_retries=0,
+            http_client=openai.DefaultAioHttpClient(timeout=self.endpoint.timeout_s),
+        )
 
     async def aclose(self) -> None:
         await self.wire.aclose()
@@ -84,7 +94,7 @@ class ClientPool:
     ) -> AsyncIterator[openai.AsyncOpenAI]:
         """Borrow the openai client of (endpoint, key); ``rebuild``: replace it first."""
         async with self._borrow(endpoint, api_key, rebuild) as entry:
-            yield entry.client
+            yield await entry.client()
 
     @asynccontextmanager
     async def wire(
