@@ -1,4 +1,5 @@
-"""Shared pytest setup: the anyio backend, and a throwaway PostgreSQL server.
+"""Shared pytest setup: the anyio backend, a throwaway PostgreSQL server, and a spy on the
+model request's JSON encoder.
 
 PostgreSQL: ``BOTMUX_TEST_POSTGRES`` (a server URL, set by ``.ci/run``) is used when set;
 otherwise the first test that needs it starts one for the session (``tests/pgserver.py``). Each
@@ -13,9 +14,11 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agent import _body
 from tests import pgserver
 
 
@@ -52,3 +55,19 @@ def postgres_url(postgres_server: str) -> str:
     name = f"t{os.getpid()}_{next(_numbers)}"
     pgserver.create_database(postgres_server, name)
     return postgres_server.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture
+def encoded_sizes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The length of each JSON document ``agent._body`` has ``json.dumps`` make, in order
+    (a spy: what is encoded is unchanged). Images it splices in are not part of them."""
+    sizes: list[int] = []
+    dumps = _body.dumps
+
+    def measured(body: Any, default: Any = None) -> bytes:
+        data = dumps(body, default)
+        sizes.append(len(data))
+        return data
+
+    monkeypatch.setattr(_body, "dumps", measured)
+    return sizes

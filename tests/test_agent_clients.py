@@ -19,7 +19,7 @@ pytestmark = pytest.mark.anyio
 ENDPOINT = ModelEndpoint(model="whisper-1", base_url="http://127.0.0.1:9/v1")
 
 
-async def test_the_sdk_client_is_built_on_a_worker_thread_and_works() -> None:
+async def test_the_sdk_client_is_built_at_first_use_and_reused() -> None:
     pool = ClientPool()
     async with pool.use(ENDPOINT, "sk-one") as client:
         first = client
@@ -32,22 +32,18 @@ async def test_the_sdk_client_is_built_on_a_worker_thread_and_works() -> None:
 async def test_racing_first_uses_keep_one_client_and_close_the_other(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Two first uses at once: both build (each on a worker thread), one client is kept for
+    both, the other is closed."""
     loop_thread = threading.get_ident()
     built: list[tuple[int, Any]] = []
-    closed: list[Any] = []
-    arrived = threading.Barrier(2)
+    build = clients._Entry._build_sdk
 
-    class Sdk:
-        async def close(self) -> None:
-            closed.append(self)
-
-    def build(self: Any) -> Any:
-        arrived.wait(timeout=5)  # both builds under way at once
-        sdk = Sdk()
+    def recorded(self: Any) -> Any:  # a spy: the real client is built
+        sdk = build(self)
         built.append((threading.get_ident(), sdk))
         return sdk
 
-    monkeypatch.setattr(clients._Entry, "_build_sdk", build)
+    monkeypatch.setattr(clients._Entry, "_build_sdk", recorded)
     pool = ClientPool()
     got: list[Any] = []
 
@@ -60,4 +56,7 @@ async def test_racing_first_uses_keep_one_client_and_close_the_other(
         tg.start_soon(use)
     assert len(built) == 2 and all(ident != loop_thread for ident, _ in built)
     assert got[0] is got[1]  # both calls use the one kept
-    assert closed == [sdk for _, sdk in built if sdk is not got[0]]
+    [other] = [sdk for _, sdk in built if sdk is not got[0]]
+    assert other.is_closed() and not got[0].is_closed()
+    await pool.aclose()
+    assert got[0].is_closed()

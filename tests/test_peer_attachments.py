@@ -16,7 +16,6 @@ import aiohttp
 import openai
 import pytest
 
-from agent import _body
 from gateway.config import Config, parse_config
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model, rate_limited, unauthorized
 from tests.harness import config_text, running_gateway
@@ -145,19 +144,10 @@ async def test_an_inline_image_reaches_a_vision_model_beside_the_text_and_is_sto
 
 
 async def test_a_large_image_reaches_the_model_whole_without_passing_the_json_encoder(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, encoded_sizes: list[int]
 ) -> None:
     """A 300 KB image: its base64 is spliced into the model request (agent._body), never
     passed to json.dumps, and arrives as the plain encoder would have sent it."""
-    encoded: list[int] = []
-    dumps = _body.dumps
-
-    def measured(body: Any, default: Any = None) -> bytes:
-        data = dumps(body, default)
-        encoded.append(len(data))
-        return data
-
-    monkeypatch.setattr(_body, "dumps", measured)
     image = os.urandom(300_000)
     photo = {"name": "big.jpg", "content_type": "image/jpeg", "data": b64(image)}
     async with (
@@ -174,7 +164,9 @@ async def test_a_large_image_reaches_the_model_whole_without_passing_the_json_en
         "type": "image_url",
         "image_url": {"url": f"data:image/jpeg;base64,{b64(image)}"},
     }
-    assert encoded and max(encoded) < 10_000  # the 400 KB of base64 went around the encoder
+    assert (
+        encoded_sizes and max(encoded_sizes) < 10_000
+    )  # the 400 KB of base64 went around the encoder
 
 
 async def test_openai_client_image_url_parts_data_and_https_untouched(tmp_path: Path) -> None:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import time
 from collections.abc import Awaitable, Callable
 
@@ -26,6 +25,7 @@ from gateway.messages import AttachmentRef
 from platforms.discord import _attachments as discord_files
 from platforms.telegram import _files as telegram_files
 from platforms.telegram._transport import BotApiRequest
+from tests.bench._figures import spread
 from tests.fakes.discord_server import open_fake_discord
 from tests.fakes.telegram_server import open_fake_telegram
 
@@ -98,11 +98,7 @@ async def main() -> None:
             runs.append(await bench(args.files, size))
             print(f"  {name} {runs[-1]}", flush=True)
         for key in runs[0]:
-            values = [r[key] for r in runs]
-            print(
-                f"{name:<9} {key:<12} {statistics.median(values):9.2f}"
-                f"   [{min(values):.2f} .. {max(values):.2f}]"
-            )
+            print(f"{name:<9} {key:<12} {spread([r[key] for r in runs], width=9)}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -25,6 +24,7 @@ import anyio
 
 from gateway.messages import Inbound, TurnResult
 from gateway.store.sqlite import open_sqlite_store
+from tests.bench._figures import spread
 
 
 async def push(path: Path, writers: int, turns: int) -> dict[str, float]:
@@ -101,18 +101,10 @@ async def main() -> None:
             raws.append(await raw(Path(tmp) / f"raw{n}.db"))
         print(f"  store {runs[-1]}  raw {raws[-1]:.0f} rows/s", flush=True)
     for key in runs[0]:
-        values = [r[key] for r in runs]
-        print(
-            f"{key:<22} {statistics.median(values):12.1f}"
-            f"   [{min(values):.1f} .. {max(values):.1f}]"
-        )
-    print(
-        f"{'raw_rows_per_s':<22} {statistics.median(raws):12.1f}   [{min(raws):.1f} .. {max(raws):.1f}]"
-    )
+        print(f"{key:<22} {spread([r[key] for r in runs], digits=1, width=12)}")
+    print(f"{'raw_rows_per_s':<22} {spread(raws, digits=1, width=12)}")
     ratios = [r["store_rows_per_s"] / w for r, w in zip(runs, raws, strict=True)]
-    print(
-        f"{'ratio_of_raw':<22} {statistics.median(ratios):12.3f}   [{min(ratios):.3f} .. {max(ratios):.3f}]"
-    )
+    print(f"{'ratio_of_raw':<22} {spread(ratios, digits=3, width=12)}")
 
 
 if __name__ == "__main__":
