@@ -247,12 +247,12 @@ class GatewayApp:
             cluster = self.cluster
             return Live(
                 ready=self.readiness(),
-                live_sessions=router.statistics()["live"],
+                live_sessions=router.statistics().live,
                 queued=queued,
                 running=[key for key, stats in actors.items() if stats.running is not None],
                 benched=agent.benched_keys(),
                 node=cluster.node if cluster else None,
-                leases=cluster.statistics()["leases"] if cluster else None,
+                leases=cluster.statistics().leases if cluster else None,
             )
 
         nodes = None
@@ -355,11 +355,11 @@ class GatewayApp:
                         queued[platform] = queued.get(platform, 0) + stats.queued
                     self.metrics.update(
                         Snapshot(
-                            live_sessions=router.statistics()["live"],
+                            live_sessions=router.statistics().live,
                             queued=queued,
                             outbox_pending=await store.outbox_pending(),
                             benched=agent.benched_keys(),
-                            leases=self.cluster.statistics()["leases"] if self.cluster else None,
+                            leases=self.cluster.statistics().leases if self.cluster else None,
                         )
                     )
                     return self.metrics.render()

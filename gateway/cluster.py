@@ -65,6 +65,23 @@ class Claimed:
 ClusterMessage = Notified | Claimed
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterStatistics:
+    """This node's heartbeats, and the conversations it claimed, lost and released
+    (``Cluster.statistics()``)."""
+
+    heartbeats: int  # lease renewals that got through
+    heartbeat_failures: int
+    self_fenced: int  # times this node stopped its turns for want of a heartbeat
+    lost: int  # conversations another node took from this one
+    claimed: int  # conversations: at admission, by the sweep, at the start
+    taken_over: int  # claimed from another node (or this node's previous process)
+    released: int  # idle conversations handed back
+    notifications: int  # from the database (NOTIFY)
+    dropped_notifications: int  # the mailbox was full: the next heartbeat finds their rows
+    leases: int  # conversations this node holds now
+
+
 class Cluster:
     def __init__(
         self,
@@ -94,23 +111,26 @@ class Cluster:
         self._last_renewal = clock()
         self._renewed = anyio.Event()  # set (and replaced) at each successful heartbeat
         self._fenced = False  # turns stopped for want of a heartbeat, until the next one
-        self._stats = {
-            "heartbeats": 0,
-            "heartbeat_failures": 0,
-            "self_fenced": 0,
-            "lost": 0,
-            "claimed": 0,
-            "taken_over": 0,
-            "released": 0,
-            "notifications": 0,
-            "dropped_notifications": 0,
-        }
+        self._heartbeats = self._heartbeat_failures = self._self_fenced = self._lost = 0
+        self._claimed_count = self._taken_over = self._released = 0
+        self._notifications = self._dropped_notifications = 0
 
     def __repr__(self) -> str:
         return f"<Cluster node={self._store.node} leases={len(self._store.leases)}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {**self._stats, "leases": len(self._store.leases)}
+    def statistics(self) -> ClusterStatistics:
+        return ClusterStatistics(
+            heartbeats=self._heartbeats,
+            heartbeat_failures=self._heartbeat_failures,
+            self_fenced=self._self_fenced,
+            lost=self._lost,
+            claimed=self._claimed_count,
+            taken_over=self._taken_over,
+            released=self._released,
+            notifications=self._notifications,
+            dropped_notifications=self._dropped_notifications,
+            leases=len(self._store.leases),
+        )
 
     @property
     def node(self) -> str:
@@ -128,11 +148,11 @@ class Cluster:
             self._send.send_nowait(message)
         except anyio.WouldBlock:
             # Only a hint is lost: the next heartbeat finds the pending rows and the claims.
-            self._stats["dropped_notifications"] += 1
+            self._dropped_notifications += 1
             log.warning("cluster mailbox full: a notification waits for the next heartbeat")
 
     def _notified(self, payload: str) -> None:
-        self._stats["notifications"] += 1
+        self._notifications += 1
         self._post(Notified(payload))
 
     def _claimed(self, claims: list[tuple[str, str | None]]) -> None:
@@ -268,9 +288,9 @@ class Cluster:
         takeovers = [
             key for key, previous in claims if takeover or previous not in (None, self.node)
         ]
-        self._stats["claimed"] += len(claims)
+        self._claimed_count += len(claims)
         if takeovers:
-            self._stats["taken_over"] += len(takeovers)
+            self._taken_over += len(takeovers)
             log.info(
                 "took over conversations from a node that stopped",
                 extra={"count": len(takeovers), "node": self.node},
@@ -349,7 +369,7 @@ class Cluster:
             with anyio.fail_after(max(left, self._heartbeat_s / 2)):
                 renewal = await store.renew()
         except _UNREACHABLE as exc:
-            self._stats["heartbeat_failures"] += 1
+            self._heartbeat_failures += 1
             self._observe(HeartbeatFailed())
             silent = self._clock() - self._last_renewal
             log.warning(
@@ -366,12 +386,12 @@ class Cluster:
         self._fenced = False
         self._renewed.set()
         self._renewed = anyio.Event()
-        self._stats["heartbeats"] += 1
+        self._heartbeats += 1
         for name in renewal.lost_named:
             log.warning("cluster: lease lost to another node", extra={"lease": name})
         for key in renewal.lost:
             if router.lose(key):
-                self._stats["lost"] += 1
+                self._lost += 1
                 self._observe(LeaseWasLost(conversation=key))
                 log.warning("cluster: lease lost to another node", extra={"conversation": key})
         for key in renewal.with_pending:
@@ -385,7 +405,7 @@ class Cluster:
         idle = [key for key in store.leases if router.get(key) is None]
         # Draining: what this node will not run goes to the others now, not at the stop.
         kept = await store.release(idle, keep_pending=router.accepting)
-        self._stats["released"] += len(idle) - len(kept)
+        self._released += len(idle) - len(kept)
         for key in kept:
             if platform_of(key) in self._outlets and router.accepting:
                 router.poll(key)
@@ -397,7 +417,7 @@ class Cluster:
         node may take the conversations over."""
         keys = list(self._store.leases)
         self._fenced = True
-        self._stats["self_fenced"] += 1
+        self._self_fenced += 1
         self._observe(SelfFenced(conversations=len(keys)))
         log.error(
             "cluster: cannot renew leases; stopping this node's turns",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
@@ -60,6 +61,17 @@ PURGED_REPLY = "The message was dropped by an operator before it was answered."
 DELETED_REPLY = "The conversation was deleted before this message was answered."
 
 
+@dataclass(frozen=True, slots=True)
+class IntakeStatistics:
+    """What the intake did with the messages handed to it (``GatewayIntake.statistics()``)."""
+
+    admitted: int  # stored and queued
+    duplicates: int  # redeliveries: stored already, nothing queued
+    refused: int  # too long, or past the pending caps
+    refused_conversation: int  # past the conversation's pending cap
+    refused_gateway: int  # past the gateway's
+
+
 class GatewayIntake:
     def __init__(
         self,
@@ -91,23 +103,24 @@ class GatewayIntake:
             max_message_chars=max_message_chars,
         )
         self._live = live or (lambda: fixed)
-        self._stats = {
-            "admitted": 0,
-            "duplicates": 0,
-            "refused": 0,
-            "refused_conversation": 0,
-            "refused_gateway": 0,
-        }
+        self._admitted = self._duplicates = self._refusals = 0
+        self._refused_conversation = self._refused_gateway = 0
 
     def _caps(self) -> Caps:
         g = self._live()
         return Caps(per_conversation=g.max_pending_per_conversation, total=g.max_pending_total)
 
     def __repr__(self) -> str:
-        return f"<GatewayIntake accepting={self._accepting} {self._stats}>"
+        return f"<GatewayIntake accepting={self._accepting} {self.statistics()}>"
 
-    def statistics(self) -> dict[str, int]:
-        return dict(self._stats)
+    def statistics(self) -> IntakeStatistics:
+        return IntakeStatistics(
+            admitted=self._admitted,
+            duplicates=self._duplicates,
+            refused=self._refusals,
+            refused_conversation=self._refused_conversation,
+            refused_gateway=self._refused_gateway,
+        )
 
     @property
     def accepting(self) -> bool:
@@ -135,15 +148,18 @@ class GatewayIntake:
             scope: Literal["conversation", "gateway"] = (
                 "gateway" if exc.scope == "gateway" else "conversation"
             )
-            self._stats[f"refused_{scope}"] += 1
+            if scope == "gateway":
+                self._refused_gateway += 1
+            else:
+                self._refused_conversation += 1
             self._refused(inbound, "overloaded", scope=scope)
             raise
         facts = (inbound.conversation, inbound.platform, admission.row.id)
         if admission.duplicate:
-            self._stats["duplicates"] += 1
+            self._duplicates += 1
             self._observe(DuplicateIgnored(*facts))
         else:
-            self._stats["admitted"] += 1
+            self._admitted += 1
             self._observe(MessageAdmitted(*facts))
             if admission.local:  # else the node holding the conversation was notified
                 await self._router.deliver(admission.row)
@@ -156,7 +172,7 @@ class GatewayIntake:
         *,
         scope: Literal["conversation", "gateway", ""] = "",
     ) -> None:
-        self._stats["refused"] += 1
+        self._refusals += 1
         self._observe(MessageRefused(inbound.conversation, inbound.platform, reason, scope))
 
     async def command(self, platform: str, conversation: str, name: str) -> str:

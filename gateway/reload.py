@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import os
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -166,6 +167,17 @@ class ReloadResult:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class ReloaderStatistics:
+    """Reloads by outcome (``Reloader.statistics()``)."""
+
+    applied: int
+    unchanged: int  # valid, and nothing changed
+    refused: int  # a change needs a restart: nothing applied
+    invalid: int  # the config did not load
+    dry_run: int
+
+
 class Reloader:
     """Re-reads the config (``read``: the file and environment the gateway started with) and
     applies it whole or not at all; one reload at a time."""
@@ -183,13 +195,20 @@ class Reloader:
         self._apply = apply
         self._observe = observe
         self._lock = anyio.Lock()
-        self._stats = {"applied": 0, "unchanged": 0, "refused": 0, "invalid": 0, "dry_run": 0}
+        self._outcomes: Counter[Outcome] = Counter()
 
     def __repr__(self) -> str:
-        return f"<Reloader version={self._live.version} {self._stats}>"
+        return f"<Reloader version={self._live.version} {self.statistics()}>"
 
-    def statistics(self) -> dict[str, int]:
-        return dict(self._stats)
+    def statistics(self) -> ReloaderStatistics:
+        o = self._outcomes
+        return ReloaderStatistics(
+            applied=o["applied"],
+            unchanged=o["unchanged"],
+            refused=o["refused"],
+            invalid=o["invalid"],
+            dry_run=o["dry_run"],
+        )
 
     async def reload(
         self, by: str, *, dry_run: bool = False, text: str | None = None
@@ -198,7 +217,7 @@ class Reloader:
         say what would change, of the file or of ``text`` (TOML; never applied)."""
         async with self._lock:
             result = await self._reload(dry_run, text if dry_run else None)
-        self._stats[result.outcome] += 1
+        self._outcomes[result.outcome] += 1
         self._observe(
             ConfigReloaded(
                 result=result.outcome,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import anyio
 
@@ -50,6 +51,18 @@ def pick_idle(actors: dict[str, SessionActor], now: float, idle_s: float) -> lis
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class RouterStatistics:
+    """The session actors the router spawned and how they ended (``Router.statistics()``)."""
+
+    spawned: int
+    evicted: int  # idle
+    crashed: int  # a task raised anything but a StoreError
+    store_failures: int  # a task ended on a StoreError: its rows stay pending
+    lost: int  # abandoned: another node took the conversation
+    live: int  # actors in the map now
+
+
 class Router:
     def __init__(
         self,
@@ -68,13 +81,20 @@ class Router:
         self._ends: dict[Actor, anyio.Event] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._closed = anyio.Event()
-        self._stats = {"spawned": 0, "evicted": 0, "crashed": 0, "store_failures": 0, "lost": 0}
+        self._spawned = self._evicted = self._crashed = self._store_failures = self._lost = 0
 
     def __repr__(self) -> str:
         return f"<Router live={len(self._actors)}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {**self._stats, "live": len(self._actors)}
+    def statistics(self) -> RouterStatistics:
+        return RouterStatistics(
+            spawned=self._spawned,
+            evicted=self._evicted,
+            crashed=self._crashed,
+            store_failures=self._store_failures,
+            lost=self._lost,
+            live=len(self._actors),
+        )
 
     @property
     def accepting(self) -> bool:
@@ -90,7 +110,7 @@ class Router:
             if self._tg is None or self._closed.is_set():
                 raise ConversationClosed(f"the router is not accepting work ({key})")
             actor = self._actors[key] = self._factory(key)
-            self._stats["spawned"] += 1
+            self._spawned += 1
             # It starts once the actor before it (if one is ending) has ended.
             actor.start(self, self._leaving.get(key))
         return actor
@@ -139,7 +159,7 @@ class Router:
         actor = self._retire(key)
         if actor is None:
             return False
-        self._stats["lost"] += 1
+        self._lost += 1
         actor.abandon()
         return True
 
@@ -172,13 +192,13 @@ class Router:
             # rows stay in the store; the next message, poll or start runs them.
             failure = store_failure(exc)
             if failure is not None:  # the database blinked: expected, no traceback
-                self._stats["store_failures"] += 1
+                self._store_failures += 1
                 log.warning(
                     "session actor stopped: the store failed; its rows stay pending",
                     extra={"conversation": actor.key, "error": str(failure)},
                 )
             else:
-                self._stats["crashed"] += 1
+                self._crashed += 1
                 log.exception("session actor crashed", extra={"conversation": actor.key})
             actor.fail()  # it takes nothing any more, and ends once its other task has
 
@@ -200,7 +220,7 @@ class Router:
             actor.close()  # idle: it ends at once, and ``ended`` takes it out of the map
             if self._actors.get(key) is actor:  # not idle after all: a successor waits
                 self._retire(key)
-        self._stats["evicted"] += len(keys)
+        self._evicted += len(keys)
         return len(keys)
 
     async def run(

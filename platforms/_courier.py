@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import anyio
 
@@ -36,6 +37,17 @@ class SentByCourier:
 
     def delivered_as(self, row: StoredMessage) -> None:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class CourierStatistics:
+    """The chunks a courier sent, and what it holds now (``Courier.statistics()``)."""
+
+    sent: int  # chunks the platform took
+    retries: int  # sends repeated after a retryable failure
+    failed: int  # chunks given up on (marked failed)
+    lanes: int  # conversations with replies being sent now
+    queued: int  # turns in the mailbox, not yet in a lane
 
 
 class Courier:
@@ -68,17 +80,19 @@ class Courier:
         self._outstanding = 0
         self._idle = anyio.Event()
         self._idle.set()
-        self._stats = {"sent": 0, "retries": 0, "failed": 0}
+        self._sent = self._retries = self._failed = 0
 
     def __repr__(self) -> str:
         return f"<Courier {self.platform} lanes={len(self._lanes)}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {
-            **self._stats,
-            "lanes": len(self._lanes),
-            "queued": self._send.statistics().current_buffer_used,
-        }
+    def statistics(self) -> CourierStatistics:
+        return CourierStatistics(
+            sent=self._sent,
+            retries=self._retries,
+            failed=self._failed,
+            lanes=len(self._lanes),
+            queued=self._send.statistics().current_buffer_used,
+        )
 
     async def deliver(self, outcome: TurnOutcome) -> None:
         """Queue a turn's chunks (waits while the mailbox is full)."""
@@ -139,15 +153,15 @@ class Courier:
                     wait = self._backoff.delay(attempt - 1)
                 facts = (chunk.conversation, self.platform, chunk.id, failure.reason, attempt)
                 if failure.retryable and attempt < self._max_attempts and wait <= self._cap:
-                    self._stats["retries"] += 1
+                    self._retries += 1
                     self._observe(SendRetried(*facts, delay_s=round(wait, 3)))
                     await anyio.sleep(wait)
                     continue
-                self._stats["failed"] += 1
+                self._failed += 1
                 self._observe(SendFailed(*facts, error=str(exc)[:200]))
                 await self._intake.undeliverable(chunk.id, failure.reason)
                 return
-            self._stats["sent"] += 1
+            self._sent += 1
             self._observe(ChunkSent(chunk.conversation, self.platform, chunk.id))
             await self._intake.delivered(chunk.id, platform_id)
             self._observe(ChunkRecorded(chunk.conversation, self.platform, chunk.id))

@@ -288,6 +288,15 @@ class Preview:
         return self.message_id
 
 
+@dataclass(frozen=True, slots=True)
+class PreviewsStatistics:
+    """The previews an adapter opened (``Previews.statistics()``)."""
+
+    opened: int
+    refused: int  # the mailbox was full or closed: the turn ran without one
+    live: int  # conversations showing one now
+
+
 class Previews:
     """The previews of one platform adapter: each turn's own task, and the one of each
     conversation (a conversation runs one turn at a time)."""
@@ -300,13 +309,15 @@ class Previews:
         self._send, self._receive = anyio.create_memory_object_stream[Preview](mailbox)
         self._current: dict[str, Preview] = {}
         self._edit_into: dict[int, str] = {}  # a first chunk's id -> its preview message
-        self._stats = {"opened": 0, "refused": 0}
+        self._opened = self._refused = 0
 
     def __repr__(self) -> str:
-        return f"<Previews live={len(self._current)} {self._stats}>"
+        return f"<Previews live={len(self._current)} opened={self._opened} refused={self._refused}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {**self._stats, "live": len(self._current)}
+    def statistics(self) -> PreviewsStatistics:
+        return PreviewsStatistics(
+            opened=self._opened, refused=self._refused, live=len(self._current)
+        )
 
     def open(self, preview: Preview) -> Preview | None:
         """Start ``preview`` for its conversation (a stale one there is stopped); None when
@@ -317,9 +328,9 @@ class Previews:
         try:
             self._send.send_nowait(preview)
         except (anyio.WouldBlock, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._stats["refused"] += 1
+            self._refused += 1
             return None
-        self._stats["opened"] += 1
+        self._opened += 1
         self._current[preview.conversation] = preview
         return preview
 

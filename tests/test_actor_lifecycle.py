@@ -118,14 +118,14 @@ async def test_idle_conversations_hold_no_task(tmp_path: Path) -> None:
         for c in range(50):
             await w.admit(f"peer:c{c}", "hello")
         await answered(w, 50)
-        assert w.router.statistics()["live"] == 50
+        assert w.router.statistics().live == 50
         assert tasks() == before  # fifty live, idle conversations: no task among them
         assert all(s.queued == 0 and s.turns == 1 for s in w.router.actors().values())
         # A second message to an idle conversation is answered by the same actor.
         await w.admit("peer:c0", "again")
         await answered(w, 51)
         assert w.router.actors()["peer:c0"].turns == 2
-        assert w.router.statistics()["spawned"] == 50
+        assert w.router.statistics().spawned == 50
         assert tasks() == before
 
 
@@ -187,7 +187,7 @@ async def test_a_store_failure_while_reading_is_contained(tmp_path: Path) -> Non
         w.store.pending_headers = broken  # type: ignore[method-assign]
         assert w.router.send_nowait("peer:s", LoadPending())
         await anyio.wait_all_tasks_blocked()
-        assert w.router.statistics()["store_failures"] == 1
+        assert w.router.statistics().store_failures == 1
         assert w.router.get("peer:s") is None  # it ended; its rows stay in the store
         w.store.pending_headers = real  # type: ignore[method-assign]
         await w.admit("peer:s", "second")  # a fresh actor answers
@@ -202,7 +202,7 @@ async def test_eviction_ends_idle_actors_at_once(tmp_path: Path) -> None:
         await answered(w, 5)
         w.router._idle_s = 0.0  # everything idle is old enough now
         assert w.router.evict_idle() == 5
-        assert w.router.statistics()["live"] == 0
+        assert w.router.statistics().live == 0
         await w.admit("peer:c0", "back")  # a fresh actor, reading its history from the store
         await answered(w, 6)
-        assert w.router.statistics()["spawned"] == 6
+        assert w.router.statistics().spawned == 6

@@ -98,12 +98,12 @@ async def test_every_admin_route_refuses_a_missing_or_wrong_token_and_the_page_h
         ]
         expiry, name, mac = ticket.split(".")
         assert app.peer is not None
-        failed = app.peer.statistics()["unauthorized"]
+        failed = app.peer.statistics().unauthorized
         for forged in (f"{expiry}.Ym90cw.{mac}", f"{int(expiry) + 600}.{name}.{mac}", ticket + "x"):
             r = await http.get(f"{url}/api/admin/events", params={"ticket": forged})
             assert r.status == 401, forged
         # An expired ticket is what a reconnecting page has: no failed authentication.
-        assert app.peer.statistics()["unauthorized"] == failed
+        assert app.peer.statistics().unauthorized == failed
 
         for path, name in PAGE_ROUTES.items():
             r = await http.get(url + path)

@@ -21,7 +21,6 @@ import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -128,10 +127,11 @@ def pairing_requests(db: Path) -> list[str]:
         return [r[0] for r in conn.execute("SELECT user_id FROM pairing_codes")]
 
 
-def stat(app: GatewayApp, name: str) -> int:
+def deferred(app: GatewayApp) -> int:
+    """The chat adapter's admissions the store failed (to be tried again)."""
     (adapter,) = app.adapters
-    value: int = adapter.statistics()[name]  # type: ignore[attr-defined]
-    return value
+    assert isinstance(adapter, TelegramAdapter | DiscordAdapter)
+    return adapter.statistics().deferred
 
 
 # -- Telegram ----------------------------------------------------------------------------------
@@ -159,7 +159,7 @@ async def test_telegram_update_is_not_confirmed_while_the_store_cannot_commit(
         async with telegram_gateway(tmp_path, model) as (app, tg):
             with write_lock(db):
                 update = tg.inject_message(ALICE, "while locked")["update_id"]
-                await tg.wait_until(lambda: stat(app, "deferred") >= 1)
+                await tg.wait_until(lambda: deferred(app) >= 1)
                 assert not tg.is_confirmed(update)
                 assert tg.sent_messages(ALICE) == []
             await tg.wait_for_sent(1, ALICE)
@@ -203,7 +203,7 @@ async def test_telegram_access_check_failing_in_the_store_leaves_the_update_with
             await tg.wait_for_poller()
             with table_gone(db, table):
                 update = tg.inject_message(STRANGER, "let me in")["update_id"]
-                await tg.wait_until(lambda: stat(app, "deferred") >= 1)
+                await tg.wait_until(lambda: deferred(app) >= 1)
                 assert not tg.is_confirmed(update)
             await tg.wait_for_confirmed(update)
             [code] = await tg.wait_for_sent(1, STRANGER)
@@ -342,7 +342,7 @@ async def test_telegram_refusals_are_answered_and_acknowledged() -> None:
     # The second busy notice within the minute is not sent: one per chat is enough.
     assert tg.sent_messages(ALICE) == [too_long_text(100), BUSY_TEXT]
     assert [a.text for a in intake.admitted] == ["admitted"]
-    assert adapter.statistics()["refused"] == 3
+    assert adapter.statistics().refused == 3
 
 
 async def test_discord_refusals_are_answered_and_the_next_message_is_admitted() -> None:
@@ -368,5 +368,4 @@ async def test_discord_refusals_are_answered_and_the_next_message_is_admitted() 
     answers = sorted(m["content"] for m in replies)  # each sent by a task of its own
     assert answers == sorted([too_long_text(100), BUSY_TEXT, "ran /status"])
     assert [a.text for a in intake.admitted] == ["admitted"]
-    stats: dict[str, Any] = adapter.statistics()
-    assert stats["refused"] == 3
+    assert adapter.statistics().refused == 3

@@ -63,7 +63,7 @@ async def test_a_node_cut_off_from_the_database_stops_its_turns_and_recovers(
                 with anyio.fail_after(10):
                     await model.wait_for_completed(1)
                 assert app.cluster is not None
-                assert app.cluster.statistics()["self_fenced"] == 1
+                assert app.cluster.statistics().self_fenced == 1
                 assert "cannot renew leases" in caplog.text
                 async with http.get(f"{url}/readyz") as r:  # a balancer routes around it
                     assert r.status == 503

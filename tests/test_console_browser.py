@@ -111,7 +111,7 @@ async def test_log_in_see_a_conversation_arrive_live_and_read_its_transcript(
         await expect(page.locator("#login-error")).to_contain_text("Wrong token")
         await expect(page.locator("#view-overview")).to_be_hidden()
         assert app.peer is not None  # opening the page cost no failed authentication
-        assert app.peer.statistics()["unauthorized"] == 1
+        assert app.peer.statistics().unauthorized == 1
         await page.screenshot(path=shots("login-refused"))
 
         await page.fill("#token", OPS)

@@ -55,7 +55,8 @@ async def test_writes_that_wait_share_the_next_commit_in_their_order() -> None:
         release.set()
     assert db.batches == [["first"], ["a", "b", "c"]]
     assert [e.operations for e in seen] == [1, 3]
-    assert group.statistics()["commits"] == 2 and group.statistics()["batch_max"] == 3
+    stats = group.statistics()
+    assert stats.commits == 2 and stats.batch_max == 3
 
 
 async def test_a_full_mailbox_holds_the_submitter_until_the_writer_takes_a_batch() -> None:

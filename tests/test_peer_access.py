@@ -95,7 +95,7 @@ async def test_a_valid_token_is_served_during_another_clients_lockout(tmp_path: 
             assert (await nobody.get(f"{url}/nope")).status == 404
             assert (await nobody.options(f"{url}/v1/chat/completions")).status == 405
         assert app.peer is not None
-        assert app.peer.statistics()["unauthorized"] == 2
+        assert app.peer.statistics().unauthorized == 2
 
 
 async def test_behind_a_trusted_proxy_the_forwarded_address_is_limited(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import openai
 import pytest
 
 from gateway.config import PeerToken
+from gateway.router import RouterStatistics
 from tests.fakes.openai_server import Hold, ok, open_fake_model, unauthorized
 from tests.harness import make_config, running_gateway
 
@@ -359,7 +360,7 @@ async def test_idle_actors_are_evicted_and_come_back_with_their_history(tmp_path
             for session in ("e1", "e2"):
                 r = await http.post(f"{url}/api/sessions/{session}/chat", json={"message": "first"})
                 assert r.status == 200
-            assert app.router.statistics()["live"] == 2
+            assert app.router.statistics().live == 2
             assert app.router.evict_idle() == 0  # not idle long enough
             # The replies went out before the turns recorded their delivery; no event marks the
             # end of that, so look until both actors are idle.
@@ -373,17 +374,12 @@ async def test_idle_actors_are_evicted_and_come_back_with_their_history(tmp_path
             clock.offset += 61
             assert app.router.evict_idle() == 2
             await anyio.wait_all_tasks_blocked()
-            assert app.router.statistics() == {
-                "spawned": 2,
-                "evicted": 2,
-                "crashed": 0,
-                "store_failures": 0,
-                "lost": 0,
-                "live": 0,
-            }
+            assert app.router.statistics() == RouterStatistics(
+                spawned=2, evicted=2, crashed=0, store_failures=0, lost=0, live=0
+            )
             r = await http.post(f"{url}/api/sessions/e1/chat", json={"message": "second"})
             assert (await r.json())["message"]["content"] == "echo: second"
-            assert app.router.statistics()["spawned"] == 3
+            assert app.router.statistics().spawned == 3
     # The fresh actor rebuilt the history from the store.
     assert [m["content"] for m in fake.requests[-1].messages[1:]] == [
         "first",

@@ -222,7 +222,7 @@ async def test_schemathesis_finds_no_5xx_every_error_is_json_and_the_gateway_kee
             assert (await http.get(f"{url}/readyz")).status == 200
         assert app.peer is not None
         stats = app.peer.statistics()
-        assert stats["waiting"] == 0
+        assert stats.waiting == 0
         print(f"\nfuzz: {len(entries)} requests, statuses {dict(sorted(statuses.items()))}")
         print(f"fuzz: schemathesis {summary['running_time']:.1f}s, peer {stats}")
 

@@ -30,10 +30,10 @@ async def test_a_client_that_hangs_up_releases_its_waiting_request(tmp_path: Pat
             )
             with anyio.fail_after(10):
                 await fake.wait_for_requests(1)  # admitted, its turn is running
-            assert app.peer.statistics()["waiting"] == 1
+            assert app.peer.statistics().waiting == 1
             await stream.aclose()  # the client hangs up
             with anyio.fail_after(10):
-                while app.peer.statistics()["waiting"]:  # noqa: ASYNC110 - the server notices
+                while app.peer.statistics().waiting:  # noqa: ASYNC110 - the server notices
                     await anyio.sleep(0.01)
             fake.release()
             with anyio.fail_after(10):

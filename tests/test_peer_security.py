@@ -66,7 +66,7 @@ def test_failures_lock_an_address_until_the_oldest_leaves_the_window() -> None:
     assert not window.record_failure("10.0.0.3")
     assert window.check("10.0.0.3").allowed
     assert FailureWindow(0, 60.0, clock=clock).check("x").allowed  # 0: off
-    assert window.statistics()["refused"] == 2
+    assert window.statistics().refused == 2
 
 
 def test_the_failure_state_stays_bounded() -> None:
@@ -74,10 +74,10 @@ def test_the_failure_state_stays_bounded() -> None:
     window = FailureWindow(5, 60.0, clock=clock, max_keys=100)
     for i in range(1000):
         window.record_failure(f"10.0.{i // 256}.{i % 256}")
-    assert window.statistics()["keys"] <= 100
+    assert window.statistics().keys <= 100
     clock.now += 61
     window.record_failure("10.9.9.9")  # expired keys go first
-    assert window.statistics()["keys"] <= 100
+    assert window.statistics().keys <= 100
 
 
 def test_token_buckets_allow_a_burst_then_the_rate() -> None:
@@ -212,7 +212,7 @@ async def test_failed_auth_is_limited_per_address_and_others_go_on(
         assert (await elsewhere.get(f"{url}/metrics")).status == 200
         assert app.peer is not None
         stats = app.peer.statistics()
-        assert stats["unauthorized"] == 5 and stats["locked_out_refusals"] == 2
+        assert stats.unauthorized == 5 and stats.locked_out_refusals == 2
     locked = [r for r in caplog.records if "too many failures" in r.getMessage()]
     assert [getattr(r, "client", None) for r in locked] == ["127.0.0.1"]
     assert all("guess-number-x" not in r.getMessage() + str(r.__dict__) for r in caplog.records)
@@ -269,7 +269,7 @@ async def test_each_token_has_its_own_request_rate(tmp_path: Path) -> None:
         await anyio.sleep(1.5 * 60 / per_min)  # more than one request's worth refilled
         assert (await busy.get(f"{url}/v1/models")).status == 200
         assert app.peer is not None
-        assert app.peer.statistics()["rate_limited"] == 1
+        assert app.peer.statistics().rate_limited == 1
 
 
 async def test_without_tokens_nothing_is_limited(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import pytest
 from gateway.errors import PlatformError
 from gateway.messages import AttemptFailed, ReplyDelta
 from platforms._chunking import utf16_len
-from platforms._preview import Budget, Preview, Previews, Rate, cut
+from platforms._preview import Budget, Preview, Previews, PreviewsStatistics, Rate, cut
 
 pytestmark = pytest.mark.anyio
 
@@ -110,4 +110,4 @@ async def test_a_failed_attempt_is_replaced_and_a_429_pauses_previews() -> None:
         previews.close()
     assert shown == [("first attempt", None), ("second", "m1"), ("second", "m1")]
     assert preview.stats == {"updates": 2, "paused": 1, "failed": 0}
-    assert previews.statistics() == {"opened": 1, "refused": 0, "live": 0}
+    assert previews.statistics() == PreviewsStatistics(opened=1, refused=0, live=0)

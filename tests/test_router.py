@@ -174,8 +174,8 @@ async def test_a_message_to_an_ending_actor_goes_to_its_successor(
             await anyio.wait_all_tasks_blocked()
         assert h.events == [("start", 0), ("end", 0), ("start", 1)]
         # A store failure is expected in a cluster's life: a warning, no traceback.
-        assert h.router.statistics()["store_failures"] == 1
-        assert h.router.statistics()["crashed"] == 0
+        assert h.router.statistics().store_failures == 1
+        assert h.router.statistics().crashed == 0
         record = next(r for r in caplog.records if "store failed" in r.getMessage())
         assert record.levelno == logging.WARNING and record.exc_info is None
         h.actors[1].unwound.set()
@@ -195,7 +195,7 @@ async def test_a_bug_in_an_actor_is_logged_whole_and_contained(
         with caplog.at_level(logging.ERROR, logger="gateway.router"):
             h.actors[0].unwound.set()
             await anyio.wait_all_tasks_blocked()
-        assert h.router.statistics()["crashed"] == 1
+        assert h.router.statistics().crashed == 1
         assert any(r.exc_info for r in caplog.records if "crashed" in r.getMessage())
         assert h.router.get("peer:a") is None
         assert h.router.get("peer:b") is not None  # the other conversation lives on

@@ -77,11 +77,11 @@ async def test_concurrent_admissions_share_commits_and_keep_admission_order(
         async with anyio.create_task_group() as tg:
             for i in range(300):
                 tg.start_soon(admit, i)
-        stats = store.statistics()
+        stats = store.statistics().writer
     assert len({r.id for r in admitted}) == 300
-    assert stats["operations"] == 300
-    assert stats["commits"] < 300 / 5, stats  # group commit: many rows per transaction
-    assert stats["batch_max"] > 1
+    assert stats.operations == 300
+    assert stats.commits < 300 / 5, stats  # group commit: many rows per transaction
+    assert stats.batch_max > 1
 
 
 async def test_a_bad_operation_does_not_sink_its_batch(open_store: Opener) -> None:
@@ -136,7 +136,7 @@ async def test_an_answer_to_a_row_settled_meanwhile_is_refused_alone(open_store:
         purged = (await store.admit(inbound("purged", "p1", "peer:gone"))).row
         kept = (await store.admit(inbound("kept", "k1"))).row
         assert await store.purge("peer:gone") == 1
-        before = store.statistics()
+        before = store.statistics().writer
         results: dict[str, object] = {}
 
         async def answer(name: str, row: StoredMessage) -> None:
@@ -148,7 +148,7 @@ async def test_an_answer_to_a_row_settled_meanwhile_is_refused_alone(open_store:
         async with anyio.create_task_group() as tg:  # one batch, as the writer takes them
             tg.start_soon(answer, "late", purged)
             tg.start_soon(answer, "fine", kept)
-        after = store.statistics()
+        after = store.statistics().writer
         gone = [(m.role, m.content, m.state) for m in await store.transcript("peer:gone")]
         fine = [(m.role, m.content, m.state) for m in await store.transcript("peer:a")]
         outbox = [c.text for c in await store.undelivered()]
@@ -158,7 +158,7 @@ async def test_an_answer_to_a_row_settled_meanwhile_is_refused_alone(open_store:
     assert gone == [("user", "purged", "failed")]  # as the purge left it: no reply row
     assert fine == [("user", "kept", "answered"), ("assistant", "fine", "final")]
     assert outbox == ["fine"]
-    assert after["commits"] == before["commits"] + 1  # refused inside the batch's commit
+    assert after.commits == before.commits + 1  # refused inside the batch's commit
 
 
 async def test_a_merged_answer_with_a_row_settled_meanwhile_leaves_the_rest_pending(
@@ -184,11 +184,11 @@ async def test_an_answer_that_is_its_own_delivery_is_stored_delivered(
     stores its chunks delivered, with that platform id; nothing is left for redelivery."""
     async with open_store() as store:
         row = (await store.admit(inbound("question", "q1"))).row
-        before = store.statistics()["operations"]
+        before = store.statistics().writer.operations
         outcome = await store.answer(
             row, TurnResult(reply="ab", model="m"), ["a", "b"], delivered_as=f"http:{row.id}"
         )
-        assert store.statistics()["operations"] == before + 1  # the answer alone
+        assert store.statistics().writer.operations == before + 1  # the answer alone
         assert [c.state for c in outcome.chunks] == ["delivered", "delivered"]
         assert await store.undelivered() == []
         assert await store.outbox_chunks(10) == []

@@ -171,7 +171,7 @@ async def _drain_then_restart(tmp_path: Path, model: FakeModel, tg: FakeTelegram
         late = tg.inject_message(ALICE, "during the drain")["update_id"]
         (telegram,) = app.adapters
         with anyio.fail_after(10):  # typing keeps calling the fake, so this is re-checked
-            await tg.wait_until(lambda: telegram.statistics()["held"] >= 1)  # type: ignore[attr-defined]
+            await tg.wait_until(lambda: telegram.statistics().held >= 1)  # type: ignore[attr-defined]
         model.release()
     assert tg.sent_messages(ALICE) == ["answer to before the drain"]
     assert not tg.is_confirmed(late)

@@ -408,8 +408,8 @@ async def test_a_lost_lease_stops_the_poll_and_a_regained_one_resumes_it(tg: Fak
         with anyio.fail_after(10):  # the next look stops the poll; the one after sees it done
             await leases.wait_for(lambda: leases.looks >= seen + 2)
         assert tg.polling_clients() == set()
-        assert telegram.statistics()["poller_lost"] == 1
-        assert telegram.statistics()["polling"] is False
+        assert telegram.statistics().poller.lost == 1
+        assert telegram.statistics().polling is False
         polls = len(tg.polls)
         second = tg.inject_message(CHATS[0], "second")["update_id"]
         seen = leases.looks
@@ -421,7 +421,7 @@ async def test_a_lost_lease_stops_the_poll_and_a_regained_one_resumes_it(tg: Fak
             await tg.wait_for_confirmed(second)
         group.cancel_scope.cancel()
     assert [a.text for a in intake.admitted] == ["first", "second"]
-    assert telegram.statistics()["poller_started"] == 2
+    assert telegram.statistics().poller.started == 2
     assert polling_at_release == [set()]  # at the stop: released once the poll had ended
 
 
@@ -439,10 +439,10 @@ async def test_a_drain_stops_the_poll_then_releases_the_lease(tg: FakeTelegram) 
         with anyio.fail_after(10):
             await leases.wait_for(lambda: leases.releases >= 1)
         assert polling_at_release == [set()]
-        assert telegram.statistics()["poller_released"] == 1
-        assert telegram.statistics()["polling"] is False
+        assert telegram.statistics().poller.released == 1
+        assert telegram.statistics().polling is False
         group.cancel_scope.cancel()
-    assert telegram.statistics()["poller_released"] == 1  # said once, not again at the stop
+    assert telegram.statistics().poller.released == 1  # said once, not again at the stop
 
 
 async def test_a_node_that_does_not_poll_is_ready_and_probes_telegram(tg: FakeTelegram) -> None:

@@ -65,6 +65,16 @@ class Pending:
             self.waiter.set_result(None)
 
 
+@dataclass(frozen=True, slots=True)
+class WriterStatistics:
+    """What a store's writer committed (``GroupWriter.statistics()``)."""
+
+    commits: int  # transactions committed
+    operations: int  # writes committed in them
+    batch_max: int  # the most writes one transaction took
+    retried_batches: int  # batches retried one write at a time (a write in them was refused)
+
+
 class GroupWriter:
     """The writer task and its mailbox; ``apply(batch)`` commits a batch in one transaction.
 
@@ -93,10 +103,15 @@ class GroupWriter:
         self._closed = False
         self._arrived: anyio.Event | None = None  # while the writer waits for a write
         self._room: anyio.Event | None = None  # while a submitter waits for a full mailbox
-        self._stats = {"commits": 0, "operations": 0, "batch_max": 0, "retried_batches": 0}
+        self._commits = self._operations = self._batch_max = self._retried_batches = 0
 
-    def statistics(self) -> dict[str, int]:
-        return dict(self._stats)
+    def statistics(self) -> WriterStatistics:
+        return WriterStatistics(
+            commits=self._commits,
+            operations=self._operations,
+            batch_max=self._batch_max,
+            retried_batches=self._retried_batches,
+        )
 
     async def submit(self, write: Write[R]) -> R:
         """Queue ``write`` and wait until it committed: its result, or its error raised."""
@@ -212,13 +227,13 @@ class GroupWriter:
                 op.settle()
                 return
             # Settle each write on its own so one bad row cannot sink the rest.
-            self._stats["retried_batches"] += 1
+            self._retried_batches += 1
             for op in batch:
                 await self._commit([op])
             return
-        self._stats["commits"] += 1
-        self._stats["operations"] += len(batch)
-        self._stats["batch_max"] = max(self._stats["batch_max"], len(batch))
+        self._commits += 1
+        self._operations += len(batch)
+        self._batch_max = max(self._batch_max, len(batch))
         self._observe(StoreCommitted(seconds=time.perf_counter() - started, operations=len(batch)))
         for op, result in zip(batch, results, strict=True):
             if isinstance(result, GatewayError):

@@ -9,6 +9,7 @@ PostgreSQL only) know which is used.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from gateway.backlog import Caps
@@ -25,6 +26,15 @@ from gateway.messages import (
     TurnOutcome,
     TurnResult,
 )
+from gateway.store._writer import WriterStatistics
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatistics:
+    """What a store committed, and the leases it holds (``Store.statistics()``)."""
+
+    writer: WriterStatistics  # its writer's commits
+    leases: int | None  # conversations this node holds (PostgreSQL); None: SQLite has none
 
 
 class Store(Protocol):
@@ -199,7 +209,7 @@ class Store(Protocol):
         """The newest ``limit`` chunks not delivered (pending, sending, expired, failed)."""
         ...
 
-    def statistics(self) -> dict[str, int]: ...
+    def statistics(self) -> StoreStatistics: ...
 
     # -- bounds and lifecycle (SPEC section 14; ``_lifecycle``, ``_pg_lifecycle``) ----------
 

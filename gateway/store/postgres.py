@@ -83,6 +83,7 @@ from gateway.store._pg_summaries import PgSummariesMixin
 from gateway.store._summaries import DELETE as DELETE_SUMMARY
 from gateway.store._writer import GroupWriter
 from gateway.store._writes import QueuedWrites
+from gateway.store.base import StoreStatistics
 
 log = logging.getLogger(__name__)
 
@@ -144,8 +145,8 @@ class PostgresStore(
     def __repr__(self) -> str:
         return f"<PostgresStore node={self.node} leases={len(self.leases)}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {**self._group.statistics(), "leases": len(self.leases)}
+    def statistics(self) -> StoreStatistics:
+        return StoreStatistics(writer=self._group.statistics(), leases=len(self.leases))
 
     # -- writes (``_writes.QueuedWrites``), and the one that differs ------------------------
 

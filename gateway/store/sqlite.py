@@ -78,6 +78,7 @@ from gateway.store._summaries import DELETE as DELETE_SUMMARY
 from gateway.store._summaries import SummariesMixin
 from gateway.store._writer import GroupWriter
 from gateway.store._writes import QueuedWrites
+from gateway.store.base import StoreStatistics
 
 log = logging.getLogger(__name__)
 
@@ -116,10 +117,10 @@ class SqliteStore(
         )
 
     def __repr__(self) -> str:
-        return f"<SqliteStore {self.path!r} commits={self._group.statistics()['commits']}>"
+        return f"<SqliteStore {self.path!r} commits={self._group.statistics().commits}>"
 
-    def statistics(self) -> dict[str, int]:
-        return self._group.statistics()
+    def statistics(self) -> StoreStatistics:
+        return StoreStatistics(writer=self._group.statistics(), leases=None)
 
     # -- writes (``_writes.QueuedWrites``), and the one that differs ------------------------
 

@@ -23,6 +23,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -41,7 +42,7 @@ from gateway.messages import (
 )
 from gateway.ports import Intake, Watch
 from platforms import _fetch
-from platforms._courier import Courier, SentByCourier
+from platforms._courier import Courier, CourierStatistics, SentByCourier
 from platforms.a2a import _push, _stream, convert
 from platforms.a2a.card import agent_card
 from platforms.a2a.convert import Dialect, Envelope, Op, TaskState, TaskView
@@ -111,6 +112,19 @@ def _context_of(row: StoredMessage) -> str:
     return local
 
 
+@dataclass(frozen=True, slots=True)
+class A2aStatistics:
+    """The A2A adapter's JSON-RPC calls and tasks, and the statistics of its courier, which
+    sends the push notifications (``A2aAdapter.statistics()``)."""
+
+    requests: int  # JSON-RPC calls
+    errors: int  # answered with a JSON-RPC error
+    tasks: int  # messages admitted as new tasks
+    store_backstops: int  # waits for an outcome's event that timed out: the store asked
+    waiting: int  # user rows whose outcome a request here waits for now
+    courier: CourierStatistics
+
+
 class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
     """The ``a2a`` platform: its routes (mounted on the peer listener) and its outlet."""
 
@@ -139,13 +153,20 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         # Cancelled tasks to notify (no outbox chunk): a bounded queue, best effort.
         self._cancelled, self._to_notify = anyio.create_memory_object_stream[int](CANCEL_PUSHES)
         self.sse_keepalive_s = SSE_KEEPALIVE_S
-        self._stats = {"requests": 0, "errors": 0, "tasks": 0, "store_backstops": 0}
+        self._requests = self._errors = self._tasks = self._store_backstops = 0
 
     def __repr__(self) -> str:
         return f"<A2aAdapter waiting={len(self._settled)} streaming={len(self._watched)}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {**self._stats, "waiting": len(self._settled), **self._courier.statistics()}
+    def statistics(self) -> A2aStatistics:
+        return A2aStatistics(
+            requests=self._requests,
+            errors=self._errors,
+            tasks=self._tasks,
+            store_backstops=self._store_backstops,
+            waiting=len(self._settled),
+            courier=self._courier.statistics(),
+        )
 
     # -- the platform's lifecycle ------------------------------------------------------------
 
@@ -212,7 +233,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         return web.json_response(agent_card(self._config, url, bearer=self._bearer()))
 
     async def _rpc(self, request: web.Request) -> web.StreamResponse:
-        self._stats["requests"] += 1
+        self._requests += 1
         raw = await request.read()
         try:
             env = convert.envelope(raw, request.headers.get("A2A-Version"))
@@ -233,7 +254,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         return web.json_response(convert.result_body(env.id, result))
 
     def _error(self, rid: str | int | None, error: RpcError) -> web.Response:
-        self._stats["errors"] += 1
+        self._errors += 1
         return web.json_response(error_body(rid, error))
 
     async def _call(self, request: web.Request, env: Envelope) -> Any:
@@ -368,7 +389,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         if admission.duplicate and row.content != send.text:
             raise RpcError(INVALID_PARAMS, "this messageId was sent with another message")
         if not admission.duplicate:
-            self._stats["tasks"] += 1
+            self._tasks += 1
         if send.push is not None:
             await self._pusher.save(row.id, send.push)
         return row
@@ -393,7 +414,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
                     await anyio.sleep(wait_s)
                 with anyio.move_on_after(wait_s) as timer:
                     await event.wait()
-                self._stats["store_backstops"] += timer.cancelled_caught
+                self._store_backstops += timer.cancelled_caught
                 wait_s = min(wait_s * 2, CHECK_MAX_S)
             return outcome
         finally:

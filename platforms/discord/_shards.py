@@ -104,6 +104,15 @@ class Link:
     waiting: list[discord.Message] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class LinksStatistics:
+    """The gateway connections started and stopped here (``Links.statistics()``)."""
+
+    started: int
+    stopped: int
+    running: int  # connections now (a shard's, or the unsharded client's)
+
+
 class Links:
     """The gateway connections this node runs, each client in a task of its own."""
 
@@ -119,13 +128,15 @@ class Links:
         self._timeout = connect_timeout_s
         self._links: dict[int | None, Link] = {}
         self._tg: TaskGroup | None = None
-        self._stats = {"started": 0, "stopped": 0}
+        self._started = self._stopped = 0
 
     def __repr__(self) -> str:
         return f"<Links {sorted(self._links, key=lambda s: -1 if s is None else s)}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {**self._stats, "running": len(self._links)}
+    def statistics(self) -> LinksStatistics:
+        return LinksStatistics(
+            started=self._started, stopped=self._stopped, running=len(self._links)
+        )
 
     def __iter__(self) -> Iterator[Link]:
         return iter(list(self._links.values()))
@@ -155,7 +166,7 @@ class Links:
         assert self._tg is not None, "Links.run first"
         link = Link(shard, client if client is not None else self._make(shard))
         self._links[shard] = link
-        self._stats["started"] += 1
+        self._started += 1
         self._tg.start_soon(self._run, link, delay)
         return link
 
@@ -164,7 +175,7 @@ class Links:
         link = self._links.pop(shard, None)
         if link is None:
             return
-        self._stats["stopped"] += 1
+        self._stopped += 1
         link.scope.cancel()
         await link.stopped.wait()
 
@@ -197,6 +208,18 @@ class Links:
 # -- several nodes: the shard leases ---------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class ShardKeeperStatistics:
+    """The shard leases this node took, lost and handed over (``ShardKeeper.statistics()``)."""
+
+    looks: int
+    taken: int  # shard leases taken
+    lost: int  # shards stopped because their lease was lost
+    handed_over: int  # shards stopped and released (rebalanced, draining, stopping)
+    held: int  # shard leases held now
+    live_nodes: int  # as last counted (the fair share's divisor)
+
+
 class ShardKeeper:
     """Takes, keeps and hands over this node's shard leases; starts and stops the shards'
     connections to match (see the module docstring)."""
@@ -219,13 +242,20 @@ class ShardKeeper:
         self._slot: int | None = None  # this node's place among the live nodes
         self._live = 1
         self._over = 0
-        self._stats = {"looks": 0, "taken": 0, "lost": 0, "handed_over": 0}
+        self._looks = self._taken = self._lost = self._handed_over = 0
 
     def __repr__(self) -> str:
         return f"<ShardKeeper held={sorted(self._held)} slot={self._slot} live={self._live}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {**self._stats, "held": len(self._held), "live_nodes": self._live}
+    def statistics(self) -> ShardKeeperStatistics:
+        return ShardKeeperStatistics(
+            looks=self._looks,
+            taken=self._taken,
+            lost=self._lost,
+            handed_over=self._handed_over,
+            held=len(self._held),
+            live_nodes=self._live,
+        )
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         try:
@@ -239,7 +269,7 @@ class ShardKeeper:
                 await self._hand_over(sorted(self._held), "stopping")
 
     async def _look(self) -> None:
-        self._stats["looks"] += 1
+        self._looks += 1
         if not self._accepting():
             if self._held:
                 await self._hand_over(sorted(self._held), "draining")
@@ -257,7 +287,7 @@ class ShardKeeper:
                 break
             if await leases.hold(shard_lease(n)):
                 held.add(n)
-                self._stats["taken"] += 1
+                self._taken += 1
         self._over = self._over + 1 if len(held) > share else 0
         give_up = surplus(held, share, self._over)
         self._held = held
@@ -265,7 +295,7 @@ class ShardKeeper:
         for n in sorted(lost & self._links.shards):
             await self._links.stop(n)
             await leases.release(shard_lease(n))  # a no-op unless the database still says ours
-            self._stats["lost"] += 1
+            self._lost += 1
             log.warning("discord shard stopped: its lease was lost", extra={"shard": n})
         if give_up:
             await self._hand_over(give_up, "rebalanced")
@@ -283,5 +313,5 @@ class ShardKeeper:
             await self._links.stop(n)
             await self._leases.release(shard_lease(n))
             self._held.discard(n)
-            self._stats["handed_over"] += 1
+            self._handed_over += 1
             log.info("discord shard stopped", extra={"shard": n, "reason": reason})

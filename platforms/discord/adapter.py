@@ -68,6 +68,7 @@ from platforms.discord._client import (
     serve,
 )
 from platforms.discord._shards import Link, Links, ShardKeeper
+from platforms.discord._statistics import Counts, DiscordStatistics
 from platforms.discord.errors import TRANSLATED, translate
 from policy.backoff import Backoff
 
@@ -115,18 +116,7 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
         self._refusals = RefusalNotices()
         self._notices = NoticeBox(self._say, on_full=self._answer_dropped, size=256)
         self._previews = Previews(_stream.budget())
-        self._stats = {
-            "seen": 0,
-            "admitted": 0,
-            "duplicates": 0,
-            "ignored": 0,
-            "refused": 0,
-            "deferred": 0,
-            "commands": 0,
-            "backfilled": 0,
-            "sessions": 0,
-            "resumes": 0,
-        }
+        self._counts = Counts()
 
     def __repr__(self) -> str:
         shards = sorted(self._links.shards)
@@ -135,20 +125,18 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
             f" watched={len(self._recent)}>"
         )
 
-    def statistics(self) -> dict[str, int]:
+    def statistics(self) -> DiscordStatistics:
         clients = {link.client for link in self._links}
         if self._client is not None:
             clients.add(self._client)
-        keeper = self._keeper.statistics() if self._keeper is not None else {}
-        return {
-            **self._stats,
-            "watched": len(self._recent),
-            "unreadable_events": sum(c.unreadable_events for c in clients),
-            **{f"links_{k}": v for k, v in self._links.statistics().items()},
-            **{f"shards_{k}": v for k, v in keeper.items()},
-            **self._courier.statistics(),
-            **{f"previews_{k}": v for k, v in self._previews.statistics().items()},
-        }
+        return self._counts.snapshot(
+            watched=len(self._recent),
+            unreadable_events=sum(client.unreadable_events for client in clients),
+            links=self._links.statistics(),
+            shards=self._keeper.statistics() if self._keeper is not None else None,
+            courier=self._courier.statistics(),
+            previews=self._previews.statistics(),
+        )
 
     @property
     def connected(self) -> bool:
@@ -309,7 +297,7 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
                 if link is None:
                     return  # from a shard stopped since: its successor reports for itself
                 link.sessions += 1
-                self._stats["sessions"] += 1
+                self._counts.sessions += 1
                 link.connected = True
                 if link.sessions > 1:
                     # A RESUME was refused: what was said meanwhile was never dispatched.
@@ -329,7 +317,7 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
                 link = self._links.of(source)
                 if link is not None:
                     link.connected = True
-                self._stats["resumes"] += 1
+                self._counts.resumes += 1
                 log.info("discord session resumed", extra={"shard": link.shard if link else None})
             case Disconnected(source=source):
                 link = self._links.of(source)
@@ -386,7 +374,7 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
                 if not self._intake.accepting:
                     log.info("draining: message not admitted", extra={"message_id": message.id})
                     return
-                self._stats["deferred"] += 1
+                self._counts.deferred += 1
                 log.warning(
                     "discord message not admitted: the store failed; trying again",
                     extra={"message_id": message.id, "attempt": attempt, "error": repr(exc)},
@@ -422,30 +410,30 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
             guild_id=hint.guild_id if hint else None,
             parent_id=hint.parent_id if hint else None,
         )
-        self._stats["seen"] += 1
+        self._counts.seen += 1
         if seen is None:
-            self._stats["ignored"] += 1
+            self._counts.ignored += 1
             log.warning("discord message unreadable: ignored", extra={"message_id": message.id})
             return
         self._recent.saw(seen.channel_id, seen.message_id)
         decision = convert.decide(seen, self._config, bot_id)
         if isinstance(decision, convert.Ignore):
-            self._stats["ignored"] += 1
+            self._counts.ignored += 1
             return
         if not await self._allowed(seen.author_id, seen.guild_id, seen.author_name, seen):
-            self._stats["refused"] += 1
+            self._counts.refused += 1
             return
         key = convert.conversation_key(seen.channel_id)
         match decision:
             case convert.Command(name=name):
                 self._recent.watch(seen)
                 if seen.message_id in answered:
-                    self._stats["duplicates"] += 1
+                    self._counts.duplicates += 1
                     return
                 # Run here, in order (its store part may fail and be tried again); only the
                 # answer is sent beside the actor.
                 reply = await self._intake.command(self.platform, key, name)
-                self._stats["commands"] += 1
+                self._counts.commands += 1
                 self._answer(seen.channel_id, reply, seen.message_id)
             case convert.Turn(text=text):
                 if not self._intake.accepting:
@@ -454,16 +442,16 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
                 try:
                     admission = await self._intake.admit(convert.inbound(seen, text))
                 except Refused as exc:  # an answer, not a store failure: tell them, go on
-                    self._stats["refused"] += 1
+                    self._counts.refused += 1
                     notice = self._refusals.text(exc, key)
                     if notice is not None:
                         self._answer(seen.channel_id, notice, seen.message_id)
                     return
                 self._recent.watch(seen)
                 if admission.duplicate:
-                    self._stats["duplicates"] += 1
+                    self._counts.duplicates += 1
                 else:
-                    self._stats["admitted"] += 1
+                    self._counts.admitted += 1
             case _:
                 assert_never(decision)
 
@@ -527,7 +515,7 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
             if not missed:
                 continue
             truncated = len(missed) == limit
-            self._stats["backfilled"] += len(missed)
+            self._counts.backfilled += len(missed)
             self._observe(DiscordBackfilled(reason, key, len(missed), truncated))
             for message in missed:
                 await self._on_message_guarded(message, target.hint, answered)
@@ -567,14 +555,14 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
             if allowed:
                 key = convert.conversation_key(interaction.channel_id)
                 reply = await self._intake.command(self.platform, key, name)
-                self._stats["commands"] += 1
+                self._counts.commands += 1
             else:
-                self._stats["refused"] += 1
+                self._counts.refused += 1
                 reply = convert.NOT_ALLOWED
         except GatewayError as exc:
             # The store failed. An interaction cannot wait for it (Discord wants an answer
             # within 3 s) nor come again: the user is told to try again.
-            self._stats["deferred"] += 1
+            self._counts.deferred += 1
             log.warning("discord slash command failed: the store", extra={"error": repr(exc)})
             allowed, reply = False, STORE_BUSY
         try:

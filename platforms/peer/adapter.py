@@ -39,6 +39,7 @@ from platforms.peer._auth import AuthHolder
 from platforms.peer._files import BodyReader, attachment_response
 from platforms.peer._loopback import not_local
 from platforms.peer._reload_route import Reload, add_reload_route
+from platforms.peer._statistics import Counts, PeerStatistics
 from platforms.peer.admin import Admin, AdminDeps
 from platforms.peer.attachments import Files, chat_attachments, content_parts
 from platforms.peer.errors import error_middleware, json_error
@@ -134,7 +135,7 @@ class PeerAdapter:
         )
         self.port: int | None = None
         self._mounted: list[Callable[[web.Application], None]] = []
-        self._stats = {"requests": 0, "turns": 0, "unauthorized": 0, "rate_limited": 0}
+        self._counts = Counts()
         # The operator console and its admin API (platforms.peer.admin), when wired.
         self.admin = (
             Admin(admin, token_of=self._token_of, tokens=lambda: self._auth.current().config.tokens)
@@ -145,14 +146,12 @@ class PeerAdapter:
     def __repr__(self) -> str:
         return f"<PeerAdapter {self._config.listen} waiting={len(self._waiters)}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {
-            **self._stats,
-            "waiting": len(self._waiters),
-            "locked_out_refusals": self._auth.current().failures.statistics()["refused"],
-            "connections": self._guard.open,
-            **self._guard.stats,
-        }
+    def statistics(self) -> PeerStatistics:
+        return self._counts.snapshot(
+            waiting=len(self._waiters),
+            locked_out_refusals=self._auth.current().failures.statistics().refused,
+            guard=self._guard,
+        )
 
     # -- outlet --------------------------------------------------------------------------
 
@@ -267,7 +266,7 @@ class PeerAdapter:
     async def _auth_middleware(
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
-        self._stats["requests"] += 1
+        self._counts.requests += 1
         if request.path in _OPEN_ROUTES or Admin.checks_itself(request.path):
             return await handler(request)  # the console page (static) and its event stream
         auth = self._auth.current()  # one config's tokens for the whole decision
@@ -282,7 +281,7 @@ class PeerAdapter:
             request[_TOKEN] = token
             verdict = auth.rate.take(index, token.requests_per_min)
             if not verdict.allowed:
-                self._stats["rate_limited"] += 1
+                self._counts.rate_limited += 1
                 log.info("peer API: token rate limited", extra={"token": token.name})
                 return _too_many(verdict, "this token's request rate is used up", "rate_limited")
             return await handler(request)
@@ -297,13 +296,13 @@ class PeerAdapter:
         )
         verdict = auth.failures.check(address)
         if not verdict.allowed:
-            self._stats["rate_limited"] += 1
+            self._counts.rate_limited += 1
             return _too_many(
                 verdict,
                 "too many failed authentication attempts from this address",
                 "too_many_auth_failures",
             )
-        self._stats["unauthorized"] += 1
+        self._counts.unauthorized += 1
         if auth.failures.record_failure(address):
             log.warning(
                 "peer auth: too many failures, refusing the address for a while",
@@ -419,7 +418,7 @@ class PeerAdapter:
             if watched.requests == 0:
                 self._watched.pop(pmid, None)
         assert outcome is not None
-        self._stats["turns"] += 1
+        self._counts.turns += 1
         return outcome
 
     async def _wait_outcome(self, pmid: str, row_id: int, event: anyio.Event) -> None:

@@ -131,6 +131,15 @@ def client_key(remote: str | None) -> str:
     return str(address)
 
 
+@dataclass(frozen=True, slots=True)
+class FailureWindowStatistics:
+    """Failed attempts counted, and requests refused for them (``FailureWindow.statistics()``)."""
+
+    failures: int
+    refused: int  # requests of a locked-out key
+    keys: int  # keys with failures inside the window now
+
+
 class FailureWindow:
     """Failures per key within the last ``window_s`` seconds; ``limit`` of them lock the key.
 
@@ -145,13 +154,15 @@ class FailureWindow:
         self._clock = clock
         self._max_keys = max_keys
         self._failures: dict[str, deque[float]] = {}
-        self._stats = {"failures": 0, "refused": 0}
+        self._failed = self._refused = 0
 
     def __repr__(self) -> str:
         return f"<FailureWindow {self.limit}/{self.window_s}s keys={len(self._failures)}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {**self._stats, "keys": len(self._failures)}
+    def statistics(self) -> FailureWindowStatistics:
+        return FailureWindowStatistics(
+            failures=self._failed, refused=self._refused, keys=len(self._failures)
+        )
 
     def _recent(self, key: str, now: float) -> deque[float] | None:
         times = self._failures.get(key)
@@ -172,7 +183,7 @@ class FailureWindow:
         times = self._recent(key, now)
         if times is None or len(times) < self.limit:
             return ALLOWED
-        self._stats["refused"] += 1
+        self._refused += 1
         # Allowed again when enough failures have aged out to leave it under the limit.
         unlock_at = times[len(times) - self.limit] + self.window_s
         return Verdict(False, max(unlock_at - now, 1e-3))
@@ -182,7 +193,7 @@ class FailureWindow:
         if self.limit <= 0:
             return False
         now = self._clock()
-        self._stats["failures"] += 1
+        self._failed += 1
         times = self._recent(key, now)
         if times is None:
             if len(self._failures) >= self._max_keys:
@@ -204,6 +215,14 @@ class FailureWindow:
                 del self._failures[key]
 
 
+@dataclass(frozen=True, slots=True)
+class TokenBucketsStatistics:
+    """Requests let through and refused (``TokenBuckets.statistics()``)."""
+
+    allowed: int
+    refused: int  # the key's bucket was empty
+
+
 @dataclass(slots=True)
 class _Bucket:
     level: float
@@ -222,13 +241,13 @@ class TokenBuckets:
         self.burst = max(1, burst)
         self._clock = clock
         self._buckets: dict[int, _Bucket] = {}
-        self._stats = {"allowed": 0, "refused": 0}
+        self._allowed = self._refused = 0
 
     def __repr__(self) -> str:
         return f"<TokenBuckets {self.per_min}/min burst={self.burst}>"
 
-    def statistics(self) -> dict[str, int]:
-        return dict(self._stats)
+    def statistics(self) -> TokenBucketsStatistics:
+        return TokenBucketsStatistics(allowed=self._allowed, refused=self._refused)
 
     def take(self, key: int, per_min: float = 0) -> Verdict:
         """Spend one request of ``key``'s bucket, or say how long until one is there;
@@ -245,7 +264,7 @@ class TokenBuckets:
         bucket.updated = now
         if bucket.level >= 1.0:
             bucket.level -= 1.0
-            self._stats["allowed"] += 1
+            self._allowed += 1
             return ALLOWED
-        self._stats["refused"] += 1
+        self._refused += 1
         return Verdict(False, (1.0 - bucket.level) / rate)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import assert_never
 
@@ -63,6 +64,15 @@ def poller_step(*, polling: bool, draining: bool, taken: bool, held: bool) -> Po
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class PollerKeeperStatistics:
+    """How often this node started and stopped polling (``PollerKeeper.statistics()``)."""
+
+    started: int
+    lost: int  # stopped: another node took the lease
+    released: int  # stopped and handed the lease over (draining, stopping)
+
+
 class PollerKeeper:
     """Several nodes: runs this node's poller while it holds the poller lease, looking every
     ``period_s`` (see the module docstring). ``release`` hands the lease over; the adapter
@@ -83,13 +93,15 @@ class PollerKeeper:
         self._accepting = accepting
         self._idle = idle  # what a node that does not poll does at each look
         self.polling = False  # this node runs getUpdates now
-        self._stats = {"poller_started": 0, "poller_lost": 0, "poller_released": 0}
+        self._started = self._lost = self._released = 0
 
     def __repr__(self) -> str:
-        return f"<PollerKeeper polling={self.polling} {self._stats}>"
+        return f"<PollerKeeper polling={self.polling} {self.statistics()}>"
 
-    def statistics(self) -> dict[str, int]:
-        return dict(self._stats)
+    def statistics(self) -> PollerKeeperStatistics:
+        return PollerKeeperStatistics(
+            started=self._started, lost=self._lost, released=self._released
+        )
 
     async def run(self) -> None:
         while True:
@@ -108,7 +120,7 @@ class PollerKeeper:
                 self.polling = False
                 with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_DEADLINE_S):
                     await updater.stop()
-                self._stats["poller_lost"] += 1
+                self._lost += 1
                 log.warning("telegram: this node stopped polling: lease lost")
             case PollerStep.STOP_RELEASE:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(STOP_DEADLINE_S):
@@ -133,7 +145,7 @@ class PollerKeeper:
             await self._leases.release(POLLER_LEASE)
             return
         self.polling = True
-        self._stats["poller_started"] += 1
+        self._started += 1
         log.info("telegram: this node polls now")
 
     async def release(self) -> None:
@@ -141,5 +153,5 @@ class PollerKeeper:
         was_polling, self.polling = self.polling, False
         await self._leases.release(POLLER_LEASE)
         if was_polling:
-            self._stats["poller_released"] += 1
+            self._released += 1
             log.info("telegram: this node stopped polling: released")

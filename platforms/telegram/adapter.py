@@ -62,6 +62,7 @@ from platforms._typing import keep_typing
 from platforms.telegram import _files, _stream, _transport, convert, errors, render
 from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueue, Verdict
 from platforms.telegram._poller import PollerKeeper
+from platforms.telegram._statistics import Counts, TelegramStatistics
 from platforms.telegram._webhook import WebhookServer
 from platforms.telegram.convert import PLATFORM, Target
 
@@ -69,7 +70,6 @@ log = logging.getLogger(__name__)
 
 ALLOWED_UPDATES = ("message",)
 STOP_DEADLINE_S = 15.0  # shutting PTB down (final offset confirmation, closing clients)
-POLLER_STATS = ("poller_started", "poller_lost", "poller_released")
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,35 +121,20 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         self._reachable = True  # until a poll (or, not polling in a cluster, a call) says otherwise
         self._keeper: PollerKeeper | None = None  # several nodes, polling mode
         self.webhook_port: int | None = None
-        self._stats = {
-            "updates": 0,
-            "admitted": 0,
-            "duplicates": 0,
-            "commands": 0,
-            "ignored": 0,
-            "strangers": 0,
-            "deferred": 0,
-            "refused": 0,
-            "held": 0,
-            "notices": 0,
-            "plain_fallbacks": 0,
-            "unreadable": 0,
-        }
+        self._counts = Counts()
 
     def __repr__(self) -> str:
         polling = " polling" if self._polling() else ""
         name = self._me.username or "?"
-        return f"<TelegramAdapter {self._config.mode}{polling} @{name} {self._stats}>"
+        return f"<TelegramAdapter {self._config.mode}{polling} @{name} {self._counts}>"
 
-    def statistics(self) -> dict[str, Any]:
-        keeper = self._keeper.statistics() if self._keeper is not None else {}
-        return {
-            **self._stats,
-            **{name: keeper.get(name, 0) for name in POLLER_STATS},
-            "polling": self._polling(),
-            "courier": self._courier.statistics(),
-            "previews": self._previews.statistics(),
-        }
+    def statistics(self) -> TelegramStatistics:
+        return self._counts.snapshot(
+            polling=self._polling(),
+            poller=self._keeper.statistics() if self._keeper is not None else None,
+            courier=self._courier.statistics(),
+            previews=self._previews.statistics(),
+        )
 
     def _polling(self) -> bool:
         """This node runs getUpdates now, in a cluster (a single node: always False)."""
@@ -264,7 +249,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
                     raise
                 # Telegram refused the formatting, so nothing was sent: the same chunk as plain
                 # text is a different request, not a retry of this one.
-                self._stats["plain_fallbacks"] += 1
+                self._counts.plain_fallbacks += 1
                 self._observe(TelegramPlainFallback(chunk.conversation, chunk.id, str(exc)))
                 sent = await bot.send_message(
                     target.chat_id,
@@ -468,7 +453,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         """Updates PTB cannot parse go on as empty ones, acknowledged (``screen_updates``)."""
         kept, screened = convert.screen_updates(updates)
         for update_id, reason in screened:
-            self._stats["unreadable"] += 1
+            self._counts.unreadable += 1
             log.warning(
                 "telegram update unreadable: acknowledged and skipped",
                 extra={"update": update_id, "reason": reason},
@@ -492,19 +477,19 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
                     received.pending.give(verdict)
 
     async def _take(self, update: Update) -> Verdict:
-        self._stats["updates"] += 1
+        self._counts.updates += 1
         if not self._intake.accepting:
-            self._stats["held"] += 1
+            self._counts.held += 1
             return Verdict.HOLD
         try:
             return await self._admit(update)
         except ConversationClosed:
-            self._stats["held"] += 1
+            self._counts.held += 1
             return Verdict.HOLD
         except GatewayError as exc:
             # The store failed (the pairing and allowlist reads included): Telegram keeps the
             # update and delivers it again. (Refused never gets here: it is answered above.)
-            self._stats["deferred"] += 1
+            self._counts.deferred += 1
             self._observe(TelegramAdmissionDeferred(update=update.update_id, error=repr(exc)))
             return Verdict.RETRY
         except Exception:
@@ -518,7 +503,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
     async def _admit(self, update: Update) -> Verdict:
         incoming = convert.read(update, self._me, self._group_mode(), self._attachment_limit())
         if incoming is None:
-            self._stats["ignored"] += 1
+            self._counts.ignored += 1
             return Verdict.ACK
         config = self._config
         access = await check_access(
@@ -531,7 +516,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
             label=incoming.label,
         )
         if not access.allowed:
-            self._stats["strangers"] += 1
+            self._counts.strangers += 1
             code = access.pairing_code
             if code is not None:
                 self._notify(SendNotice(incoming.target, convert.pairing_text(code)))
@@ -542,7 +527,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         reply_to = None if incoming.private else incoming.message_id
         match incoming.kind:
             case "command":
-                self._stats["commands"] += 1
+                self._counts.commands += 1
                 text = await self._intake.command(PLATFORM, incoming.conversation, incoming.text)
                 self._notify(SendNotice(incoming.target, text, reply_to))
             case "unreadable":
@@ -551,12 +536,15 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
                 try:
                     admission = await self._intake.admit(incoming.inbound())
                 except Refused as exc:  # an answer, not a store failure: tell them, acknowledge
-                    self._stats["refused"] += 1
+                    self._counts.refused += 1
                     notice = self._refusals.text(exc, incoming.conversation)
                     if notice is not None:
                         self._notify(SendNotice(incoming.target, notice, reply_to))
                     return Verdict.ACK
-                self._stats["duplicates" if admission.duplicate else "admitted"] += 1
+                if admission.duplicate:
+                    self._counts.duplicates += 1
+                else:
+                    self._counts.admitted += 1
             case _:
                 assert_never(incoming.kind)
         return Verdict.ACK
@@ -594,7 +582,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
             failure = sent
             self._observe(TelegramNoticeFailed(target.chat_id, failure.reason, failure.reason))
             return None
-        self._stats["notices"] += 1
+        self._counts.notices += 1
         return sent
 
     # -- webhook mode --------------------------------------------------------------------

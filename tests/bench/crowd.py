@@ -195,7 +195,7 @@ async def python_crowd(actors: int) -> dict[str, float]:
                 gc.collect()
                 after = tracemalloc.take_snapshot()
                 tracemalloc.stop()
-                live = router.statistics()["live"]
+                live = router.statistics().live
                 router.close()
     stats = after.compare_to(before, "lineno")
     total = sum(s.size_diff for s in stats)

@@ -44,14 +44,14 @@ async def push(path: Path, writers: int, turns: int) -> dict[str, float]:
                 tg.start_soon(writer, w)
         seconds = time.perf_counter() - started
         cpu = time.process_time() - cpu0
-        stats = store.statistics()
+        stats = store.statistics().writer
     done = per_writer * writers
     return {
         "store_rows_per_s": 3 * done / seconds,
         "turns_per_s": done / seconds,
         "cpu_us_per_turn": 1e6 * cpu / done,
-        "commits": float(stats["commits"]),
-        "mean_batch": stats["operations"] / max(1, stats["commits"]),
+        "commits": float(stats.commits),
+        "mean_batch": stats.operations / max(1, stats.commits),
     }
 
 
