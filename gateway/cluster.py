@@ -14,7 +14,9 @@ its commits (the fence). This actor keeps that true for one node:
   before its leases can expire, so no turn runs on two nodes at once;
 - conversations taken over from a dead node get their undelivered replies sent.
 
-Notifications are only hints: the heartbeat finds everything they would have said.
+Notifications are only hints: the heartbeat finds everything they would have said. What a
+heartbeat's outcome means (fence, wait, lose, poll) is decided in ``gateway.lease_plan``,
+without I/O; this actor sends the renewal and acts.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import anyio
 
 from gateway.errors import GatewayError, MailboxFull, StoreError
 from gateway.events import HeartbeatFailed, LeaseWasLost, Observe, SelfFenced, TakeoverDone
+from gateway.lease_plan import Fence, LeaseClock, Wait, after_failure, after_renewal
 from gateway.mailbox import ResetContext, StopTurn
 from gateway.messages import TurnOutcome, platform_of
 from gateway.ports import Outlet
@@ -38,8 +41,6 @@ from gateway.store.postgres import PostgresStore
 
 log = logging.getLogger(__name__)
 
-#: A node that has not renewed its leases for this share of the lease stops its turns.
-SELF_FENCE_AT = 0.8
 #: The store failed (it raises only StoreError), or took longer than we gave it (fail_after).
 _UNREACHABLE = (StoreError, TimeoutError)
 
@@ -108,9 +109,10 @@ class Cluster:
         self._observe = observe
         self._clock = clock
         self._send, self._receive = anyio.create_memory_object_stream[ClusterMessage](10_000)
-        self._last_renewal = clock()
+        # When the leases were last renewed, and whether this node's turns are stopped for
+        # want of a renewal (``gateway.lease_plan`` decides; the heartbeat acts).
+        self._lease = LeaseClock(store.lease_s, heartbeat_s, last_renewal=clock())
         self._renewed = anyio.Event()  # set (and replaced) at each successful heartbeat
-        self._fenced = False  # turns stopped for want of a heartbeat, until the next one
         self._heartbeats = self._heartbeat_failures = self._self_fenced = self._lost = 0
         self._claimed_count = self._taken_over = self._released = 0
         self._notifications = self._dropped_notifications = 0
@@ -139,7 +141,7 @@ class Cluster:
     @property
     def healthy(self) -> bool:
         """Leases renewed within 0.8 x the lease: this node may run turns (for /readyz)."""
-        return self._clock() - self._last_renewal < self._store.lease_s * SELF_FENCE_AT
+        return self._lease.healthy(self._clock())
 
     # -- inputs (synchronous: called from asyncpg's listener and the store's commit) ---------
 
@@ -166,7 +168,7 @@ class Cluster:
         store = self._store
         sent = self._clock()
         await store.register_node()
-        self._last_renewal = sent  # registering renewed the node's row: its lease runs from it
+        self._lease = self._lease.renewed(sent)  # registering renewed the node's row
         store.claimed = self._claimed
         inherited = await store.inherit_previous()
         try:
@@ -312,11 +314,10 @@ class Cluster:
     async def holds(self, key: str) -> bool:
         """Whether this node holds ``key``'s lease now. After a silence (the process was
         frozen, the database unreachable) that is only known after the next heartbeat."""
-        lease_s = self._store.lease_s
-        if self._clock() - self._last_renewal >= lease_s * SELF_FENCE_AT:
-            with anyio.move_on_after(lease_s):
+        if not self.healthy:
+            with anyio.move_on_after(self._store.lease_s):
                 await self._renewed.wait()
-            if self._clock() - self._last_renewal >= lease_s * SELF_FENCE_AT:
+            if not self.healthy:
                 return False
         return key in self._store.leases
 
@@ -360,44 +361,50 @@ class Cluster:
     # -- the heartbeat -----------------------------------------------------------------------
 
     async def _heartbeat(self) -> None:
-        store, router = self._store, self._router
-        lease_s = store.lease_s
-        # The attempt may take until this node would stop its turns anyway.
+        """Renew every lease (within what ``lease_plan`` allows), then act on the outcome."""
         sent = self._clock()
-        left = lease_s * SELF_FENCE_AT - (sent - self._last_renewal)
         try:
-            with anyio.fail_after(max(left, self._heartbeat_s / 2)):
-                renewal = await store.renew()
+            with anyio.fail_after(self._lease.allowance_s(sent)):
+                renewal = await self._store.renew()
         except _UNREACHABLE as exc:
             self._heartbeat_failures += 1
             self._observe(HeartbeatFailed())
-            silent = self._clock() - self._last_renewal
+            self._lease, step = after_failure(self._lease, self._clock())
             log.warning(
                 "cluster: lease renewal failed",
-                extra={"error": str(exc) or type(exc).__name__, "since_s": round(silent, 2)},
+                extra={"error": str(exc) or type(exc).__name__, "since_s": round(step.silent_s, 2)},
             )
-            if silent >= lease_s * SELF_FENCE_AT and not self._fenced:
-                self._self_fence()
+            match step:
+                case Fence():
+                    self._self_fence()
+                case Wait():
+                    pass
+                case unknown:
+                    assert_never(unknown)
             return
         # The lease runs from the renewal's update in the database, which came after it was
         # sent: counting from the send, never from the answer (which a busy event loop may
         # read late), keeps this node's view of its lease on the safe side.
-        self._last_renewal = sent
-        self._fenced = False
+        self._lease = self._lease.renewed(sent)
         self._renewed.set()
         self._renewed = anyio.Event()
         self._heartbeats += 1
-        for name in renewal.lost_named:
+        router = self._router
+        plan = after_renewal(renewal, accepting=router.accepting, running=self._running)
+        for name in plan.lost_named:
             log.warning("cluster: lease lost to another node", extra={"lease": name})
-        for key in renewal.lost:
+        for key in plan.lose:
             if router.lose(key):
                 self._lost += 1
                 self._observe(LeaseWasLost(conversation=key))
                 log.warning("cluster: lease lost to another node", extra={"conversation": key})
-        for key in renewal.with_pending:
-            actor = router.get(key)
-            if router.accepting and (actor is None or actor.idle_since is not None):
-                router.poll(key)  # a notification went missing, or a node released late
+        for key in plan.poll:
+            router.poll(key)  # a notification went missing, or a node released late
+
+    def _running(self, key: str) -> bool:
+        """A live actor here has work for ``key`` (it is not idle)."""
+        actor = self._router.get(key)
+        return actor is not None and actor.idle_since is None
 
     async def _tidy(self) -> None:
         """Release conversations with no live actor here; claim what dead nodes left."""
@@ -416,7 +423,6 @@ class Cluster:
         """Cut off from the database for most of a lease: stop every turn here before another
         node may take the conversations over."""
         keys = list(self._store.leases)
-        self._fenced = True
         self._self_fenced += 1
         self._observe(SelfFenced(conversations=len(keys)))
         log.error(
