@@ -75,6 +75,15 @@ class _Entry:
             await self.sdk.close()
 
 
+@dataclass(frozen=True, slots=True)
+class ClientPoolStatistics:
+    """The model clients a pool holds (``ClientPool.statistics()``)."""
+
+    clients: int  # (endpoint, key) pairs with a client now
+    built: int  # clients made since start (rebuilds included)
+    retired: int  # replaced by a rebuild, closed when their last borrower is done
+
+
 class ClientPool:
     def __init__(self, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clients: dict[_Key, _Entry] = {}
@@ -85,8 +94,8 @@ class ClientPool:
     def __repr__(self) -> str:
         return f"<ClientPool clients={len(self._clients)} built={self._built}>"
 
-    def statistics(self) -> dict[str, int]:
-        return {"clients": len(self._clients), "built": self._built, "retired": len(self._retired)}
+    def statistics(self) -> ClientPoolStatistics:
+        return ClientPoolStatistics(len(self._clients), self._built, len(self._retired))
 
     @asynccontextmanager
     async def use(

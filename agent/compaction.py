@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from agent.context import prompt_budget, prompt_chars
@@ -67,6 +68,15 @@ def _chat(rows: Sequence[StoredMessage]) -> list[ChatMessage]:
     return [ChatMessage(r.role, r.content) for r in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class CompactionStatistics:
+    """What the runner summarised (``CompactingRunner.statistics()``)."""
+
+    compactions: int  # summaries saved
+    failed: int  # summaries not made or not saved (the turn went on without one)
+    rows: int  # rows the saved summaries cover
+
+
 class CompactingRunner:
     """The agent's turns, with the rows that left the window summarised first."""
 
@@ -84,13 +94,13 @@ class CompactingRunner:
         self._limit = history_messages
         self._history_chars = history_chars
         self._observe = observe
-        self._stats = {"compactions": 0, "failed": 0, "rows": 0}
+        self._compactions = self._failures = self._rows = 0
 
     def __repr__(self) -> str:
-        return f"<CompactingRunner {self._agent!r} compactions={self._stats['compactions']}>"
+        return f"<CompactingRunner {self._agent!r} compactions={self._compactions}>"
 
-    def statistics(self) -> dict[str, int]:
-        return dict(self._stats)
+    def statistics(self) -> CompactionStatistics:
+        return CompactionStatistics(self._compactions, self._failures, self._rows)
 
     def status(self) -> dict[str, Any]:
         return self._agent.status()
@@ -174,13 +184,13 @@ class CompactingRunner:
         except StoreError:
             self._failed(conversation, "store")  # this turn still sends it
             return content, covered
-        self._stats["compactions"] += 1
-        self._stats["rows"] += covered
+        self._compactions += 1
+        self._rows += covered
         self._observe(ContextCompacted(conversation, "ok", covered, ""))
         return content, covered
 
     def _failed(self, conversation: str, reason: str) -> None:
-        self._stats["failed"] += 1
+        self._failures += 1
         self._observe(ContextCompacted(conversation, "failed", 0, reason))
 
     async def summarise(

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from agent import Agent, ClientPool
-from agent.compaction import INSTRUCTION, CompactingRunner
+from agent.compaction import INSTRUCTION, CompactingRunner, CompactionStatistics
 from agent.context import DEFAULT_CHARS_PER_TOKEN, Calibration, fit
 from gateway.config import ModelEndpoint
 from gateway.errors import ProviderError
@@ -339,7 +339,7 @@ async def test_a_failed_summary_never_fails_the_turn(
     assert result.failure is None and result.reply == "echo: the question"
     assert [is_summary(r) for r in fake.requests] == [True, False]
     assert ContextCompacted(key, "failed", 0, "server") in events
-    assert runner.statistics()["failed"] == 1
+    assert runner.statistics().failed == 1
     assert fake.prompt_tokens(fake.requests[-1]) + OUT <= LIMIT  # the turn still fit
 
 
@@ -417,4 +417,4 @@ async def test_without_a_token_bound_rows_past_history_messages_are_folded(
     assert roles == ["system", "system", "user", "assistant", "user"]
     # The read reaches history_messages + SLACK (16) rows back: the two oldest of these 24,
     # stored before compaction was on, are beyond it and left out of the summary.
-    assert runner.statistics() == {"compactions": 1, "failed": 0, "rows": 20}
+    assert runner.statistics() == CompactionStatistics(compactions=1, failed=0, rows=20)

@@ -260,6 +260,7 @@ def test_the_loader_error_is_a_config_error() -> None:  # what Reloader catches
 
 async def test_clients_of_keys_a_reload_removed_close_once_no_call_uses_them() -> None:
     from agent import ClientPool
+    from agent.clients import ClientPoolStatistics
     from gateway.config import ModelEndpoint
 
     pool = ClientPool()
@@ -272,5 +273,5 @@ async def test_clients_of_keys_a_reload_removed_close_once_no_call_uses_them() -
         await pool.retire_except({(endpoint.base_url, "sk-kept", endpoint.timeout_s)})
         assert idle.is_closed() and not busy.is_closed()  # a running turn keeps its client
     assert busy.is_closed() and not kept.is_closed()
-    assert pool.statistics() == {"clients": 1, "built": 3, "retired": 0}
+    assert pool.statistics() == ClientPoolStatistics(clients=1, built=3, retired=0)
     await pool.aclose()
