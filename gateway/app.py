@@ -235,7 +235,12 @@ class GatewayApp:
         )
 
     def _admin_deps(
-        self, store: Store, router: Router, agent: Agent, observe: Observe
+        self,
+        store: Store,
+        router: Router,
+        agent: Agent,
+        observe: Observe,
+        statistics: Callable[[], Mapping[str, object]],
     ) -> AdminDeps:
         """What the operator console reads (platforms.peer.admin)."""
 
@@ -262,7 +267,12 @@ class GatewayApp:
             assert isinstance(store, PostgresStore)
             nodes = store.nodes
         return AdminDeps(
-            store=store, timeline=self.timeline, live=live, observe=observe, nodes=nodes
+            store=store,
+            timeline=self.timeline,
+            live=live,
+            observe=observe,
+            nodes=nodes,
+            statistics=statistics,
         )
 
     async def run(
@@ -364,6 +374,24 @@ class GatewayApp:
                     )
                     return self.metrics.render()
 
+                def statistics() -> dict[str, object]:
+                    """Every part's counters and states (the admin API's diagnostics)."""
+                    parts: dict[str, object] = {
+                        "store": store.statistics(),
+                        "router": router.statistics(),
+                        "intake": intake.statistics(),
+                        "peer": peer.statistics(),
+                        "reload": reloader.statistics(),
+                        "model_clients": clients.statistics(),
+                    }
+                    if isinstance(runner, CompactingRunner):
+                        parts["compaction"] = runner.statistics()
+                    if self.cluster is not None:
+                        parts["cluster"] = self.cluster.statistics()
+                    for adapter in self.adapters:
+                        parts[adapter.platform] = adapter.statistics()
+                    return parts
+
                 peer = self.peer = PeerAdapter(
                     config.peer,
                     intake,
@@ -373,7 +401,7 @@ class GatewayApp:
                     max_attachment_bytes=config.agent.max_attachment_bytes,
                     live=live.view(lambda c: c.peer),
                     reload=lambda by, dry, text: reloader.reload(by, dry_run=dry, text=text),
-                    admin=self._admin_deps(store, router, agent, observe),
+                    admin=self._admin_deps(store, router, agent, observe, statistics),
                 )
                 outlets["peer"] = peer
                 cluster = self._cluster(store, router, outlets, intake, observe)

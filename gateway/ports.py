@@ -157,6 +157,11 @@ class PlatformAdapter(Outlet, Protocol):
         """Until every queued reply chunk was sent (or given up): the drain waits on it."""
         ...
 
+    def statistics(self) -> object:
+        """Its counters and state now: a frozen dataclass (STYLE), holding no secret; the
+        admin API's diagnostics show it."""
+        ...
+
 
 class Leases(Protocol):
     """Named leases shared by the nodes of a cluster (PostgreSQL store): one holder at a time.

@@ -368,3 +368,48 @@ async def test_the_overview_shows_running_turns_benched_keys_failures_and_the_cl
         assert sum(overview["series"]["model_failures"]) >= 2
         (broken,) = [c for c in overview["recent"] if c["key"] == "peer:broken"]
         assert broken["last_failure"] is not None
+
+
+async def test_diagnostics_show_every_parts_statistics_and_no_secret(
+    tmp_path: Path, model: FakeModel, tg: FakeTelegram
+) -> None:
+    section = f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [42]\n'
+    async with (
+        running_gateway(config(tmp_path, model, TOKENS + section)) as (_, url),
+        aiohttp.ClientSession() as http,
+    ):
+        r = await http.post(f"{url}/api/sessions/diag/chat", json={"message": "hi"}, headers=AUTH)
+        assert r.status == 200
+        tg.inject_message(42, "hello")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(1, 42)
+        r = await http.get(f"{url}/api/admin/diagnostics", headers=AUTH)
+        assert r.status == 200
+        text = await r.text()
+        diagnostics = json.loads(text)
+        refused = await http.get(
+            f"{url}/api/admin/diagnostics", headers={"Authorization": f"Bearer {OTHER}"}
+        )
+        assert refused.status == 403  # a token limited to some sessions is no operator's
+
+    assert set(diagnostics) == {
+        "store",
+        "router",
+        "intake",
+        "peer",
+        "reload",
+        "model_clients",
+        "telegram",
+    }
+    assert diagnostics["intake"]["admitted"] == 2
+    assert diagnostics["router"]["spawned"] == 2
+    assert diagnostics["peer"]["turns"] == 1
+    telegram = diagnostics["telegram"]
+    assert telegram["admitted"] == 1 and telegram["polling"] is False
+    assert telegram["poller"] is None  # one node: no poller lease
+    assert set(telegram["courier"]) >= {"sent", "retries", "failed"}  # its parts, nested
+    store = diagnostics["store"]
+    assert store["leases"] is None and store["writer"]["operations"] >= 4  # 2 admits, 2 answers
+    assert diagnostics["model_clients"]["built"] == 1
+    for secret in (tg.token, OPS, OTHER, "sk-"):
+        assert secret not in text

@@ -40,6 +40,25 @@ ADMIN_SCHEMAS: dict[str, Any] = {
             "last_failure_at": _MAYBE_NUMBER,
         }
     ),
+    "AdminDiagnostics": {
+        **_object(
+            {
+                part: {"type": "object", "description": text}
+                for part, text in (
+                    ("store", "The writer's commits and batches; leases (several nodes)."),
+                    ("router", "Session actors spawned, evicted, crashed, live."),
+                    ("intake", "Messages admitted, duplicates, refused."),
+                    ("peer", "Requests, turns, refusals and connections of this API."),
+                    ("reload", "Reloads applied, unchanged, refused, invalid."),
+                    ("model_clients", "Model clients built, held and retired."),
+                )
+            }
+        ),
+        "description": "Every part's counters and states by part; besides the required"
+        " ones: compaction, cluster, and one per platform adapter (telegram, discord, a2a)."
+        " Counters since start, no secrets.",
+        "additionalProperties": {"type": "object"},
+    },
     "AdminOverview": _object(
         {
             "version": {"type": "integer"},
@@ -293,6 +312,12 @@ def admin_paths() -> dict[str, Any]:
             "Readiness, live turns, queues, the outbox, benched keys, the last hour's turns"
             " per minute, recent conversations and (several nodes) the cluster.",
             "AdminOverview",
+        ),
+        "/api/admin/diagnostics": _get(
+            "adminDiagnostics",
+            "Every part's statistics: the store's writer, the router, the intake, each"
+            " platform adapter (its courier, previews, lease keeper), the model clients.",
+            "AdminDiagnostics",
         ),
         "/api/admin/conversations": _get(
             "adminConversations",

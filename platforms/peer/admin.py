@@ -22,6 +22,7 @@ naming who did it: the token's name, or ``loopback`` without tokens.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 import math
@@ -125,6 +126,9 @@ class AdminDeps:
     observe: Observe
     #: Several nodes: every node seen (node, started_at, last_seen, alive, conversations).
     nodes: Callable[[], Awaitable[list[dict[str, Any]]]] | None = None
+    #: Every part's ``statistics()`` by part (``store``, ``router``, ``telegram``, ...):
+    #: frozen dataclasses of counters and states, no secrets (GET /api/admin/diagnostics).
+    statistics: Callable[[], Mapping[str, object]] = dict
     wall: Callable[[], float] = field(default=time.time)
 
 
@@ -235,6 +239,13 @@ def chunk_json(c: OutboxChunk) -> dict[str, Any]:
     }
 
 
+def _fields(stats: object) -> dict[str, Any]:
+    """A part's statistics (a dataclass, nested ones included) as JSON's object."""
+    if dataclasses.is_dataclass(stats) and not isinstance(stats, type):
+        return dataclasses.asdict(stats)
+    raise TypeError(f"statistics are a dataclass, not {type(stats).__name__}")
+
+
 def _benched_json(benched: Sequence[tuple[str, str, str, float]]) -> list[dict[str, Any]]:
     return [
         {
@@ -306,6 +317,7 @@ class Admin:
             app.router.add_get(path, self._page)
         get, post = app.router.add_get, app.router.add_post
         get("/api/admin/overview", self._overview)
+        get("/api/admin/diagnostics", self._diagnostics)
         get("/api/admin/conversations", self._conversations)
         get("/api/admin/conversations/{key:[^/]+}/messages", self._messages)
         get("/api/admin/outbox", self._outbox)
@@ -381,6 +393,10 @@ class Admin:
 
     async def _overview(self, request: web.Request) -> web.Response:
         return web.json_response(await self.overview())
+
+    async def _diagnostics(self, request: web.Request) -> web.Response:
+        parts = self._deps.statistics()
+        return web.json_response({name: _fields(stats) for name, stats in parts.items()})
 
     async def _conversations(self, request: web.Request) -> web.Response:
         query = request.query.get("q", "")
