@@ -27,7 +27,7 @@ from gateway.config import TelegramConfig
 from gateway.messages import OutboxChunk, StoredMessage
 from platforms._chunking import utf16_len
 from platforms._preview import Adopt, Budget, Key, Preview, Rate, Record
-from platforms.telegram import errors, render
+from platforms.telegram import _sends, errors, render
 from platforms.telegram.convert import Target
 
 LIMIT = 4096  # a message's text, in UTF-16 code units
@@ -111,15 +111,11 @@ def open_preview(
 
         async def show(text: str, message_id: str | None) -> str | None:
             if message_id is None:
-                sent = await _call(
-                    bot.send_message(
-                        target.chat_id,
-                        text,
-                        message_thread_id=target.thread_id,
-                        reply_parameters=reply,
-                    )
+                sent = _sends.send_message(
+                    bot, target.chat_id, text, thread_id=target.thread_id, reply=reply
                 )
-                return str(sent.message_id)
+                _, sent_id = await _call(sent)
+                return str(sent_id)
             await _call(_edit(bot, target, int(message_id), text, parse_mode=None))
             return message_id
 
@@ -166,9 +162,7 @@ async def _edit(
 ) -> None:
     """editMessageText; "message is not modified" (it shows that text already) is done."""
     try:
-        await bot.edit_message_text(
-            text, chat_id=target.chat_id, message_id=message_id, parse_mode=parse_mode
-        )
+        await _sends.edit_message_text(bot, target.chat_id, message_id, text, parse_mode=parse_mode)
     except BadRequest as exc:
         if "message is not modified" not in str(exc).lower():
             raise

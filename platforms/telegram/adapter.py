@@ -59,7 +59,7 @@ from platforms._notices import NoticeBox, send_notice
 from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
-from platforms.telegram import _files, _stream, _transport, convert, errors, render
+from platforms.telegram import _files, _sends, _stream, _transport, convert, errors, render
 from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueue, Verdict
 from platforms.telegram._poller import PollerKeeper
 from platforms.telegram._statistics import Counts, TelegramStatistics
@@ -237,12 +237,13 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
             reply = ReplyParameters(int(chunk.reply_target), allow_sending_without_reply=True)
         try:
             try:
-                sent = await bot.send_message(
+                chat_id, message_id = await _sends.send_message(
+                    bot,
                     target.chat_id,
                     chunk.text,
                     parse_mode=ParseMode.HTML,
-                    message_thread_id=target.thread_id,
-                    reply_parameters=reply,
+                    thread_id=target.thread_id,
+                    reply=reply,
                 )
             except BadRequest as exc:
                 if not errors.entities_refused(exc):
@@ -251,15 +252,16 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
                 # text is a different request, not a retry of this one.
                 self._counts.plain_fallbacks += 1
                 self._observe(TelegramPlainFallback(chunk.conversation, chunk.id, str(exc)))
-                sent = await bot.send_message(
+                chat_id, message_id = await _sends.send_message(
+                    bot,
                     target.chat_id,
                     render.to_plain(chunk.text),
-                    message_thread_id=target.thread_id,
-                    reply_parameters=reply,
+                    thread_id=target.thread_id,
+                    reply=reply,
                 )
         except TelegramError as exc:
             raise errors.translate(exc) from exc
-        return f"{sent.chat_id}:{sent.message_id}"
+        return f"{chat_id}:{message_id}"
 
     def _running_bot(self) -> ExtBot[None]:
         if self._bot is None:
