@@ -6,6 +6,7 @@ Apart from ``adapter.py`` to keep that module short: the adapter bumps :class:`C
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from platforms._courier import CourierStatistics
@@ -15,7 +16,7 @@ from platforms.discord._shards import LinksStatistics, ShardKeeperStatistics
 
 @dataclass(slots=True)
 class Counts:
-    """The adapter's counters as they run (see :class:`DiscordStatistics`)."""
+    """The adapter's counters as they run: the first fields of :class:`DiscordStatistics`."""
 
     seen: int = 0
     admitted: int = 0
@@ -40,16 +41,7 @@ class Counts:
     ) -> DiscordStatistics:
         """The counters now, with what the adapter's parts say."""
         return DiscordStatistics(
-            seen=self.seen,
-            admitted=self.admitted,
-            duplicates=self.duplicates,
-            ignored=self.ignored,
-            refused=self.refused,
-            deferred=self.deferred,
-            commands=self.commands,
-            backfilled=self.backfilled,
-            sessions=self.sessions,
-            resumes=self.resumes,
+            **dataclasses.asdict(self),
             watched=watched,
             unreadable_events=unreadable_events,
             links=links,

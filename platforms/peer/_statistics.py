@@ -6,6 +6,7 @@ Apart from ``adapter.py`` to keep that module short: the adapter bumps :class:`C
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from platforms._guarded import ConnectionGuard
@@ -13,7 +14,7 @@ from platforms._guarded import ConnectionGuard
 
 @dataclass(slots=True)
 class Counts:
-    """The adapter's counters as they run (see :class:`PeerStatistics`)."""
+    """The adapter's counters as they run: the first fields of :class:`PeerStatistics`."""
 
     requests: int = 0
     turns: int = 0
@@ -25,10 +26,7 @@ class Counts:
     ) -> PeerStatistics:
         """The counters now, with what the adapter's parts say."""
         return PeerStatistics(
-            requests=self.requests,
-            turns=self.turns,
-            unauthorized=self.unauthorized,
-            rate_limited=self.rate_limited,
+            **dataclasses.asdict(self),
             waiting=waiting,
             locked_out_refusals=locked_out_refusals,
             connections=guard.open,

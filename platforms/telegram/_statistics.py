@@ -6,6 +6,7 @@ Apart from ``adapter.py`` to keep that module short: the adapter bumps :class:`C
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from platforms._courier import CourierStatistics
@@ -15,7 +16,7 @@ from platforms.telegram._poller import PollerKeeperStatistics
 
 @dataclass(slots=True)
 class Counts:
-    """The adapter's counters as they run (see :class:`TelegramStatistics`)."""
+    """The adapter's counters as they run: the first fields of :class:`TelegramStatistics`."""
 
     updates: int = 0
     admitted: int = 0
@@ -40,18 +41,7 @@ class Counts:
     ) -> TelegramStatistics:
         """The counters now, with what the adapter's parts say."""
         return TelegramStatistics(
-            updates=self.updates,
-            admitted=self.admitted,
-            duplicates=self.duplicates,
-            commands=self.commands,
-            ignored=self.ignored,
-            strangers=self.strangers,
-            deferred=self.deferred,
-            refused=self.refused,
-            held=self.held,
-            notices=self.notices,
-            plain_fallbacks=self.plain_fallbacks,
-            unreadable=self.unreadable,
+            **dataclasses.asdict(self),
             polling=polling,
             poller=poller,
             courier=courier,
