@@ -136,6 +136,37 @@ async def test_dm_round_trip_replies_to_the_message_with_typing(
     ]
 
 
+async def test_a_typing_call_under_way_is_let_finish_before_the_reply(
+    tmp_path: Path, dc: FakeDiscord, model: FakeModel
+) -> None:
+    """An instant answer outruns a slow typing call: the call is let finish (its kept-alive
+    connection stays open) and the reply is sent after it, never under "typing..."."""
+    dc.typing_latency_s = 0.3
+    with anyio.fail_after(30):
+        async with running_botmux(tmp_path, dc, model):
+            await dc.inject_message(DM_ID, "quick question", author_id=ALICE)
+            await dc.wait_for_messages(DM_ID, 1)
+    [typing] = dc.calls("POST", TYPING_ROUTE)
+    [send] = dc.calls("POST", SEND_ROUTE)
+    assert typing.status == 204 and typing.at <= send.arrived
+
+
+async def test_turns_share_kept_alive_connections_to_discord(
+    tmp_path: Path, dc: FakeDiscord, model: FakeModel
+) -> None:
+    """Twenty instant turns in a DM, each with its typing call and its reply, reuse the
+    connections discord.py keeps alive: none is closed under a typing call the turn outran."""
+    dc.typing_latency_s = 0.05  # a round trip the instant model outruns
+    with anyio.fail_after(60):
+        async with running_botmux(tmp_path, dc, model):
+            for i in range(20):
+                await dc.inject_message(DM_ID, f"message {i}", author_id=ALICE)
+                await dc.wait_for_messages(DM_ID, i + 1)
+    calls = dc.calls("POST", TYPING_ROUTE) + dc.calls("POST", SEND_ROUTE)
+    assert len(calls) >= 40 and all(c.port for c in calls)
+    assert len({c.port for c in calls}) <= 2, sorted({c.port for c in calls})
+
+
 async def test_guild_mention_gating_and_the_bot_loop_guard(
     tmp_path: Path, dc: FakeDiscord, model: FakeModel
 ) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ from gateway.app import GatewayApp
 from gateway.config import parse_config
 from platforms._chunking import utf16_len
 from platforms._refusals import BUSY_TEXT, too_long_text
+from platforms._typing import SETTLE_S
 from platforms.telegram import render
 from platforms.telegram._webhook import WEBHOOK_MAX_CONNECTIONS
 from platforms.telegram.convert import TEXT_ONLY
@@ -297,6 +299,64 @@ async def test_typing_starts_and_stops_with_the_turn(
             await tg.wait_for_sent(2, ALICE)
         after_second = tg.calls_to("sendChatAction")[before:]
         assert after_second and all(c.at < tg.calls_to("sendMessage")[1].at for c in after_second)
+
+
+async def test_a_typing_call_under_way_is_let_finish_before_the_reply(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    """An instant answer ends the turn while its typing call is still on its way to a slow
+    Telegram: the call is let finish (its connection stays open for the next call) and the
+    reply goes out after it, so "typing..." cannot show up under the reply."""
+    answered: list[float] = []
+
+    async def slow_typing(params: dict[str, Any]) -> bool:
+        await anyio.sleep(0.3)  # the platform's latency, not a wait for something
+        answered.append(time.monotonic())
+        return True
+
+    tg.register("sendChatAction", slow_typing)
+    s = setup(tmp_path, tg, model)
+    async with s.gateway():
+        tg.inject_message(ALICE, "quick question")
+        with anyio.fail_after(10):
+            await tg.wait_for_sent(1, ALICE)
+    [typing] = tg.calls_to("sendChatAction")
+    [reply] = tg.calls_to("sendMessage")
+    assert len(answered) == 1 and typing.at < answered[0] <= reply.at
+
+
+async def test_a_hung_typing_call_does_not_hold_the_reply(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    """A typing call Telegram never answers is waited for only ``SETTLE_S``, then cut: the
+    reply still goes out, and the turn's row is answered."""
+    tg.hang_next("sendChatAction")
+    s = setup(tmp_path, tg, model)
+    async with s.gateway():
+        tg.inject_message(ALICE, "are you there?")
+        with anyio.fail_after(10):
+            assert await tg.wait_for_sent(1, ALICE) == ["echo: are you there?"]
+    [typing] = tg.calls_to("sendChatAction")
+    [reply] = tg.calls_to("sendMessage")
+    assert reply.at - typing.at >= SETTLE_S * 0.9  # it was given its chance to finish
+    assert [r[3] for r in s.rows()] == ["answered", "final"]
+
+
+async def test_turns_share_kept_alive_connections_to_telegram(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    """Twenty instant turns, each with its typing call and its reply, come on the few
+    connections the bot keeps alive: none is closed under a typing call the turn outran."""
+    s = setup(tmp_path, tg, model)
+    async with s.gateway():
+        for i in range(20):
+            tg.inject_message(ALICE, f"message {i}")
+            with anyio.fail_after(10):
+                await tg.wait_for_sent(i + 1, ALICE)
+    calls = [c for c in tg.calls if c.method != "getUpdates"]  # long polls have their own
+    assert len(tg.calls_to("sendMessage")) == 20 and len(calls) >= 40
+    assert all(c.port for c in calls)
+    assert len({c.port for c in calls}) <= 2, sorted({c.port for c in calls})
 
 
 async def test_typing_has_a_hard_deadline(

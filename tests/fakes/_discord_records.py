@@ -25,6 +25,7 @@ class RestCall:
     at: float = 0.0  # time.monotonic() when it was answered
     retry_after: float | None = None  # refused with this by the fake's rate limits
     arrived: float = 0.0  # time.monotonic() when it arrived (what the rate limits count)
+    port: int = 0  # the client's TCP port: calls on one kept-alive connection share it
 
 
 _MESSAGES, _MESSAGE = (

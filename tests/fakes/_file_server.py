@@ -88,8 +88,21 @@ class FileServer:
         sent: int = 0,
         complete: bool = False,
     ) -> web.StreamResponse:
-        peer = request.transport.get_extra_info("peername") if request.transport else None
+        peer = _peer(request)
         client = f"{peer[0]}:{peer[1]}" if peer else ""
         self.downloads.append(Download(path, status, sent, complete, client))
         self._notify()
         return response if response is not None else web.Response(status=status)
+
+
+def _peer(request: web.Request) -> tuple[str, int] | None:
+    transport = request.transport
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    return (peer[0], peer[1]) if peer else None
+
+
+def client_port(request: web.Request) -> int:
+    """The client's TCP port (0 once its transport is gone): calls sharing one are on one
+    kept-alive connection, so a test can count the connections a client opened."""
+    peer = _peer(request)
+    return peer[1] if peer else 0

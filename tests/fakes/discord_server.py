@@ -135,6 +135,7 @@ from tests.fakes._discord_records import DiscordLimits as DiscordLimits
 from tests.fakes._discord_records import GatewayConnection as GatewayConnection
 from tests.fakes._discord_records import GatewayOp as GatewayOp
 from tests.fakes._discord_records import RestCall as RestCall
+from tests.fakes._file_server import client_port
 from tests.fakes._rate_limits import Limit, Windows
 
 if TYPE_CHECKING:
@@ -248,6 +249,7 @@ class FakeDiscord:
         app_id = application_id or bot_user_id
         self.world = p.World(self.bot, owner, app_id=app_id, nonce_window_s=nonce_window_s)
         self.port = 0
+        self.typing_latency_s = 0.0  # how long a typing call takes to be answered
         self.rest_calls: list[RestCall] = []
         self.gateway_ops: list[GatewayOp] = []
         self.connections: list[GatewayConnection] = []
@@ -781,6 +783,7 @@ class FakeDiscord:
         canonical = resource.canonical if resource is not None else request.path
         route = canonical.split(API_PREFIX, 1)[1]
         path = request.path[len(prefix) :]
+        port = client_port(request)  # now: a client that hangs up takes its transport along
         body, files = await p.read_body(request)
         request[_BODY], request[_FILES] = body, files
         response: web.StreamResponse
@@ -830,6 +833,7 @@ class FakeDiscord:
             self.clock(),  # when it was answered, as before; the limits use its arrival
             retry_after,
             now,
+            port,
         )
         self.rest_calls.append(call)
         self._notify()
@@ -941,6 +945,8 @@ class FakeDiscord:
 
     async def _typing(self, request: web.Request) -> web.Response:
         self.world.channel(request.match_info["channel_id"])
+        if self.typing_latency_s:
+            await asyncio.sleep(self.typing_latency_s)  # a slow platform, not a wait
         return web.Response(status=204)
 
     async def _callback(self, request: web.Request) -> web.Response:

@@ -84,6 +84,7 @@ from typing import Any, Literal
 import anyio
 from aiohttp import ClientSession, web
 
+from tests.fakes._file_server import client_port
 from tests.fakes._rate_limits import Limit, Windows
 from tests.fakes._telegram_files import Download as Download
 from tests.fakes._telegram_files import FakeFiles
@@ -135,6 +136,7 @@ class Call:
     at: float
     client: str = ""
     retry_after: int | None = None  # refused with this by the fake's rate limits
+    port: int = 0  # the client's TCP port: calls on one kept-alive connection share it
 
 
 @dataclass(frozen=True, slots=True)
@@ -613,7 +615,7 @@ class FakeTelegram:
         now = self.clock()
         limited = None if outcome else self._rate_limit(requested.lower(), params, now)
         client = request.match_info.get("client", "")
-        self.calls.append(Call(name, params, now, client, limited))
+        self.calls.append(Call(name, params, now, client, limited, client_port(request)))
         self._notify()
         if limited is not None:
             return _error(429, f"Too Many Requests: retry after {limited}", limited)
