@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import sqlite3
 import statistics
@@ -49,6 +50,9 @@ def _median(runs: list[Result]) -> dict[str, str]:
 
 async def _load_once(store: Path, model_url: str, workdir: Path, messages: int) -> Result:
     shutil.copy(store, workdir / "botmux.db")
+    # The seeded copy is ~300 MB of dirty pages: written back now, not under the gateway's
+    # own WAL writes and checkpoints during the run (the empty store's copy has none).
+    os.sync()
     async with _procs.gateway(workdir, model_url) as gw:
         connector = aiohttp.TCPConnector(limit=60)
         async with aiohttp.ClientSession(connector=connector) as http:
