@@ -106,6 +106,8 @@ Streaming previews (a message, then edits) rely on:
   `RestCall.arrived` (`RestCall.at` stays the time of the answer). `DiscordLimits.overall`
   is Discord's global limit (50 requests per second, interactions exempt): past it the 429
   has `"global": true`, `X-RateLimit-Global: true` and `X-RateLimit-Scope: global`.
+* `RestCall.port` is the client's port, shared by the calls of one kept-alive connection;
+  `dc.typing_latency_s` makes typing calls that slow to answer.
 """
 
 from __future__ import annotations

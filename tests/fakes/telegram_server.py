@@ -33,7 +33,8 @@ under ``filterwarnings=error``) while building ``RetryAfter`` for a 429.
 - Scripted outcomes per method, consumed in order before the method runs: ``fail_next(method,
   status=, description=, retry_after=)``, ``drop_next(method)`` (connection closed, no
   response), ``hang_next(method)`` (no answer until the client gives up or the fake closes).
-- Records: ``calls`` / ``calls_to(method)`` (every request as a ``Call``; params decoded),
+- Records: ``calls`` / ``calls_to(method)`` (every request as a ``Call``; params decoded;
+  ``Call.port`` is the client's port, shared by the calls of one kept-alive connection),
   ``sent_messages(chat_id)`` (texts as the user saw them), ``bot_messages(chat_id)`` (Message
   objects as they are now, after edits), ``chat_actions(chat_id)``, ``commands(...)``,
   ``webhook_url`` / ``webhook_secret``, ``polls``, ``statistics()``.
