@@ -1,10 +1,19 @@
 """The composition root: the only module that imports every part and wires them together.
 
-Startup is ordered (store, router, adapters, then ready; the work a crash left is resumed
-beside the traffic, ``gateway.resume``) and shutdown is the reverse with a drain: intake
-stops first, running turns get up to ``gateway.drain_timeout_s`` to finish, queued
-deliveries go out, the store closes last. Turns that did not finish stay pending and are
-resumed at the next start. Every wait after the drain has a deadline of its own (``[store]
+Building is apart from serving. :func:`build` constructs every part in dependency order, each
+complete when it is made (nothing is filled in after another part captured it): the store's
+role ports first (``ledger``, ``access``, ``transcripts``, ...), then the platforms' outlets
+(the adapters), the session actors' dependencies and the router, the intake, the cluster. The
+cycle between platforms and the runtime (an adapter hands messages to the intake, whose
+session actors reply through the adapter) is closed at start: an adapter serves the intake it
+is started with (``adapter.run(intake)``), and the peer listener, which shows every part
+(readiness, metrics, the console), is started with them last.
+
+Startup is ordered (store, router, adapters, the peer listener, then ready; the work a crash
+left is resumed beside the traffic, ``gateway.resume``) and shutdown is the reverse with a
+drain: intake stops first, running turns get up to ``gateway.drain_timeout_s`` to finish,
+queued deliveries go out, the store closes last. Turns that did not finish stay pending and
+are resumed at the next start. Every wait after the drain has a deadline of its own (``[store]
 command_timeout_s`` for the store's writes and its close), so a database that stopped
 answering cannot hold the process: SIGTERM exits within ``drain_timeout_s`` plus about two
 ``command_timeout_s``.
@@ -16,6 +25,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -23,25 +33,33 @@ import anyio
 
 from agent import Agent, ClientPool, CompactingRunner
 from agent.transcribe import Transcriber
+from gateway.access import Pairing
 from gateway.attachments import Attachments
 from gateway.backlog import Caps
 from gateway.config import Config
+from gateway.console import ConsoleStore
 from gateway.events import Event, Observe, log_line
 from gateway.failpoints import Failpoints
 from gateway.intake import GatewayIntake
+from gateway.ledger import DeliveryLedger
 from gateway.live import LiveConfig
 from gateway.messages import platform_of
 from gateway.metrics import Metrics, Snapshot
-from gateway.ports import Intake, Leases, Outlet, PlatformAdapter
+from gateway.node_leases import NodeLeases
+from gateway.ports import Leases, Outlet, PlatformAdapter
+from gateway.push_configs import StoredPushConfigs
 from gateway.queue import QueuePolicy
 from gateway.reload import Reloader
 from gateway.resume import resume_interrupted
 from gateway.retention import sweep_retention
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
-from gateway.store import Store, describe, open_store
+from gateway.store import ExpireInFlight, OutboxPending, Store, describe, open_store
+from gateway.summaries import StoredSummaries
 from gateway.timeline import Timeline
+from gateway.transcripts import StoredTranscripts
 from platforms.peer import PeerAdapter
+from platforms.peer.adapter import Serving
 from platforms.peer.admin import AdminDeps, Live
 
 if TYPE_CHECKING:
@@ -79,9 +97,19 @@ class Observer:
             log.log(level, message, extra=fields)
 
 
+@dataclass(frozen=True, slots=True)
+class StorePorts:
+    """The store seen by role: what the platforms and the agent are handed instead of it."""
+
+    ledger: DeliveryLedger
+    access: Pairing
+    transcripts: StoredTranscripts
+    push_configs: StoredPushConfigs
+
+
 def build_adapters(
     config: Config,
-    intake: Intake,
+    ports: StorePorts,
     observe: Observe,
     leases: Leases | None = None,
     live: LiveConfig | None = None,
@@ -94,23 +122,29 @@ def build_adapters(
     if (telegram := config.telegram) is not None:
         from platforms.telegram import TelegramAdapter
 
-        tg_live = live.view(lambda c: c.telegram or telegram)
         adapters.append(
             TelegramAdapter(
                 telegram,
-                intake,
+                ledger=ports.ledger,
+                access=ports.access,
                 observe=observe,
                 leases=leases,
-                live=tg_live,
+                live=live.view(lambda c: c.telegram or telegram),
                 attachment_limit=live.view(lambda c: c.agent.max_attachment_bytes),
             )
         )
     if (discord := config.discord) is not None:
         from platforms.discord import DiscordAdapter
 
-        dc_live = live.view(lambda c: c.discord or discord)
         adapters.append(
-            DiscordAdapter(discord, intake, observe=observe, leases=leases, live=dc_live)
+            DiscordAdapter(
+                discord,
+                ledger=ports.ledger,
+                access=ports.access,
+                observe=observe,
+                leases=leases,
+                live=live.view(lambda c: c.discord or discord),
+            )
         )
     return adapters
 
@@ -132,6 +166,185 @@ class LiveQueues(Mapping[str, QueuePolicy]):
         return len(dataclasses.fields(self._current()))
 
 
+@dataclass(frozen=True, slots=True)
+class Model:
+    """The model side, built before the store opens (a reload reconfigures it in place)."""
+
+    clients: ClientPool
+    agent: Agent
+    transcriber: Transcriber
+    limiter: anyio.CapacityLimiter
+
+
+@dataclass(frozen=True, slots=True)
+class Parts:
+    """One running gateway's parts, each built complete, in this order."""
+
+    store: Store
+    ports: StorePorts
+    node_leases: NodeLeases | None  # several nodes (PostgreSQL)
+    peer: PeerAdapter
+    adapters: tuple[PlatformAdapter, ...]  # the chat platforms and A2A
+    outlets: Mapping[str, Outlet]
+    runner: Agent | CompactingRunner
+    router: Router
+    intake: GatewayIntake
+    cluster: Cluster | None
+
+
+def build(
+    config: Config,
+    live: LiveConfig,
+    store: Store,
+    model: Model,
+    *,
+    observe: Observe,
+    clock: Callable[[], float],
+    reloader: Reloader,
+) -> Parts:
+    """Every part of a gateway on ``store``, in dependency order; nothing starts here."""
+    at_most_once = config.gateway.unrecorded_sends == "drop"
+    ports = StorePorts(
+        ledger=DeliveryLedger(store, at_most_once=at_most_once),
+        access=Pairing(store),
+        transcripts=StoredTranscripts(store),
+        push_configs=StoredPushConfigs(store),
+    )
+    node_leases = None
+    if store.leases is not None:  # several nodes share the store
+        node_leases = NodeLeases(store.leases, heartbeat_s=config.cluster.heartbeat_s, clock=clock)
+    peer = PeerAdapter(
+        config.peer,
+        ledger=ports.ledger,
+        transcripts=ports.transcripts,
+        clock=clock,
+        max_attachment_bytes=config.agent.max_attachment_bytes,
+        live=live.view(lambda c: c.peer),
+        reload=lambda by, dry, text: reloader.reload(by, dry_run=dry, text=text),
+    )
+    adapters = build_adapters(config, ports, observe, node_leases, live)
+    if config.a2a is not None:  # SPEC 12: on the peer listener
+        adapters.append(_a2a(config, live, ports, peer, observe))
+    outlets: dict[str, Outlet] = {"peer": peer}
+    outlets.update((adapter.platform, adapter) for adapter in adapters)
+    runner = _runner(config, model.agent, store, observe)
+    deps = _session_deps(config, live, store, model, runner, outlets, node_leases, observe, clock)
+    router = Router(
+        lambda key: SessionActor(key, deps), idle_s=config.gateway.idle_evict_s, clock=clock
+    )
+    cluster = None
+    if node_leases is not None:
+        from gateway.cluster import Cluster  # asyncpg: only with a PostgreSQL store
+
+        cluster = Cluster(
+            store,
+            node_leases,
+            router,
+            outlets,
+            outcome=ports.transcripts.outcome,
+            heartbeat_s=config.cluster.heartbeat_s,
+            release_deadline_s=config.store.command_timeout_s,
+            claim_batch=config.cluster.claim_batch,
+            max_age_s=config.gateway.outbox_max_age_s,
+            at_most_once=at_most_once,
+            observe=observe,
+            clock=clock,
+        )
+    intake = GatewayIntake(
+        store,
+        router,
+        runner,
+        observe=observe,
+        # Several nodes: a control command for a conversation another node runs goes there.
+        elsewhere=cluster.control if cluster is not None else None,
+        caps=Caps(
+            per_conversation=config.gateway.max_pending_per_conversation,
+            total=config.gateway.max_pending_total,
+        ),
+        max_message_chars=config.gateway.max_message_chars,
+        queues=deps.queues,
+        live=live.view(lambda c: c.gateway),
+    )
+    return Parts(
+        store, ports, node_leases, peer, tuple(adapters), outlets, runner, router, intake, cluster
+    )
+
+
+def _a2a(
+    config: Config, live: LiveConfig, ports: StorePorts, peer: PeerAdapter, observe: Observe
+) -> PlatformAdapter:
+    """A2A (SPEC 12): its routes mounted on the peer listener, behind its auth and limits."""
+    from platforms.a2a import A2aAdapter
+    from platforms.a2a.openapi import a2a_paths
+
+    assert config.a2a is not None
+    a2a = A2aAdapter(
+        config.a2a,
+        transcripts=ports.transcripts,
+        push_configs=ports.push_configs,
+        ledger=ports.ledger,
+        scope=peer.token_scope,
+        base_url=lambda: f"http://{config.peer.host}:{peer.port}",
+        bearer=lambda: bool(live.current.peer.tokens),
+        observe=observe,
+    )
+    peer.mount(a2a.routes, a2a_paths())
+    return a2a
+
+
+def _runner(
+    config: Config, agent: Agent, store: Store, observe: Observe
+) -> Agent | CompactingRunner:
+    """The agent, with the rows that left the window summarised first (``compaction``)."""
+    if config.agent.compaction != "summary":
+        return agent
+    return CompactingRunner(
+        agent,
+        StoredSummaries(store),
+        config.agent.history_messages,
+        history_chars=config.agent.history_chars,
+        observe=observe,
+    )
+
+
+def _session_deps(
+    config: Config,
+    live: LiveConfig,
+    store: Store,
+    model: Model,
+    runner: Agent | CompactingRunner,
+    outlets: Mapping[str, Outlet],
+    node_leases: NodeLeases | None,
+    observe: Observe,
+    clock: Callable[[], float],
+) -> SessionDeps:
+    attachments = Attachments(
+        store,
+        outlets,
+        model.transcriber,
+        live.view(lambda c: c.agent),
+        vision=live.view(lambda c: any(e.sees_images for e in c.model.chain) if c.model else False),
+        observe=observe,
+    )
+    return SessionDeps(
+        store=store,
+        runner=runner,
+        outlets=outlets,
+        limiter=model.limiter,
+        history_messages=config.agent.history_messages,
+        history_live=live.view(lambda c: c.agent.history_messages),
+        mailbox_size=config.gateway.mailbox_size,
+        observe=observe,
+        clock=clock,
+        attachments=attachments,
+        # Queue modes (SPEC 10): per platform section, else [gateway] queue_mode.
+        queues=LiveQueues(live.view(lambda c: c)),
+        # Several nodes: session actors ask before each model call whether they may run it.
+        holds=node_leases.holds if node_leases is not None else None,
+        holds_now=node_leases.holds_now if node_leases is not None else None,
+    )
+
+
 class GatewayApp:
     """One running botmux. ``run`` serves until ``stop`` is set, then drains."""
 
@@ -147,20 +360,42 @@ class GatewayApp:
         self.live = LiveConfig(config)
         # What a reload re-reads: the file and environment the gateway started with.
         self._read = read or (lambda: self.live.current)
-        self.reloader: Reloader | None = None
         self.clock = clock
         self.failpoints = failpoints or Failpoints()
         self.metrics = Metrics()
         self.timeline = Timeline()  # the console's chart and its live updates
+        self.observe = Observer(self.metrics, self.failpoints, self.timeline)
         self.stop = anyio.Event()
-        self.peer: PeerAdapter | None = None
-        self.router: Router | None = None
-        self.cluster: Cluster | None = None
-        self.adapters: list[PlatformAdapter] = []
+        self.reloader = Reloader(self.live, self._read, self._apply, observe=self.observe)
+        self._model: Model | None = None
+        self._parts: Parts | None = None  # while running
         self._ready = {"store": False, "peer": False, "accepting": False}
 
     def __repr__(self) -> str:
         return f"<GatewayApp {self.config.source} ready={self._ready}>"
+
+    # -- what tests and the console read of a running gateway -------------------------------
+
+    @property
+    def parts(self) -> Parts:
+        assert self._parts is not None, "the gateway is not running"
+        return self._parts
+
+    @property
+    def peer(self) -> PeerAdapter | None:
+        return self._parts.peer if self._parts is not None else None
+
+    @property
+    def router(self) -> Router | None:
+        return self._parts.router if self._parts is not None else None
+
+    @property
+    def cluster(self) -> Cluster | None:
+        return self._parts.cluster if self._parts is not None else None
+
+    @property
+    def adapters(self) -> tuple[PlatformAdapter, ...]:
+        return self._parts.adapters if self._parts is not None else ()
 
     def readiness(self) -> dict[str, bool]:
         checks = dict(self._ready)
@@ -170,51 +405,116 @@ class GatewayApp:
             checks["cluster"] = self.cluster.healthy  # leases renewed lately
         return checks
 
-    async def _control_elsewhere(self, key: str, command: str) -> bool:
-        return self.cluster is not None and await self.cluster.control(key, command)
+    async def _apply(self, old: Config, new: Config) -> None:
+        """What a reload does besides swapping the LiveConfig the other parts read."""
+        model = self._model
+        if model is None:
+            return
+        if new.transcription is not None and old.transcription is None:
+            model.clients.load_library()  # loaded now, not at the first voice note
+        if (old.model, old.agent) != (new.model, new.agent):
+            await model.agent.reconfigure(new.model, new.agent)
+        model.limiter.total_tokens = new.gateway.max_concurrent_turns
 
-    async def _holds(self, key: str) -> bool:
-        return self.cluster is not None and await self.cluster.holds(key)
-
-    def _holds_now(self, key: str) -> bool:
-        return self.cluster is not None and self.cluster.holds_now(key)
-
-    def _cluster(
-        self,
-        store: Store,
-        router: Router,
-        outlets: dict[str, Outlet],
-        intake: GatewayIntake,
-        observe: Observer,
-    ) -> Cluster | None:
-        """This node's part in a cluster, on a PostgreSQL store (None on SQLite)."""
-        if not self.config.store.shared:
-            return None
-        from gateway.cluster import Cluster  # asyncpg: only with a PostgreSQL store
-        from gateway.store.postgres import PostgresStore
-
-        assert isinstance(store, PostgresStore)
-        self.cluster = Cluster(
-            store,
-            router,
-            outlets,
-            outcome=intake.outcome,
-            heartbeat_s=self.config.cluster.heartbeat_s,
-            claim_batch=self.config.cluster.claim_batch,
-            max_age_s=self.config.gateway.outbox_max_age_s,
-            at_most_once=self.config.gateway.unrecorded_sends == "drop",
-            observe=observe,
-            clock=self.clock,
+    def _build_model(self) -> Model:
+        config, observe = self.config, self.observe
+        clients = ClientPool()
+        if config.transcription is not None:
+            clients.load_library()  # at start, not at the first voice note (chat needs none)
+        return Model(
+            clients=clients,
+            agent=Agent(config.model, config.agent, clients, observe=observe, clock=self.clock),
+            transcriber=Transcriber(
+                config.transcription, clients, observe=observe, clock=self.clock
+            ),
+            limiter=anyio.CapacityLimiter(config.gateway.max_concurrent_turns),
         )
-        return self.cluster
 
-    async def _resume(
-        self, tg: anyio.abc.TaskGroup, store: Store, router: Router, outlets: dict[str, Outlet]
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        model = self._model = self._build_model()
+        try:
+            async with open_store(self.config, observe=self.observe) as store:
+                self._ready["store"] = True
+                parts = self._parts = build(
+                    self.config,
+                    self.live,
+                    store,
+                    model,
+                    observe=self.observe,
+                    clock=self.clock,
+                    reloader=self.reloader,
+                )
+                await self._serve(parts, task_status)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_DEADLINE_S):
+                await model.clients.aclose()
+            log.info("botmux stopped")
+
+    async def _serve(self, parts: Parts, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """Start every part in order, serve until ``stop``, then drain."""
+        async with anyio.create_task_group() as tg:
+            router_done = anyio.Event()
+
+            async def run_router() -> None:
+                try:
+                    await parts.router.run()
+                finally:
+                    router_done.set()
+
+            tg.start_soon(run_router)
+            for adapter in parts.adapters:  # A2A before the listener its routes are on
+                await tg.start(adapter.run, parts.intake)
+            await tg.start(parts.peer.run, self._serving(parts))
+            self._ready["peer"] = True
+            if parts.cluster is not None:
+                # Leases decide which node resumes what: the first heartbeat claims what dead
+                # nodes (or this node's previous process) left.
+                await tg.start(parts.cluster.run)
+            else:
+                await self._resume(tg, parts)
+            self._ready["accepting"] = True
+            tg.start_soon(sweep_retention, parts.store, parts.router, self.config.store)
+            fields = {"config": self.config.source, "store": describe(self.config)}
+            if parts.cluster is not None:
+                fields["node"] = parts.cluster.node
+            log.info("botmux ready", extra=fields)
+            task_status.started()
+            await self.stop.wait()
+            await self._drain(parts, router_done)
+            tg.cancel_scope.cancel()
+
+    async def _drain(self, parts: Parts, router_done: anyio.Event) -> None:
+        drain_s = self.live.current.gateway.drain_timeout_s  # a reload may change it
+        log.info("draining", extra={"deadline_s": drain_s})
+        self._ready["accepting"] = False
+        parts.intake.stop_accepting()
+        if parts.node_leases is not None:
+            parts.node_leases.stop_taking()
+        parts.router.close()
+        with anyio.move_on_after(drain_s) as drain:
+            await router_done.wait()
+            for adapter in parts.adapters:
+                await adapter.wait_delivered()
+        if drain.cancelled_caught:
+            # What is left: those turns stay pending in the store, resumed at the next start
+            # (or by another node).
+            left = {key: stats.queued for key, stats in parts.router.actors().items()}
+            log.warning(
+                "drain deadline reached; unfinished turns stay pending",
+                extra={
+                    "turns": sum(left.values()),
+                    "conversations": sorted(k for k, n in left.items() if n),
+                    "deadline_s": drain_s,
+                },
+            )
+
+    async def _resume(self, tg: anyio.abc.TaskGroup, parts: Parts) -> None:
         """Resume what the last run left, beside the traffic (``gateway.resume``). Only chunks
         caught mid-send are settled before serving: a new turn's sends must not be taken for
         them."""
-        in_flight = await store.expire_in_flight()
+        in_flight = await parts.store.submit(ExpireInFlight())
         if in_flight:
             log.warning(
                 "not resending reply chunks that were being sent at the crash"
@@ -225,254 +525,82 @@ class GatewayApp:
         tg.start_soon(
             partial(
                 resume_interrupted,
-                store,
-                router,
-                outlets,
+                parts.store,
+                parts.router,
+                parts.outlets,
                 max_age_s=gateway.outbox_max_age_s,
                 limit=gateway.max_concurrent_turns,
             ),
             name="resume interrupted work",
         )
 
-    def _admin_deps(
-        self,
-        store: Store,
-        router: Router,
-        agent: Agent,
-        observe: Observe,
-        statistics: Callable[[], Mapping[str, object]],
-    ) -> AdminDeps:
-        """What the operator console reads (platforms.peer.admin)."""
+    # -- what the peer listener shows of the whole gateway -----------------------------------
 
-        def live() -> Live:
-            actors = router.actors()
-            queued: dict[str, int] = {}
-            for key, stats in actors.items():
-                queued[platform_of(key)] = queued.get(platform_of(key), 0) + stats.queued
-            cluster = self.cluster
-            return Live(
-                ready=self.readiness(),
-                live_sessions=router.statistics().live,
-                queued=queued,
-                running=[key for key, stats in actors.items() if stats.running is not None],
-                benched=agent.benched_keys(),
-                node=cluster.node if cluster else None,
-                leases=cluster.statistics().leases if cluster else None,
-            )
-
-        nodes = None
-        if self.config.store.shared:
-            from gateway.store.postgres import PostgresStore
-
-            assert isinstance(store, PostgresStore)
-            nodes = store.nodes
-        return AdminDeps(
-            store=store,
-            timeline=self.timeline,
-            live=live,
-            observe=observe,
-            nodes=nodes,
-            statistics=statistics,
+    def _serving(self, parts: Parts) -> Serving:
+        return Serving(
+            intake=parts.intake,
+            ready=self.readiness,
+            metrics=partial(self._render_metrics, parts),
+            admin=AdminDeps(
+                store=ConsoleStore(parts.store),
+                timeline=self.timeline,
+                live=partial(self._live_view, parts),
+                observe=self.observe,
+                nodes=parts.store.leases.nodes if parts.store.leases is not None else None,
+                statistics=partial(self._statistics, parts),
+            ),
         )
 
-    async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
-    ) -> None:
-        config, live = self.config, self.live
-        observe = Observer(self.metrics, self.failpoints, self.timeline)
-        clients = ClientPool()
-        if config.transcription is not None:
-            clients.load_library()  # at start, not at the first voice note (chat needs none)
-        agent = Agent(config.model, config.agent, clients, observe=observe, clock=self.clock)
-        transcriber = Transcriber(config.transcription, clients, observe=observe, clock=self.clock)
-        limiter = anyio.CapacityLimiter(config.gateway.max_concurrent_turns)
+    def _queued(self, parts: Parts) -> dict[str, int]:
+        queued: dict[str, int] = {}
+        for key, stats in parts.router.actors().items():
+            queued[platform_of(key)] = queued.get(platform_of(key), 0) + stats.queued
+        return queued
 
-        async def apply(old: Config, new: Config) -> None:
-            """What a reload does besides swapping the LiveConfig the other parts read."""
-            if new.transcription is not None and old.transcription is None:
-                clients.load_library()  # loaded now, not at the first voice note
-            if (old.model, old.agent) != (new.model, new.agent):
-                await agent.reconfigure(new.model, new.agent)
-            limiter.total_tokens = new.gateway.max_concurrent_turns
+    async def _render_metrics(self, parts: Parts) -> bytes:
+        assert self._model is not None
+        cluster = parts.cluster
+        self.metrics.update(
+            Snapshot(
+                live_sessions=parts.router.statistics().live,
+                queued=self._queued(parts),
+                outbox_pending=await parts.store.read(OutboxPending()),
+                benched=self._model.agent.benched_keys(),
+                leases=cluster.statistics().leases if cluster else None,
+            )
+        )
+        return self.metrics.render()
 
-        reloader = self.reloader = Reloader(live, self._read, apply, observe=observe)
-        try:
-            async with open_store(config, observe=observe) as store:
-                self._ready["store"] = True
-                outlets: dict[str, Outlet] = {}
-                runner: Agent | CompactingRunner = agent
-                if config.agent.compaction == "summary":
-                    runner = CompactingRunner(
-                        agent,
-                        store,
-                        config.agent.history_messages,
-                        history_chars=config.agent.history_chars,
-                        observe=observe,
-                    )
-                deps = SessionDeps(
-                    store=store,
-                    runner=runner,
-                    outlets=outlets,
-                    limiter=limiter,
-                    history_messages=config.agent.history_messages,
-                    history_live=live.view(lambda c: c.agent.history_messages),
-                    mailbox_size=config.gateway.mailbox_size,
-                    observe=observe,
-                    clock=self.clock,
-                    attachments=Attachments(
-                        store,
-                        outlets,
-                        transcriber,
-                        live.view(lambda c: c.agent),
-                        vision=live.view(
-                            lambda c: (
-                                any(e.sees_images for e in c.model.chain) if c.model else False
-                            )
-                        ),
-                        observe=observe,
-                    ),
-                    # Queue modes (SPEC 10): per platform section, else [gateway] queue_mode.
-                    queues=LiveQueues(live.view(lambda c: c)),
-                )
-                if config.store.shared:
-                    # Session actors ask the cluster (built below) before each model call.
-                    deps = dataclasses.replace(deps, holds=self._holds, holds_now=self._holds_now)
-                router = self.router = Router(
-                    lambda key: SessionActor(key, deps),
-                    idle_s=config.gateway.idle_evict_s,
-                    clock=self.clock,
-                )
-                intake = GatewayIntake(
-                    store,
-                    router,
-                    runner,
-                    observe=observe,
-                    at_most_once=config.gateway.unrecorded_sends == "drop",
-                    elsewhere=self._control_elsewhere if config.store.shared else None,
-                    caps=Caps(
-                        per_conversation=config.gateway.max_pending_per_conversation,
-                        total=config.gateway.max_pending_total,
-                    ),
-                    max_message_chars=config.gateway.max_message_chars,
-                    queues=deps.queues,
-                    live=live.view(lambda c: c.gateway),
-                )
+    def _live_view(self, parts: Parts) -> Live:
+        """What the operator console shows of the running gateway now."""
+        assert self._model is not None
+        actors = parts.router.actors()
+        cluster = parts.cluster
+        return Live(
+            ready=self.readiness(),
+            live_sessions=parts.router.statistics().live,
+            queued=self._queued(parts),
+            running=[key for key, stats in actors.items() if stats.running is not None],
+            benched=self._model.agent.benched_keys(),
+            node=cluster.node if cluster else None,
+            leases=cluster.statistics().leases if cluster else None,
+        )
 
-                async def render_metrics() -> bytes:
-                    queued: dict[str, int] = {}
-                    for key, stats in router.actors().items():
-                        platform = platform_of(key)
-                        queued[platform] = queued.get(platform, 0) + stats.queued
-                    self.metrics.update(
-                        Snapshot(
-                            live_sessions=router.statistics().live,
-                            queued=queued,
-                            outbox_pending=await store.outbox_pending(),
-                            benched=agent.benched_keys(),
-                            leases=self.cluster.statistics().leases if self.cluster else None,
-                        )
-                    )
-                    return self.metrics.render()
-
-                def statistics() -> dict[str, object]:
-                    """Every part's counters and states (the admin API's diagnostics)."""
-                    parts: dict[str, object] = {
-                        "store": store.statistics(),
-                        "router": router.statistics(),
-                        "intake": intake.statistics(),
-                        "peer": peer.statistics(),
-                        "reload": reloader.statistics(),
-                        "model_clients": clients.statistics(),
-                    }
-                    if isinstance(runner, CompactingRunner):
-                        parts["compaction"] = runner.statistics()
-                    if self.cluster is not None:
-                        parts["cluster"] = self.cluster.statistics()
-                    for adapter in self.adapters:
-                        parts[adapter.platform] = adapter.statistics()
-                    return parts
-
-                peer = self.peer = PeerAdapter(
-                    config.peer,
-                    intake,
-                    ready=self.readiness,
-                    metrics=render_metrics,
-                    clock=self.clock,
-                    max_attachment_bytes=config.agent.max_attachment_bytes,
-                    live=live.view(lambda c: c.peer),
-                    reload=lambda by, dry, text: reloader.reload(by, dry_run=dry, text=text),
-                    admin=self._admin_deps(store, router, agent, observe, statistics),
-                )
-                outlets["peer"] = peer
-                cluster = self._cluster(store, router, outlets, intake, observe)
-                self.adapters = build_adapters(config, intake, observe, cluster, live)
-                if config.a2a is not None:  # SPEC 12: on the peer listener
-                    from platforms.a2a import A2aAdapter
-                    from platforms.a2a.openapi import a2a_paths
-
-                    a2a = A2aAdapter(
-                        config.a2a,
-                        intake,
-                        scope=peer.token_scope,
-                        base_url=lambda: f"http://{config.peer.host}:{peer.port}",
-                        bearer=lambda: bool(live.current.peer.tokens),
-                        observe=observe,
-                    )
-                    peer.mount(a2a.routes, a2a_paths())
-                    self.adapters.append(a2a)
-                for adapter in self.adapters:
-                    outlets[adapter.platform] = adapter
-                async with anyio.create_task_group() as tg:
-                    router_done = anyio.Event()
-
-                    async def run_router() -> None:
-                        try:
-                            await router.run()
-                        finally:
-                            router_done.set()
-
-                    tg.start_soon(run_router)
-                    await tg.start(peer.run)
-                    self._ready["peer"] = True
-                    for adapter in self.adapters:
-                        await tg.start(adapter.run)
-                    if cluster is not None:
-                        # Leases decide which node resumes what: the first heartbeat claims
-                        # what dead nodes (or this node's previous process) left.
-                        await tg.start(cluster.run)
-                    else:
-                        await self._resume(tg, store, router, outlets)
-                    self._ready["accepting"] = True
-                    tg.start_soon(sweep_retention, store, router, config.store)
-                    fields = {"config": config.source, "store": describe(config)}
-                    if cluster is not None:
-                        fields["node"] = cluster.node
-                    log.info("botmux ready", extra=fields)
-                    task_status.started()
-                    await self.stop.wait()
-                    drain_s = live.current.gateway.drain_timeout_s  # a reload may change it
-                    log.info("draining", extra={"deadline_s": drain_s})
-                    self._ready["accepting"] = False
-                    intake.stop_accepting()
-                    router.close()
-                    with anyio.move_on_after(drain_s) as drain:
-                        await router_done.wait()
-                        for adapter in self.adapters:
-                            await adapter.wait_delivered()
-                    if drain.cancelled_caught:
-                        # What is left: those turns stay pending in the store, resumed at
-                        # the next start (or by another node).
-                        left = {key: stats.queued for key, stats in router.actors().items()}
-                        log.warning(
-                            "drain deadline reached; unfinished turns stay pending",
-                            extra={
-                                "turns": sum(left.values()),
-                                "conversations": sorted(k for k, n in left.items() if n),
-                                "deadline_s": drain_s,
-                            },
-                        )
-                    tg.cancel_scope.cancel()
-        finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_DEADLINE_S):
-                await clients.aclose()
-            log.info("botmux stopped")
+    def _statistics(self, parts: Parts) -> dict[str, object]:
+        """Every part's counters and states (the admin API's diagnostics)."""
+        assert self._model is not None
+        found: dict[str, object] = {
+            "store": parts.store.statistics(),
+            "router": parts.router.statistics(),
+            "intake": parts.intake.statistics(),
+            "peer": parts.peer.statistics(),
+            "reload": self.reloader.statistics(),
+            "model_clients": self._model.clients.statistics(),
+        }
+        if isinstance(parts.runner, CompactingRunner):
+            found["compaction"] = parts.runner.statistics()
+        if parts.cluster is not None:
+            found["cluster"] = parts.cluster.statistics()
+        for adapter in parts.adapters:
+            found[adapter.platform] = adapter.statistics()
+        return found

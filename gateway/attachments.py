@@ -42,7 +42,7 @@ from gateway.messages import (
     TurnResult,
 )
 from gateway.ports import Outlet, Transcriber
-from gateway.store.base import Store
+from gateway.store import Blob, SaveAttachment, Store
 from policy import classify_send
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,7 @@ class Attachments:
         if isinstance(image, DataUrl) or not image.startswith(REF_PREFIX):
             return image
         sha, _, content_type = image.removeprefix(REF_PREFIX).partition(":")
-        data = await self._store.blob(sha)
+        data = await self._store.read(Blob(sha))
         return data_url(content_type, data) if data is not None else ""
 
     def _handled(
@@ -300,7 +300,7 @@ class Attachments:
         """The attachment's bytes: from the store, else fetched and stored first."""
         limit = self._config().max_attachment_bytes
         if ref.sha256 is not None:
-            data = await self._store.blob(ref.sha256)
+            data = await self._store.read(Blob(ref.sha256))
             if data is not None:
                 return _Fetched(ref, data)
         if ref.size is not None and ref.size > limit:
@@ -343,7 +343,7 @@ class Attachments:
             notice = f"I could not fetch {ref.name} ({failure.reason}); it was not used."
             return _Used(ref, notice=notice, failure=failure)
         sha = hashlib.sha256(fetched).hexdigest()
-        await self._store.save_attachment(row.id, position, sha256=sha, data=fetched)
+        await self._store.submit(SaveAttachment(row.id, position, sha256=sha, data=fetched))
         self._observe(
             AttachmentFetched(row.conversation, row.platform, row.id, ref.kind, len(fetched))
         )
@@ -357,7 +357,7 @@ class Attachments:
             self._handled(row, ref, "transcribe", outcome.reason)
             notice = f"I could not transcribe {ref.name} (failure: {outcome.reason})."
             return _Used(ref, notice=notice, failure=outcome)
-        await self._store.save_attachment(row.id, position, text=outcome)
+        await self._store.submit(SaveAttachment(row.id, position, text=outcome))
         self._handled(row, ref, "transcribe", "ok", len(data))
         return _Used(dataclasses.replace(ref, text=outcome))
 
@@ -373,7 +373,7 @@ class Attachments:
             self._handled(row, ref, "read", "unreadable")
             notice = f"I could not read {ref.name}: {exc}."
             return _Used(ref, notice=notice, failure=Failure(UNSUPPORTED, False))
-        await self._store.save_attachment(row.id, position, text=text)
+        await self._store.submit(SaveAttachment(row.id, position, text=text))
         self._handled(row, ref, "read", "ok", len(data))
         notice = ""
         if cut:

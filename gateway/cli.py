@@ -18,7 +18,7 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 
@@ -27,6 +27,9 @@ from gateway.config import Config, load_config
 from gateway.errors import ConfigError, GatewayError
 from gateway.failpoints import Failpoints
 from gateway.logs import RedactingFilter, configure_logging, install_excepthooks
+
+if TYPE_CHECKING:
+    from gateway.store import Store
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 PAIRING_PLATFORMS = ("telegram", "discord")
@@ -355,11 +358,17 @@ async def _reload(config: Config) -> int:
 
 
 async def _sessions(config: Config, action: str, key: str | None) -> int:
-    from gateway.store import open_store
+    from gateway.store import (
+        Conversations,
+        DeleteConversation,
+        PurgeConversation,
+        Transcript,
+        open_store,
+    )
 
     async with open_store(config) as store:
         if action == "list":
-            rows = await store.conversations()
+            rows = await store.read(Conversations())
             print(f"{'conversation':<40} {'messages':>8} {'pending':>7}  last activity")
             for c in rows:
                 when = datetime.fromtimestamp(c.updated_at).strftime("%Y-%m-%d %H:%M:%S")
@@ -367,14 +376,14 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
             return EXIT_OK
         assert key is not None
         if action == "purge":
-            dropped = await store.purge(key)
+            dropped = await store.submit(PurgeConversation(key))
             logging.getLogger("gateway").warning(
                 "pending turns purged", extra={"conversation": key, "rows": dropped, "by": "cli"}
             )
             print(f"purged {dropped} pending message(s) of {key}: marked failed, not sent")
             return EXIT_OK
         if action == "delete":
-            removed = await store.delete_conversation(key)
+            removed = await store.submit(DeleteConversation(key))
             if removed is None:
                 print(f"no conversation {key}", file=sys.stderr)
                 return EXIT_FAILURE
@@ -383,7 +392,7 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
             )
             print(f"deleted {key}: {removed} message(s) and its outbox")
             return EXIT_OK
-        messages = await store.transcript(key)
+        messages = await store.read(Transcript(key))
         if not messages:
             print(f"no conversation {key}", file=sys.stderr)
             return EXIT_FAILURE
@@ -426,7 +435,7 @@ def _samples(metrics: str, name: str) -> list[tuple[dict[str, str], float]]:
 
 
 async def _status(config: Config) -> int:
-    from gateway.store import open_store
+    from gateway.store import Conversations, OutboxPending, RecentFailures, open_store
 
     ready, metrics = await _scrape(config)
     print(f"gateway: {'not reachable at ' + config.peer.listen if ready is None else 'running'}")
@@ -455,16 +464,16 @@ async def _status(config: Config) -> int:
         for n in nodes:
             state = "alive" if n["alive"] else "gone"
             print(f"  {n['node']:<32} {state:<6} {n['conversations']} conversations held")
-        conversations = await store.conversations()
+        conversations = await store.read(Conversations())
         pending = [c for c in conversations if c.pending]
         print(f"conversations: {len(conversations)}, with pending turns: {len(pending)}")
         for c in pending[:20]:
             print(f"  {c.key:<40} {c.pending} pending")
-        outbox = await store.outbox_pending()
+        outbox = await store.read(OutboxPending())
         total = sum(outbox.values())
         detail = ", ".join(f"{p} {n}" for p, n in sorted(outbox.items()))
         print(f"undelivered reply chunks: {total}" + (f" ({detail})" if detail else ""))
-        failures = await store.recent_failures(10)
+        failures = await store.read(RecentFailures(10))
         print("recent failures:" if failures else "recent failures: none")
         for m in failures:
             when = datetime.fromtimestamp(m.created_at).strftime("%Y-%m-%d %H:%M:%S")
@@ -472,25 +481,30 @@ async def _status(config: Config) -> int:
     return EXIT_OK
 
 
-async def _nodes(store: object) -> list[dict[str, Any]]:
+async def _nodes(store: Store) -> list[dict[str, Any]]:
     """The nodes sharing a PostgreSQL store (none for SQLite)."""
-    from gateway.store.postgres import PostgresStore
-
-    return await store.nodes() if isinstance(store, PostgresStore) else []
+    return [] if store.leases is None else await store.leases.nodes()
 
 
 async def _pairing(config: Config, args: argparse.Namespace) -> int:
-    from gateway.store import open_store
+    from gateway.store import (
+        ApprovedUsers,
+        ApprovePairing,
+        PairingCodes,
+        RejectPairing,
+        RevokeUser,
+        open_store,
+    )
 
     async with open_store(config) as store:
         if args.action == "list":
-            codes = await store.pairing_codes()
+            codes = await store.read(PairingCodes(time.time()))
             print("pending codes:" if codes else "pending codes: none")
             for c in codes:
                 left = max(0, int(c.expires_at - time.time()) // 60)
                 who = _printable(f"user {c.user_id} {c.label}")
                 print(f"  {c.platform:<9} {c.code}  {who}  ({left} min left)")
-            users = await store.approved_users()
+            users = await store.read(ApprovedUsers())
             print("approved users:" if users else "approved users: none")
             for platform, user_id, when in users:
                 stamp = datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M")
@@ -498,8 +512,8 @@ async def _pairing(config: Config, args: argparse.Namespace) -> int:
             return EXIT_OK
         if args.action in ("approve", "reject"):
             approve = args.action == "approve"
-            act = store.approve_pairing if approve else store.reject_pairing
-            user = await act(args.platform, args.code)
+            decide = ApprovePairing if approve else RejectPairing
+            user = await store.submit(decide(args.platform, args.code))
             if user is None:
                 print(
                     f"botmux: no pending {args.platform} code {args.code!r} (expired?)",
@@ -511,7 +525,7 @@ async def _pairing(config: Config, args: argparse.Namespace) -> int:
             else:
                 print(f"rejected {args.platform} user {user}'s code {args.code.strip().upper()}")
             return EXIT_OK
-        if await store.revoke_user(args.platform, args.user_id):
+        if await store.submit(RevokeUser(args.platform, args.user_id)):
             print(f"revoked {args.platform} user {args.user_id}")
             return EXIT_OK
         print(f"botmux: {args.platform} user {args.user_id} was not approved", file=sys.stderr)

@@ -1,7 +1,7 @@
 """This node's part in a cluster: several botmux nodes sharing one PostgreSQL store.
 
 The session actors stay in-process; PostgreSQL only decides which node hosts each
-conversation (a lease per conversation row, see ``gateway/store/_pg_leases.py``) and guards
+conversation (a lease per conversation row, see ``gateway/store/leases.py``) and guards
 its commits (the fence). This actor keeps that true for one node:
 
 - it hears the node's notifications: ``pending:<key>`` (a row was admitted on another node
@@ -16,33 +16,33 @@ its commits (the fence). This actor keeps that true for one node:
 
 Notifications are only hints: the heartbeat finds everything they would have said. What a
 heartbeat's outcome means (fence, wait, lose, poll) is decided in ``gateway.lease_plan``,
-without I/O; this actor sends the renewal and acts.
+without I/O; this actor sends the renewal and acts, and reports each renewal to
+``gateway.node_leases``, which the session actors and the adapters ask.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, assert_never
 
 import anyio
 
-from gateway.errors import GatewayError, MailboxFull, StoreError
+from gateway.errors import GatewayError, MailboxFull
 from gateway.events import HeartbeatFailed, LeaseWasLost, Observe, SelfFenced, TakeoverDone
-from gateway.lease_plan import Fence, LeaseClock, Wait, after_failure, after_renewal
+from gateway.lease_plan import Fence, Wait, after_failure, after_renewal
 from gateway.mailbox import ResetContext, StopTurn
 from gateway.messages import TurnOutcome, platform_of
+from gateway.node_leases import UNREACHABLE as _UNREACHABLE
+from gateway.node_leases import NodeLeases
 from gateway.ports import Outlet
 from gateway.redelivery import redeliver
 from gateway.router import Router
-from gateway.store.postgres import PostgresStore
+from gateway.store import ExpireInFlight, Store, Undelivered
 
 log = logging.getLogger(__name__)
-
-#: The store failed (it raises only StoreError), or took longer than we gave it (fail_after).
-_UNREACHABLE = (StoreError, TimeoutError)
 
 
 class _Listener(Protocol):
@@ -86,12 +86,14 @@ class ClusterStatistics:
 class Cluster:
     def __init__(
         self,
-        store: PostgresStore,
+        store: Store,
+        leases: NodeLeases,
         router: Router,
-        outlets: dict[str, Outlet],
+        outlets: Mapping[str, Outlet],
         *,
         outcome: Callable[[int], Awaitable[TurnOutcome | None]],
         heartbeat_s: float,
+        release_deadline_s: float,
         claim_batch: int,
         max_age_s: float,
         at_most_once: bool,
@@ -99,26 +101,25 @@ class Cluster:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._store = store
+        self._node = leases
+        self._leases = leases.pg
         self._router = router
         self._outlets = outlets
         self._outcome = outcome
         self._heartbeat_s = heartbeat_s
+        self._release_deadline_s = release_deadline_s  # [store] command_timeout_s
         self._claim_batch = claim_batch
         self._max_age_s = max_age_s
         self._at_most_once = at_most_once
         self._observe = observe
         self._clock = clock
         self._send, self._receive = anyio.create_memory_object_stream[ClusterMessage](10_000)
-        # When the leases were last renewed, and whether this node's turns are stopped for
-        # want of a renewal (``gateway.lease_plan`` decides; the heartbeat acts).
-        self._lease = LeaseClock(store.lease_s, heartbeat_s, last_renewal=clock())
-        self._renewed = anyio.Event()  # set (and replaced) at each successful heartbeat
         self._heartbeats = self._heartbeat_failures = self._self_fenced = self._lost = 0
         self._claimed_count = self._taken_over = self._released = 0
         self._notifications = self._dropped_notifications = 0
 
     def __repr__(self) -> str:
-        return f"<Cluster node={self._store.node} leases={len(self._store.leases)}>"
+        return f"<Cluster node={self.node} leases={len(self._leases.held)}>"
 
     def statistics(self) -> ClusterStatistics:
         return ClusterStatistics(
@@ -131,19 +132,19 @@ class Cluster:
             released=self._released,
             notifications=self._notifications,
             dropped_notifications=self._dropped_notifications,
-            leases=len(self._store.leases),
+            leases=len(self._leases.held),
         )
 
     @property
     def node(self) -> str:
-        return self._store.node
+        return self._leases.node
 
     @property
     def healthy(self) -> bool:
         """Leases renewed within 0.8 x the lease: this node may run turns (for /readyz)."""
-        return self._lease.healthy(self._clock())
+        return self._node.healthy
 
-    # -- inputs (synchronous: called from asyncpg's listener and the store's commit) ---------
+    # -- inputs (synchronous: called from asyncpg's listener) ---------------------------------
 
     def _post(self, message: ClusterMessage) -> None:
         try:
@@ -157,24 +158,21 @@ class Cluster:
         self._notifications += 1
         self._post(Notified(payload))
 
-    def _claimed(self, claims: list[tuple[str, str | None]]) -> None:
-        self._post(Claimed(tuple(claims)))
-
     # -- the actor ---------------------------------------------------------------------------
 
     async def run(
         self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        store = self._store
+        leases = self._leases
         sent = self._clock()
-        await store.register_node()
-        self._lease = self._lease.renewed(sent)  # registering renewed the node's row
-        store.claimed = self._claimed
-        inherited = await store.inherit_previous()
+        await leases.register_node()
+        self._node.renewed(self._node.clock.renewed(sent))  # registering renewed its row
+        inherited = await leases.inherit_previous()
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._serve)
-                async with store.listening(self._notified) as listener:
+                tg.start_soon(self._take_claims)
+                async with leases.listening(self._notified) as listener:
                     if inherited:  # what this node's previous process left: resume it
                         await self._took(inherited, takeover=True)
                     await self._heartbeat()
@@ -186,16 +184,16 @@ class Cluster:
                     # Notifications sent meanwhile are lost; heartbeats find their work.
                     log.warning("cluster: notification connection lost; reconnecting")
                     try:
-                        async with store.listening(self._notified) as listener:
+                        async with leases.listening(self._notified) as listener:
                             await self._beat_while_open(listener)
                     except _UNREACHABLE:
                         await self._heartbeat()
                         await anyio.sleep(self._heartbeat_s)
         finally:
-            deadline_s = store.command_timeout_s
+            deadline_s = self._release_deadline_s
             with anyio.CancelScope(shield=True), anyio.move_on_after(deadline_s) as releasing:
                 try:
-                    await store.release_all()
+                    await leases.release_all()
                 except _UNREACHABLE as exc:
                     log.warning("cluster: leases not released at stop", extra={"error": str(exc)})
             if releasing.cancelled_caught:
@@ -207,6 +205,11 @@ class Cluster:
             await anyio.sleep(self._heartbeat_s)
             await self._heartbeat()
 
+    async def _take_claims(self) -> None:
+        """Conversations this node's admissions claimed (``PgLeases.claims``): run them."""
+        async for claims in self._leases.claims:
+            self._post(Claimed(claims))
+
     async def _tidy_forever(self) -> None:
         """Releases and claims, on their own loop: however long they wait on row locks, the
         heartbeat (and so every lease of this node) is never late because of them."""
@@ -216,7 +219,7 @@ class Cluster:
 
     async def _tidy_now(self) -> None:
         try:
-            with anyio.fail_after(self._store.lease_s):
+            with anyio.fail_after(self._leases.lease_s):
                 await self._tidy()
         except _UNREACHABLE as exc:
             log.warning("cluster: release or claim failed", extra={"error": str(exc)})
@@ -255,13 +258,13 @@ class Cluster:
     async def _pending_elsewhere(self, key: str) -> None:
         if platform_of(key) not in self._outlets or not self._router.accepting:
             return
-        if self._router.get(key) is not None or await self._store.acquire(key):
+        if self._router.get(key) is not None or await self._leases.acquire(key):
             self._router.poll(key)
 
     async def control(self, key: str, command: str) -> bool:
         """``/stop`` or ``/new`` for a conversation another node runs: tell that node."""
         try:
-            return await self._store.notify_owner(key, f"control:{command}:{key}")
+            return await self._leases.notify_owner(key, f"control:{command}:{key}")
         except _UNREACHABLE as exc:
             log.warning("cluster: control not sent", extra={"conversation": key, "error": str(exc)})
             return False
@@ -307,56 +310,9 @@ class Cluster:
         """Replies the dead node committed but had not delivered (as after a restart)."""
         store = self._store
         if self._at_most_once:
-            await store.expire_in_flight(keys)
-        chunks = await store.undelivered(conversations=keys)
+            await store.submit(ExpireInFlight(tuple(keys)))
+        chunks = await store.read(Undelivered(conversations=tuple(keys)))
         await redeliver(store, self._outlets, chunks, max_age_s=self._max_age_s)
-
-    async def holds(self, key: str) -> bool:
-        """Whether this node holds ``key``'s lease now. After a silence (the process was
-        frozen, the database unreachable) that is only known after the next heartbeat."""
-        if not self.healthy:
-            with anyio.move_on_after(self._store.lease_s):
-                await self._renewed.wait()
-            if not self.healthy:
-                return False
-        return key in self._store.leases
-
-    def holds_now(self, key: str) -> bool:
-        """Like :meth:`holds`, without waiting: False while the last renewal is too old."""
-        return self.healthy and key in self._store.leases
-
-    # -- named leases (gateway.ports.Leases) --------------------------------------------------
-
-    @property
-    def period_s(self) -> float:
-        return self._heartbeat_s
-
-    async def hold(self, name: str) -> bool:
-        if not self._router.accepting:
-            return False  # draining: let another node take it
-        try:
-            return await self._store.try_named(name)
-        except _UNREACHABLE as exc:
-            log.warning("cluster: lease not taken", extra={"lease": name, "error": str(exc)})
-            return False
-
-    async def live_nodes(self) -> list[str]:
-        try:
-            nodes = await self._store.live_nodes()
-        except _UNREACHABLE as exc:
-            log.warning("cluster: nodes not counted", extra={"error": str(exc)})
-            return [self.node]
-        return nodes if self.node in nodes else sorted([*nodes, self.node])
-
-    def held(self, name: str) -> bool:
-        # After a silence (frozen, cut off) only the next heartbeat can say: not held till then.
-        return self.healthy and name in self._store.named
-
-    async def release(self, name: str) -> None:
-        try:
-            await self._store.release_named(name)
-        except _UNREACHABLE as exc:
-            log.warning("cluster: lease not released", extra={"lease": name, "error": str(exc)})
 
     # -- the heartbeat -----------------------------------------------------------------------
 
@@ -364,12 +320,12 @@ class Cluster:
         """Renew every lease (within what ``lease_plan`` allows), then act on the outcome."""
         sent = self._clock()
         try:
-            with anyio.fail_after(self._lease.allowance_s(sent)):
-                renewal = await self._store.renew()
+            with anyio.fail_after(self._node.clock.allowance_s(sent)):
+                renewal = await self._leases.renew()
         except _UNREACHABLE as exc:
             self._heartbeat_failures += 1
             self._observe(HeartbeatFailed())
-            self._lease, step = after_failure(self._lease, self._clock())
+            self._node.clock, step = after_failure(self._node.clock, self._clock())
             log.warning(
                 "cluster: lease renewal failed",
                 extra={"error": str(exc) or type(exc).__name__, "since_s": round(step.silent_s, 2)},
@@ -385,9 +341,7 @@ class Cluster:
         # The lease runs from the renewal's update in the database, which came after it was
         # sent: counting from the send, never from the answer (which a busy event loop may
         # read late), keeps this node's view of its lease on the safe side.
-        self._lease = self._lease.renewed(sent)
-        self._renewed.set()
-        self._renewed = anyio.Event()
+        self._node.renewed(self._node.clock.renewed(sent))
         self._heartbeats += 1
         router = self._router
         plan = after_renewal(renewal, accepting=router.accepting, running=self._running)
@@ -408,21 +362,21 @@ class Cluster:
 
     async def _tidy(self) -> None:
         """Release conversations with no live actor here; claim what dead nodes left."""
-        store, router = self._store, self._router
-        idle = [key for key in store.leases if router.get(key) is None]
+        leases, router = self._leases, self._router
+        idle = [key for key in leases.held if router.get(key) is None]
         # Draining: what this node will not run goes to the others now, not at the stop.
-        kept = await store.release(idle, keep_pending=router.accepting)
+        kept = await leases.release(idle, keep_pending=router.accepting)
         self._released += len(idle) - len(kept)
         for key in kept:
             if platform_of(key) in self._outlets and router.accepting:
                 router.poll(key)
         if router.accepting:  # not while draining: the other nodes take them
-            await store.claim_orphans(self._claim_batch)
+            await leases.claim_orphans(self._claim_batch)
 
     def _self_fence(self) -> None:
         """Cut off from the database for most of a lease: stop every turn here before another
         node may take the conversations over."""
-        keys = list(self._store.leases)
+        keys = list(self._leases.held)
         self._self_fenced += 1
         self._observe(SelfFenced(conversations=len(keys)))
         log.error(
@@ -433,4 +387,4 @@ class Cluster:
             self._router.lose(key)
         # The leases stay recorded: the next heartbeat that gets through says which are still
         # this node's (nobody took them), and those resume here.
-        self._store.named.clear()  # the adapters see it at their next look and stop
+        self._leases.forget_named()  # the adapters see it at their next look and stop

@@ -1,8 +1,11 @@
-"""Intake: what platform adapters call to hand work to the runtime.
+"""Intake (``gateway.ports.Intake``): what platform adapters call to hand work to the runtime.
 
 ``admit`` is SPEC section 3's step 2: the user row is committed first, then its turn is
 queued, and only then does the adapter acknowledge the platform. A redelivered message is
-found by its platform id and queues nothing. Control commands skip the conversation's queue.
+found by its platform id and queues nothing. Control commands skip the conversation's queue, and
+so do deletions, which stop the conversation's turn first. The rest of what adapters need of
+the runtime is in small role ports: ``gateway.ledger``, ``access``, ``transcripts``,
+``push_configs``.
 
 Before anything is stored, a message is bounded (SPEC section 14): longer than
 ``max_message_chars`` it is refused (:class:`MessageTooLong`), and past the pending caps too
@@ -16,8 +19,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import anyio
-
 from gateway.backlog import DEFAULT_CAPS, Caps
 from gateway.config import GatewayConfig
 from gateway.errors import ConversationClosed, MailboxFull, MessageTooLong, Overloaded
@@ -25,22 +26,23 @@ from gateway.events import DuplicateIgnored, MessageAdmitted, MessageRefused, Ob
 from gateway.mailbox import ResetContext, StopTurn
 from gateway.messages import (
     COMMANDS,
-    STOPPED_REPLY,
     Admission,
-    Failure,
     Inbound,
-    MessageState,
-    StoredMessage,
-    TurnOutcome,
-    Usage,
     command_named,
     platform_of,
 )
 from gateway.ports import TurnRunner
 from gateway.queue import QueuePolicy
 from gateway.router import Router
-from gateway.store.base import Store
-from policy import TRANSIENT
+from gateway.store import (
+    AdmitRow,
+    DeleteConversation,
+    DeleteTurn,
+    Message,
+    PendingCount,
+    ResetConversation,
+    Store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +53,6 @@ HELP = "\n".join(
     ]
 )
 STOP_NOT_SENT = "Could not stop the reply: this conversation is busy. Try /stop again shortly."
-PAIRING_TTL_S = 3600.0
-PAIRING_MAX_PENDING = 100  # per platform; each user holds at most one code (L2: squatting)
-# How long recording what a platform did with a chunk may take while shielded (a drain waits
-# for it): past it the store is not answering, and the chunk counts as sent, not recorded.
-RECORD_DEADLINE_S = 30.0
-#: What a request waiting for a row learns when an operator purged it (``sessions purge``).
-PURGED_REPLY = "The message was dropped by an operator before it was answered."
-DELETED_REPLY = "The conversation was deleted before this message was answered."
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +74,6 @@ class GatewayIntake:
         runner: TurnRunner,
         *,
         observe: Observe = lambda event: None,
-        at_most_once: bool = False,
         elsewhere: Callable[[str, str], Awaitable[bool]] | None = None,
         caps: Caps = DEFAULT_CAPS,
         max_message_chars: int = 32_000,
@@ -91,7 +84,6 @@ class GatewayIntake:
         # Several nodes: send a control command to the node running the conversation (True
         # when another node holds it and was told).
         self._elsewhere = elsewhere
-        self._at_most_once = at_most_once  # gateway.unrecorded_sends == "drop"
         self._store = store
         self._router = router
         self._runner = runner
@@ -143,7 +135,8 @@ class GatewayIntake:
             )
         try:
             # The caps are checked in the admission's own transaction (gateway.backlog).
-            admission = await self._store.admit(inbound, blobs, caps=self._caps())
+            admit = AdmitRow(inbound, tuple((blobs or {}).items()), self._caps())
+            admission = await self._store.submit(admit)
         except Overloaded as exc:
             scope: Literal["conversation", "gateway"] = (
                 "gateway" if exc.scope == "gateway" else "conversation"
@@ -183,7 +176,7 @@ class GatewayIntake:
             case "status":
                 return await self._status(conversation)
             case "new":
-                await self._store.reset(conversation)
+                await self._store.submit(ResetConversation(conversation))
                 if self._router.get(conversation) is not None:
                     self._send_control(conversation, ResetContext())
                 elif self._elsewhere is not None:  # its node drops its cached history
@@ -199,7 +192,7 @@ class GatewayIntake:
                 if (
                     actor is None
                     and self._elsewhere is not None
-                    and await self._store.pending_count(conversation)
+                    and await self._store.read(PendingCount(conversation)) > 0
                     and await self._elsewhere(conversation, "stop")
                 ):
                     return "Stopping the current reply."
@@ -222,7 +215,7 @@ class GatewayIntake:
         actor = self._router.get(conversation)
         stats = actor.statistics() if actor is not None else None
         # Evicted, or running on another node: the store knows what is queued.
-        queued = stats.queued if stats else await self._store.pending_count(conversation)
+        queued = stats.queued if stats else await self._store.read(PendingCount(conversation))
         lines = [f"Model: {status.get('model') or 'not configured'}"]
         for line in status.get("lines", []):
             lines.append(str(line))
@@ -234,70 +227,6 @@ class GatewayIntake:
             lines.append(f"The last turn fell back to {stats.last_model}.")
         return "\n".join(lines)
 
-    async def before_send(self, chunk_id: int) -> None:
-        if self._at_most_once:
-            await self._record("sending", chunk_id, self._store.mark_sending(chunk_id))
-
-    async def delivered(self, chunk_id: int, platform_message_id: str) -> None:
-        await self._record(
-            "delivered", chunk_id, self._store.mark_delivered(chunk_id, platform_message_id)
-        )
-
-    async def undeliverable(self, chunk_id: int, reason: str) -> None:
-        log.warning("reply chunk undeliverable", extra={"chunk": chunk_id, "reason": reason})
-        await self._record("failed", chunk_id, self._store.chunk_failed(chunk_id))
-
-    async def _record(self, state: str, chunk_id: int, write: Awaitable[None]) -> None:
-        """What a platform did with a chunk is recorded even while the sender is cancelled
-        (a drain), within a deadline: a record cut short is a chunk sent but not recorded,
-        which the restart handles as ``[gateway] unrecorded_sends`` says."""
-        with anyio.CancelScope(shield=True), anyio.move_on_after(RECORD_DEADLINE_S) as scope:
-            await write
-        if scope.cancelled_caught:
-            log.warning(
-                "reply chunk state not recorded in time",
-                extra={"chunk": chunk_id, "state": state, "deadline_s": RECORD_DEADLINE_S},
-            )
-
-    async def is_approved(self, platform: str, user_id: str) -> bool:
-        return await self._store.is_approved(platform, user_id)
-
-    async def request_pairing(self, platform: str, user_id: str, label: str) -> str | None:
-        code, status = await self._store.request_pairing(
-            platform, user_id, label, ttl_s=PAIRING_TTL_S, max_pending=PAIRING_MAX_PENDING
-        )
-        if status == "new":
-            log.info(
-                "pairing code issued",
-                extra={"platform": platform, "user": user_id, "label": label},
-            )
-        elif status == "full":
-            log.warning(
-                "pairing refused: too many codes pending",
-                extra={"platform": platform, "user": user_id, "max_pending": PAIRING_MAX_PENDING},
-            )
-        return code
-
-    async def outcome(self, user_row_id: int) -> TurnOutcome | None:
-        """How a user row's turn ended, read back from the store; None while it is pending."""
-        row = await self._store.message(user_row_id)
-        if row is None:  # its conversation was deleted
-            deleted = Failure("deleted", False, detail="the conversation was deleted")
-            return TurnOutcome("", user_row_id, DELETED_REPLY, deleted, ())
-        if row.state == MessageState.PENDING:
-            return None
-        if row.state == MessageState.CANCELLED:
-            return TurnOutcome(row.conversation, row.id, STOPPED_REPLY, None, ())
-        reply = await self._store.reply_to(user_row_id)
-        if reply is None:
-            if row.state == MessageState.FAILED:  # purged: failed without running
-                purged = Failure("purged", False, detail="dropped by an operator")
-                return TurnOutcome(row.conversation, row.id, PURGED_REPLY, purged, ())
-            return None
-        failure = Failure(reply.failure, reply.failure in TRANSIENT) if reply.failure else None
-        usage = Usage(reply.prompt_tokens or 0, reply.completion_tokens or 0)
-        return TurnOutcome(row.conversation, row.id, reply.content, failure, (), usage)
-
     async def delete(self, conversation: str, *, by: str) -> int | None:
         """Remove a conversation, its rows and its outbox (``DELETE /api/sessions/{id}``):
         the rows removed, or None when there was no such conversation. A turn running here
@@ -305,7 +234,7 @@ class GatewayIntake:
         if self._router.get(conversation) is not None:
             self._send_control(conversation, StopTurn())
             self._send_control(conversation, ResetContext())
-        removed = await self._store.delete_conversation(conversation)
+        removed = await self._store.submit(DeleteConversation(conversation))
         if removed is not None:
             log.warning(
                 "conversation deleted",
@@ -317,8 +246,8 @@ class GatewayIntake:
         """Remove one settled turn (``DELETE /v1/responses/{id}``), keeping the rest of its
         conversation: True; False while it is pending; None when there is no such row. The
         actor reads its history from the store again, so the model no longer sees it."""
-        row = await self._store.message(user_row_id)
-        deleted = await self._store.delete_turn(user_row_id)
+        row = await self._store.read(Message(user_row_id))
+        deleted = await self._store.submit(DeleteTurn(user_row_id))
         if deleted and row is not None:
             if self._router.get(row.conversation) is not None:
                 self._send_control(row.conversation, ResetContext(reload=True))
@@ -327,33 +256,6 @@ class GatewayIntake:
                 extra={"conversation": row.conversation, "turn": user_row_id, "by": by},
             )
         return deleted
-
-    async def message(self, row_id: int) -> StoredMessage | None:
-        return await self._store.message(row_id)
-
-    async def reply_to(self, user_row_id: int) -> StoredMessage | None:
-        return await self._store.reply_to(user_row_id)
-
-    async def record_preview(self, user_row_id: int, message_id: str) -> None:
-        await self._store.record_preview(user_row_id, message_id)
-
-    async def preview_of(self, user_row_id: int) -> str | None:
-        return await self._store.preview_of(user_row_id)
-
-    async def transcript(self, conversation: str) -> list[StoredMessage]:
-        return await self._store.transcript(conversation)
-
-    async def attachment(self, conversation: str, sha256: str) -> tuple[str, bytes] | None:
-        return await self._store.attachment_bytes(conversation, sha256)
-
-    async def save_push_config(self, user_row_id: int, config_id: str, config: str) -> None:
-        await self._store.set_push_config(user_row_id, config_id, config)
-
-    async def push_configs(self, user_row_id: int) -> list[str]:
-        return await self._store.push_configs(user_row_id)
-
-    async def delete_push_config(self, user_row_id: int, config_id: str) -> None:
-        await self._store.set_push_config(user_row_id, config_id, None)
 
 
 def _context_line(used: tuple[int, int] | None) -> str:

@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gateway.store._pg_leases import Renewal
+from gateway.store.placement import Renewal
 
 #: A node that has not renewed its leases for this share of the lease stops its turns.
 SELF_FENCE_AT = 0.8

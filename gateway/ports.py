@@ -111,7 +111,7 @@ class Outlet(Protocol):
         ...
 
     async def deliver(self, outcome: TurnOutcome) -> None:
-        """Queue the outcome's chunks for delivery (recorded through ``Intake.delivered``)."""
+        """Queue the outcome's chunks for delivery (recorded through ``Ledger.delivered``)."""
         ...
 
     def delivered_as(self, row: StoredMessage) -> str | None:
@@ -139,13 +139,18 @@ class Outlet(Protocol):
 
 
 class PlatformAdapter(Outlet, Protocol):
-    """A chat platform's actor: its incoming side (it calls :class:`Intake`) and its outlet.
+    """A chat platform's actor: its outlet, built first (the session actors deliver through
+    it), and its incoming side, which serves an :class:`Intake` once started.
 
-    Built by the composition root as ``Adapter(config_section, intake, observe=observe)``.
+    Built by the composition root as ``Adapter(config_section, ledger=..., ...)`` with the
+    role ports it uses, and started with ``await task_group.start(adapter.run, intake)``.
     """
 
-    async def run(self, *, task_status: TaskStatus[None] = TASK_STATUS_IGNORED) -> None:
-        """Connect and serve until cancelled; ``task_status.started()`` once connected."""
+    async def run(
+        self, intake: Intake, *, task_status: TaskStatus[None] = TASK_STATUS_IGNORED
+    ) -> None:
+        """Connect and serve ``intake`` until cancelled; ``task_status.started()`` once
+        connected."""
         ...
 
     @property
@@ -201,7 +206,8 @@ class Leases(Protocol):
 
 
 class Intake(Protocol):
-    """What a platform adapter may ask of the runtime."""
+    """What a platform's incoming side asks of the runtime: admission, control commands and
+    deletions (each talks to the conversation's session actor)."""
 
     @property
     def accepting(self) -> bool:
@@ -217,6 +223,21 @@ class Intake(Protocol):
         """Run a control command (``help``, ``status``, ``new``, ``stop``); return its reply."""
         ...
 
+    async def delete(self, conversation: str, *, by: str) -> int | None:
+        """Remove the conversation, its rows and outbox (logged, naming ``by``): the rows
+        removed, or None when there is no such conversation."""
+        ...
+
+    async def delete_turn(self, user_row_id: int, *, by: str) -> bool | None:
+        """Remove one settled turn, keeping its conversation's other rows (logged, naming
+        ``by``): True; False while it is pending (nothing removed); None: no such row."""
+        ...
+
+
+class Ledger(Protocol):
+    """The delivery ledger: what became of each reply chunk a platform was handed, and the
+    preview message of each turn (SPEC 3 step 5, SPEC 8)."""
+
     async def before_send(self, chunk_id: int) -> None:
         """Call right before handing a chunk to the platform (see unrecorded_sends)."""
         ...
@@ -227,21 +248,6 @@ class Intake(Protocol):
         """The platform refused a chunk for good: record it, never resend it."""
         ...
 
-    async def is_approved(self, platform: str, user_id: str) -> bool:
-        """Whether an operator approved this user through DM pairing."""
-        ...
-
-    async def request_pairing(self, platform: str, user_id: str, label: str) -> str | None:
-        """A pairing code to send to an unknown user, or None: they have one already (it is
-        sent once), or too many codes are waiting for an operator."""
-        ...
-
-    async def outcome(self, user_row_id: int) -> TurnOutcome | None:
-        """How the turn of a user row ended (read from the store); None while it is pending."""
-        ...
-
-    async def reply_to(self, user_row_id: int) -> StoredMessage | None: ...
-
     async def record_preview(self, user_row_id: int, message_id: str) -> None:
         """Record the preview message of a turn before its first edit (SPEC 8), so that after
         a crash the re-run turn edits it into the answer."""
@@ -251,9 +257,33 @@ class Intake(Protocol):
         """The recorded preview message of a turn, if any."""
         ...
 
-    async def delete(self, conversation: str, *, by: str) -> int | None:
-        """Remove the conversation, its rows and outbox (logged, naming ``by``): the rows
-        removed, or None when there is no such conversation."""
+
+class Access(Protocol):
+    """DM pairing (SPEC 14): whether an unknown user was approved, and their code."""
+
+    async def is_approved(self, platform: str, user_id: str) -> bool:
+        """Whether an operator approved this user through DM pairing."""
+        ...
+
+    async def request_pairing(self, platform: str, user_id: str, label: str) -> str | None:
+        """A pairing code to send to an unknown user, or None: they have one already (it is
+        sent once), or too many codes are waiting for an operator."""
+        ...
+
+
+class Transcripts(Protocol):
+    """Reads of stored turns: what a peer client, an A2A task or a response id reads back."""
+
+    async def message(self, row_id: int) -> StoredMessage | None:
+        """One stored row by its id (None: no such row, or deleted)."""
+        ...
+
+    async def reply_to(self, user_row_id: int) -> StoredMessage | None:
+        """The assistant row that settled a user row (its own, or a merged turn's)."""
+        ...
+
+    async def outcome(self, user_row_id: int) -> TurnOutcome | None:
+        """How the turn of a user row ended (read from the store); None while it is pending."""
         ...
 
     async def transcript(self, conversation: str) -> list[StoredMessage]: ...
@@ -262,21 +292,16 @@ class Intake(Protocol):
         """(content type, bytes) of one of the conversation's attachments (SPEC 9)."""
         ...
 
-    async def message(self, row_id: int) -> StoredMessage | None:
-        """One stored row by its id (None: no such row, or deleted)."""
+
+class PushConfigs(Protocol):
+    """An A2A task's push notification configs (SPEC 12), stored as the adapter's JSON."""
+
+    async def save(self, user_row_id: int, config_id: str, config: str) -> None:
+        """Store (or replace) one."""
         ...
 
-    async def delete_turn(self, user_row_id: int, *, by: str) -> bool | None:
-        """Remove one settled turn, keeping its conversation's other rows (logged, naming
-        ``by``): True; False while it is pending (nothing removed); None: no such row."""
+    async def configs(self, user_row_id: int) -> list[str]:
+        """The task's configs, oldest first."""
         ...
 
-    async def save_push_config(self, user_row_id: int, config_id: str, config: str) -> None:
-        """Store (or replace) an A2A task's push notification config (SPEC 12)."""
-        ...
-
-    async def push_configs(self, user_row_id: int) -> list[str]:
-        """An A2A task's push notification configs, oldest first."""
-        ...
-
-    async def delete_push_config(self, user_row_id: int, config_id: str) -> None: ...
+    async def delete(self, user_row_id: int, config_id: str) -> None: ...

@@ -10,21 +10,21 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from itertools import groupby
 
 import anyio
 
 from gateway.messages import OutboxChunk, TurnOutcome
 from gateway.ports import Outlet
-from gateway.store.base import Store
+from gateway.store import ExpireChunks, Store
 
 log = logging.getLogger(__name__)
 
 
 async def redeliver(
     store: Store,
-    outlets: dict[str, Outlet],
+    outlets: Mapping[str, Outlet],
     chunks: Sequence[OutboxChunk],
     *,
     max_age_s: float,
@@ -40,7 +40,7 @@ async def redeliver(
             "expired undelivered reply chunks",
             extra={"count": len(expired), "max_age_s": max_age_s},
         )
-        await store.expire_chunks(expired)
+        await store.submit(ExpireChunks(tuple(expired)))
     fresh = [c for c in chunks if now - c.created_at <= max_age_s]
     by_conversation: dict[str, list[tuple[OutboxChunk, ...]]] = {}
     for _, run in groupby(fresh, key=lambda c: (c.platform, c.user_row_id)):

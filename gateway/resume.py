@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import anyio
@@ -31,7 +31,7 @@ from gateway.messages import platform_of
 from gateway.ports import Outlet
 from gateway.redelivery import redeliver
 from gateway.router import Router
-from gateway.store.base import Store
+from gateway.store import ConversationsWithPending, PendingCount, Store, Undelivered
 
 log = logging.getLogger("gateway")
 
@@ -52,7 +52,7 @@ class Resumed:
 
 
 async def resume_interrupted(
-    store: Store, router: Router, outlets: dict[str, Outlet], *, max_age_s: float, limit: int
+    store: Store, router: Router, outlets: Mapping[str, Outlet], *, max_age_s: float, limit: int
 ) -> Resumed:
     """Deliver the undelivered replies (expiring old ones), then wake the conversations with
     pending rows, ``limit`` at a time. Runs while the gateway serves: a store that fails stops
@@ -69,13 +69,14 @@ async def resume_interrupted(
 
 
 async def _resume(
-    store: Store, router: Router, outlets: dict[str, Outlet], *, max_age_s: float, limit: int
+    store: Store, router: Router, outlets: Mapping[str, Outlet], *, max_age_s: float, limit: int
 ) -> Resumed:
-    chunks = await store.undelivered()
+    chunks = await store.read(Undelivered())
     replies, expired = await redeliver(
         store, outlets, chunks, max_age_s=max_age_s, concurrency=limit
     )
-    pending = [k for k in await store.conversations_with_pending() if platform_of(k) in outlets]
+    waiting = await store.read(ConversationsWithPending())
+    pending = [k for k in waiting if platform_of(k) in outlets]
     if pending or replies:
         log.info(
             "resuming interrupted work",
@@ -113,7 +114,7 @@ async def wake_bounded(
                 active[key] = 0
                 continue
             # Idle, or started and not yet done reading its rows: the store says which.
-            if await store.pending_count(key) == 0 or active[key] >= STALE_POLLS:
+            if await store.read(PendingCount(key)) == 0 or active[key] >= STALE_POLLS:
                 del active[key]
             else:
                 active[key] += 1

@@ -18,7 +18,7 @@ from gateway.config import StoreConfig
 from gateway.errors import MailboxFull, StoreClosed, StoreError
 from gateway.mailbox import ResetContext
 from gateway.router import Router
-from gateway.store.base import Store
+from gateway.store import DeleteConversation, ExpiredConversations, Store
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def period(config: StoreConfig) -> float | None:
 
 async def sweep_once(store: Store, router: Router, config: StoreConfig, *, now: float) -> list[str]:
     idle_before, anonymous_before = cutoffs(config, now)
-    deleted = await store.expire_conversations(idle_before, anonymous_before)
+    deleted = await expire(store, idle_before, anonymous_before)
     for key in deleted:
         with contextlib.suppress(MailboxFull):  # a live idle actor forgets its cached history
             router.send_nowait(key, ResetContext())
@@ -55,6 +55,17 @@ async def sweep_once(store: Store, router: Router, config: StoreConfig, *, now: 
             "conversations deleted: past their retention",
             extra={"count": len(deleted), "first": deleted[0]},
         )
+    return deleted
+
+
+async def expire(store: Store, idle_before: float, anonymous_before: float) -> list[str]:
+    """Delete the conversations idle past their cutoffs with nothing pending: one per commit,
+    each checked again in it (a message admitted since the read keeps its conversation).
+    The ones deleted."""
+    deleted = []
+    for key in await store.read(ExpiredConversations(idle_before, anonymous_before)):
+        if await store.submit(DeleteConversation(key, idle_before, anonymous_before)) is not None:
+            deleted.append(key)
     return deleted
 
 

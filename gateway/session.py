@@ -67,7 +67,7 @@ from gateway.messages import (
 )
 from gateway.ports import Outlet, ReplyStream, TurnRunner, Watch
 from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text, next_burst
-from gateway.store.base import Store
+from gateway.store import AnswerTurn, CancelTurn, History, Message, PendingHeaders, Store
 from gateway.turn_plan import (
     MAX_RUNS as MAX_RUNS,  # re-exported: the turn's plan lives in gateway.turn_plan
 )
@@ -95,7 +95,7 @@ class SessionDeps:
 
     store: Store
     runner: TurnRunner
-    outlets: dict[str, Outlet]
+    outlets: Mapping[str, Outlet]
     limiter: anyio.CapacityLimiter
     history_messages: int
     mailbox_size: int
@@ -195,7 +195,7 @@ class SessionActor(Actor):
         self.close()
 
     async def _begin(self) -> None:
-        for row in await self._deps.store.pending_headers(self.key):
+        for row in await self._deps.store.read(PendingHeaders(self.key)):
             self._enqueue(row)
             self._floor = row.id
 
@@ -231,7 +231,7 @@ class SessionActor(Actor):
     async def _load_pending(self) -> None:
         while True:
             finished = self._finished
-            rows = await self._deps.store.pending_headers(self.key)
+            rows = await self._deps.store.read(PendingHeaders(self.key))
             if finished == self._finished:
                 break  # no turn ended during the read, so every row read is still pending
         newer = False
@@ -329,7 +329,7 @@ class SessionActor(Actor):
         # or deleted while it waited is skipped); a row that started at once is whole.
         rows: list[StoredMessage] = []
         for header in burst:
-            current = header if header.content else await deps.store.message(header.id)
+            current = header if header.content else await deps.store.read(Message(header.id))
             if current is not None and current.state == MessageState.PENDING:
                 rows.append(current)
         if not rows:
@@ -387,12 +387,14 @@ class SessionActor(Actor):
                     return True
                 case Commit(result=result):
                     try:
-                        outcome = await deps.store.answer(
-                            row,
-                            result,
-                            self._outlet.render(result.reply),
-                            also=also,
-                            delivered_as=self._outlet.delivered_as(row),
+                        outcome = await deps.store.submit(
+                            AnswerTurn(
+                                row,
+                                result,
+                                tuple(self._outlet.render(result.reply)),
+                                also,
+                                self._outlet.delivered_as(row),
+                            )
                         )
                     except TurnSettled as exc:
                         # A row purged, cancelled or deleted while the turn ran (an operator,
@@ -424,7 +426,7 @@ class SessionActor(Actor):
 
     async def _cancel(self, row: StoredMessage, also: tuple[int, ...]) -> None:
         self._stats["cancelled"] += 1
-        await self._deps.store.cancel(row.id, also=also)
+        await self._deps.store.submit(CancelTurn(row.id, also))
         self._deps.observe(TurnCancelled(self.key, row.id, self.platform))
         # Nothing to send (the /stop command answered already), but whoever waits for this
         # turn (a peer API request, for any of its rows) learns how it ended.
@@ -515,7 +517,7 @@ class SessionActor(Actor):
 
     async def _load_history(self) -> list[ChatMessage]:
         if self._history is None:
-            rows = await self._deps.store.history(self.key, self._deps.history_limit)
+            rows = await self._deps.store.read(History(self.key, self._deps.history_limit))
             self._history = [history_message(r) for r in rows]
         return list(self._history)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from gateway.ports import Intake
+from gateway.ports import Access as Pairing
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,7 @@ class Access:
 
 
 async def check_access(
-    intake: Intake,
+    pairing: Pairing,
     platform: str,
     user_id: int,
     *,
@@ -37,8 +37,8 @@ async def check_access(
 ) -> Access:
     if user_id in allow_users or open_here:
         return Access(True)
-    if await intake.is_approved(platform, str(user_id)):
+    if await pairing.is_approved(platform, str(user_id)):
         return Access(True)
     if not may_pair:
         return Access(False)
-    return Access(False, await intake.request_pairing(platform, str(user_id), label))
+    return Access(False, await pairing.request_pairing(platform, str(user_id), label))

@@ -22,7 +22,7 @@ import anyio
 from gateway.errors import PlatformError
 from gateway.events import ChunkRecorded, ChunkSent, Observe, SendFailed, SendRetried
 from gateway.messages import OutboxChunk, StoredMessage, TurnOutcome
-from gateway.ports import Intake
+from gateway.ports import Ledger
 from policy import classify_send
 from policy.backoff import Backoff
 
@@ -55,7 +55,7 @@ class Courier:
         self,
         platform: str,
         send: SendChunk,
-        intake: Intake,
+        ledger: Ledger,
         *,
         backoff: Backoff | None = None,
         max_attempts: int = 6,
@@ -65,7 +65,7 @@ class Courier:
     ) -> None:
         self.platform = platform
         self._send_chunk = send
-        self._intake = intake
+        self._ledger = ledger
         self._backoff = backoff or Backoff(0.5, 30.0)
         self._max_attempts = max_attempts
         self._cap = retry_after_cap
@@ -140,7 +140,7 @@ class Courier:
             del self._lanes[conversation]
 
     async def _deliver_chunk(self, chunk: OutboxChunk) -> None:
-        await self._intake.before_send(chunk.id)
+        await self._ledger.before_send(chunk.id)
         attempt = 0
         while True:
             attempt += 1
@@ -159,10 +159,10 @@ class Courier:
                     continue
                 self._failed += 1
                 self._observe(SendFailed(*facts, error=str(exc)[:200]))
-                await self._intake.undeliverable(chunk.id, failure.reason)
+                await self._ledger.undeliverable(chunk.id, failure.reason)
                 return
             self._sent += 1
             self._observe(ChunkSent(chunk.conversation, self.platform, chunk.id))
-            await self._intake.delivered(chunk.id, platform_id)
+            await self._ledger.delivered(chunk.id, platform_id)
             self._observe(ChunkRecorded(chunk.conversation, self.platform, chunk.id))
             return

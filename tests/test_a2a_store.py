@@ -11,7 +11,13 @@ from typing import Any
 import pytest
 
 from gateway.messages import Inbound
-from gateway.store import open_sqlite_store
+from gateway.store import (
+    AdmitRow,
+    DeleteConversation,
+    PushConfigsOf,
+    SetPushConfig,
+    open_sqlite_store,
+)
 from gateway.store.postgres import open_postgres_store
 
 pytestmark = pytest.mark.anyio
@@ -29,16 +35,16 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
 
 async def test_push_configs_are_kept_per_task_and_survive_a_reopen(open_store: Opener) -> None:
     async with open_store() as store:
-        one = (await store.admit(Inbound("a2a", "a2a:c", "-:m1", "one"))).row
-        two = (await store.admit(Inbound("a2a", "a2a:c", "-:m2", "two"))).row
-        await store.set_push_config(one.id, "a", '{"url": "1"}')
-        await store.set_push_config(one.id, "b", '{"url": "2"}')
-        await store.set_push_config(one.id, "a", '{"url": "1b"}')  # replaced
-        await store.set_push_config(two.id, "a", '{"url": "3"}')
-        await store.set_push_config(two.id, "a", None)  # deleted
-        await store.set_push_config(two.id, "never", None)  # nothing to delete: no error
+        one = (await store.submit(AdmitRow(Inbound("a2a", "a2a:c", "-:m1", "one")))).row
+        two = (await store.submit(AdmitRow(Inbound("a2a", "a2a:c", "-:m2", "two")))).row
+        await store.submit(SetPushConfig(one.id, "a", '{"url": "1"}'))
+        await store.submit(SetPushConfig(one.id, "b", '{"url": "2"}'))
+        await store.submit(SetPushConfig(one.id, "a", '{"url": "1b"}'))  # replaced
+        await store.submit(SetPushConfig(two.id, "a", '{"url": "3"}'))
+        await store.submit(SetPushConfig(two.id, "a", None))  # deleted
+        await store.submit(SetPushConfig(two.id, "never", None))  # nothing to delete: no error
     async with open_store() as store:
-        assert sorted(await store.push_configs(one.id)) == ['{"url": "1b"}', '{"url": "2"}']
-        assert await store.push_configs(two.id) == []
-        assert await store.delete_conversation("a2a:c") == 2
-        assert await store.push_configs(one.id) == []
+        assert sorted(await store.read(PushConfigsOf(one.id))) == ['{"url": "1b"}', '{"url": "2"}']
+        assert await store.read(PushConfigsOf(two.id)) == []
+        assert await store.submit(DeleteConversation("a2a:c")) == 2
+        assert await store.read(PushConfigsOf(one.id)) == []

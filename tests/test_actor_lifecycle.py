@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -29,10 +29,20 @@ from gateway.messages import (
 )
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
-from gateway.store import Store, open_sqlite_store
+from gateway.store import (
+    AdmitRow,
+    Message,
+    PendingHeaders,
+    Query,
+    Store,
+    Transcript,
+    open_sqlite_store,
+)
 from tests.test_session_turn import Platform
 
 pytestmark = pytest.mark.anyio
+
+R = TypeVar("R")
 
 
 class Model:
@@ -79,7 +89,7 @@ async def world(tmp_path: Path, *, mailbox_size: int = 4) -> AsyncIterator[World
         number = itertools.count(1)
 
         async def admit(key: str, text: str) -> StoredMessage:
-            row = (await store.admit(Inbound("peer", key, f"m{next(number)}", text))).row
+            row = (await store.submit(AdmitRow(Inbound("peer", key, f"m{next(number)}", text)))).row
             await router.deliver(row)
             return row
 
@@ -142,7 +152,7 @@ async def test_turns_of_one_conversation_run_one_at_a_time_in_order(tmp_path: Pa
         await answered(w, 3)
         assert w.model.asked == ["one", "two", "three"]
         assert [o.reply for o in w.platform.delivered] == ["re: one", "re: two", "re: three"]
-        assert "pending" not in [r.state for r in await w.store.transcript("peer:s")]
+        assert "pending" not in [r.state for r in await w.store.read(Transcript("peer:s"))]
 
 
 async def test_stop_reaches_a_running_turn_at_once(tmp_path: Path) -> None:
@@ -153,14 +163,14 @@ async def test_stop_reaches_a_running_turn_at_once(tmp_path: Path) -> None:
         assert w.router.send_nowait("peer:s", StopTurn())
         await answered(w, 1)
         assert w.router.actors()["peer:s"].cancelled == 1
-        stored = await w.store.message(row.id)
+        stored = await w.store.read(Message(row.id))
         assert stored is not None and stored.state == "cancelled"
 
 
 async def test_the_mailbox_bound_holds_while_an_actor_starts(tmp_path: Path) -> None:
     async with world(tmp_path, mailbox_size=2) as w:
         inbounds = [Inbound("peer", "peer:s", f"m{i}", f"t{i}") for i in range(3)]
-        rows = [(await w.store.admit(inbound)).row for inbound in inbounds]
+        rows = [(await w.store.submit(AdmitRow(inbound))).row for inbound in inbounds]
         actor = w.router.actor("peer:s")  # its first read of the store has not run yet
         actor.send_nowait(TurnAdmitted(rows[0]))
         actor.send_nowait(TurnAdmitted(rows[1]))
@@ -179,17 +189,19 @@ async def test_a_store_failure_while_reading_is_contained(tmp_path: Path) -> Non
         await answered(w, 1)
         actor = w.router.get("peer:s")
         assert actor is not None
-        real = w.store.pending_headers
+        real = w.store.read
 
-        async def broken(conversation: str) -> list[StoredMessage]:
-            raise StoreError("the database connection was lost")
+        async def broken(query: Query[R]) -> R:
+            if isinstance(query, PendingHeaders):
+                raise StoreError("the database connection was lost")
+            return await real(query)
 
-        w.store.pending_headers = broken  # type: ignore[method-assign]
+        w.store.read = broken  # type: ignore[method-assign]
         assert w.router.send_nowait("peer:s", LoadPending())
         await anyio.wait_all_tasks_blocked()
         assert w.router.statistics().store_failures == 1
         assert w.router.get("peer:s") is None  # it ended; its rows stay in the store
-        w.store.pending_headers = real  # type: ignore[method-assign]
+        w.store.read = real  # type: ignore[method-assign]
         await w.admit("peer:s", "second")  # a fresh actor answers
         await answered(w, 2)
         assert w.platform.delivered[-1].reply == "re: second"

@@ -20,7 +20,7 @@ import pytest
 from agent.turn import IMAGES_UNSEEN
 from gateway.config import Config
 from gateway.messages import StoredMessage
-from gateway.store import open_store
+from gateway.store import Transcript, open_store
 from tests.fakes._pdf import pdf_with_text
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, Ok, Request, open_fake_model
@@ -77,7 +77,7 @@ def telegram_config(tmp: Path, tg: FakeTelegram, model: FakeModel, **kw: str) ->
 
 async def transcript(config: Config, conversation: str) -> list[StoredMessage]:
     async with open_store(config) as store:
-        return await store.transcript(conversation)
+        return await store.read(Transcript(conversation))
 
 
 @asynccontextmanager

@@ -27,10 +27,10 @@ from platforms.discord import convert as discord_convert
 from platforms.telegram import TelegramAdapter
 from platforms.telegram import convert as telegram_convert
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
+from tests.fakes.runtime import HeldIntake
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram, sticker_extra
 from tests.harness import free_port
 from tests.test_discord_convert import seen
-from tests.test_telegram_admission import HeldIntake
 
 pytestmark = pytest.mark.anyio
 
@@ -141,21 +141,23 @@ async def test_a_photo_in_a_group_is_answered_only_when_addressed(tg: FakeTelegr
 def telegram_adapter(tg: FakeTelegram, intake: HeldIntake, **keys: Any) -> TelegramAdapter:
     config = TelegramConfig(token=tg.token, api_base=tg.origin, poll_timeout_s=5, **keys)
     events: list[Event] = []
-    return TelegramAdapter(config, intake, observe=events.append, attachment_limit=lambda: 50_000)
+    return TelegramAdapter(
+        config, ledger=intake, access=intake, observe=events.append, attachment_limit=lambda: 50_000
+    )
 
 
 async def test_telegram_admits_a_photo_with_its_caption_once(tg: FakeTelegram) -> None:
     intake = HeldIntake()
     extra = tg.files.photo(os.urandom(1_000), os.urandom(40_000), os.urandom(90_000), caption="hi")
     async with anyio.create_task_group() as group:
-        await group.start(telegram_adapter(tg, intake).run)
+        await group.start(telegram_adapter(tg, intake).run, intake)
         update = tg.inject_message(ALICE, extra=extra)["update_id"]
         with anyio.fail_after(10):
             await tg.wait_for_confirmed(update)
         group.cancel_scope.cancel()
     tg.redeliver(update)  # Telegram sends it again to the restarted bot
     async with anyio.create_task_group() as group:
-        await group.start(telegram_adapter(tg, intake).run)
+        await group.start(telegram_adapter(tg, intake).run, intake)
         sticker = tg.inject_message(ALICE, extra=sticker_extra())["update_id"]
         with anyio.fail_after(10):
             await tg.wait_for_confirmed(sticker)
@@ -183,7 +185,7 @@ async def test_telegram_webhook_admits_attachments_the_same_way(tg: FakeTelegram
     }
     voice = tg.files.voice(b"OggS voice note", duration=3)
     async with anyio.create_task_group() as group:
-        await group.start(telegram_adapter(tg, intake, **keys).run)
+        await group.start(telegram_adapter(tg, intake, **keys).run, intake)
         tg.inject_message(ALICE, extra=voice)
         with anyio.fail_after(10):
             assert await tg.deliver_webhook() == [200]
@@ -239,7 +241,7 @@ async def test_discord_admits_attachments_by_content_type(dc: FakeDiscord) -> No
     blob = dc.cdn.attachment(b"??", filename="blob", content_type=None)
     voice = dc.cdn.voice_message(b"OggS")
     async with anyio.create_task_group() as group:
-        await group.start(DiscordAdapter(config, intake).run)
+        await group.start(DiscordAdapter(config, ledger=intake, access=intake).run, intake)
         first = await dc.inject_message(
             DM_ID, "look", author_id=USER, attachments=[png, notes, blob]
         )

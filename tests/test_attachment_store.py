@@ -13,7 +13,20 @@ from typing import Any
 import pytest
 
 from gateway.messages import AttachmentRef, Failure, Inbound, TurnResult
-from gateway.store import open_sqlite_store
+from gateway.store import (
+    AdmitRow,
+    AnswerTurn,
+    AttachmentBytes,
+    Blob,
+    DeleteConversation,
+    DeleteTurn,
+    History,
+    Message,
+    PendingRows,
+    SaveAttachment,
+    Transcript,
+    open_sqlite_store,
+)
 from gateway.store.postgres import open_postgres_store
 
 pytestmark = pytest.mark.anyio
@@ -44,16 +57,16 @@ async def test_references_are_admitted_with_the_row_and_read_back_in_order(
 ) -> None:
     voice = AttachmentRef("audio", "voice.ogg", "audio/ogg", None, "file-2")
     async with open_store() as store:
-        admission = await store.admit(with_files("m1", photo_ref(), voice))
+        admission = await store.submit(AdmitRow(with_files("m1", photo_ref(), voice)))
         row = admission.row
         assert row.attachments == (photo_ref(), voice)
-        again = await store.admit(with_files("m1", photo_ref(), voice))
+        again = await store.submit(AdmitRow(with_files("m1", photo_ref(), voice)))
         assert again.duplicate
     async with open_store() as store:  # after a restart
-        (pending,) = await store.pending("peer:a")
+        (pending,) = await store.read(PendingRows("peer:a"))
         assert pending.attachments == (photo_ref(), voice)
-        assert (await store.message(row.id)).attachments == (photo_ref(), voice)
-        (listed,) = await store.transcript("peer:a")
+        assert (await store.read(Message(row.id))).attachments == (photo_ref(), voice)
+        (listed,) = await store.read(Transcript("peer:a"))
         assert listed.attachments == (photo_ref(), voice)
 
 
@@ -64,45 +77,60 @@ async def test_fetched_bytes_and_text_are_kept_so_nothing_is_fetched_twice(
         "image", "photo.jpg", "image/jpeg", len(PHOTO), "file-1", SHA, "a cat on a mat"
     )
     async with open_store() as store:
-        row = (await store.admit(with_files("m1", photo_ref()))).row
-        await store.save_attachment(row.id, 0, sha256=SHA, data=PHOTO)
-        await store.save_attachment(row.id, 0, text="a cat on a mat")
-        (pending,) = await store.pending("peer:a")
+        row = (await store.submit(AdmitRow(with_files("m1", photo_ref())))).row
+        await store.submit(SaveAttachment(row.id, 0, sha256=SHA, data=PHOTO))
+        await store.submit(SaveAttachment(row.id, 0, text="a cat on a mat"))
+        (pending,) = await store.read(PendingRows("peer:a"))
         assert pending.attachments == (kept,)
-        await store.answer(pending, TurnResult(reply="a cat"), ["a cat"])
-        (user, _) = await store.history("peer:a", 10)
+        await store.submit(AnswerTurn(pending, TurnResult(reply="a cat"), tuple(["a cat"])))
+        (user, _) = await store.read(History("peer:a", 10))
         assert user.attachments == (kept,)
     async with open_store() as store:  # after a restart
-        (user, _) = await store.transcript("peer:a")
+        (user, _) = await store.read(Transcript("peer:a"))
         assert user.attachments == (kept,)
-        assert await store.blob(SHA) == PHOTO
-        assert await store.attachment_bytes("peer:a", SHA) == ("image/jpeg", PHOTO)
-        assert await store.attachment_bytes("peer:b", SHA) is None  # scoped by conversation
+        assert await store.read(Blob(SHA)) == PHOTO
+        assert await store.read(AttachmentBytes("peer:a", SHA)) == ("image/jpeg", PHOTO)
+        assert await store.read(AttachmentBytes("peer:b", SHA)) is None  # scoped by conversation
 
 
 async def test_inline_bytes_are_stored_at_admission_content_addressed(
     open_store: Opener,
 ) -> None:
     async with open_store() as store:
-        a = await store.admit(with_files("m1", photo_ref(SHA)), {SHA: PHOTO})
-        b = await store.admit(with_files("m2", photo_ref(SHA), conversation="peer:b"), {SHA: PHOTO})
+        a = await store.submit(
+            AdmitRow(with_files("m1", photo_ref(SHA)), tuple(({SHA: PHOTO}).items()))
+        )
+        b = await store.submit(
+            AdmitRow(
+                with_files("m2", photo_ref(SHA), conversation="peer:b"),
+                tuple(({SHA: PHOTO}).items()),
+            )
+        )
         assert a.row.attachments[0].sha256 == SHA == b.row.attachments[0].sha256
-        assert await store.attachment_bytes("peer:b", SHA) == ("image/jpeg", PHOTO)
+        assert await store.read(AttachmentBytes("peer:b", SHA)) == ("image/jpeg", PHOTO)
         # Deleting one conversation keeps the blob the other still refers to ...
-        assert await store.delete_conversation("peer:a") == 1
-        assert await store.attachment_bytes("peer:a", SHA) is None
-        assert await store.blob(SHA) == PHOTO
+        assert await store.submit(DeleteConversation("peer:a")) == 1
+        assert await store.read(AttachmentBytes("peer:a", SHA)) is None
+        assert await store.read(Blob(SHA)) == PHOTO
         # ... and the last reference takes it along.
-        await store.answer(b.row, TurnResult(reply="x", failure=Failure("bad_request", False)), [])
-        assert await store.delete_conversation("peer:b") == 2
-        assert await store.blob(SHA) is None
-        assert await store.transcript("peer:b") == []
+        await store.submit(
+            AnswerTurn(
+                b.row, TurnResult(reply="x", failure=Failure("bad_request", False)), tuple([])
+            )
+        )
+        assert await store.submit(DeleteConversation("peer:b")) == 2
+        assert await store.read(Blob(SHA)) is None
+        assert await store.read(Transcript("peer:b")) == []
 
 
 async def test_deleting_one_turn_takes_its_files_along(open_store: Opener) -> None:
     async with open_store() as store:
-        a = (await store.admit(with_files("m1", photo_ref(SHA)), {SHA: PHOTO})).row
-        await store.answer(a, TurnResult(reply="a cat"), ["a cat"])
-        assert await store.delete_turn(a.id) is True
-        assert await store.blob(SHA) is None
-        assert await store.attachment_bytes("peer:a", SHA) is None
+        a = (
+            await store.submit(
+                AdmitRow(with_files("m1", photo_ref(SHA)), tuple(({SHA: PHOTO}).items()))
+            )
+        ).row
+        await store.submit(AnswerTurn(a, TurnResult(reply="a cat"), tuple(["a cat"])))
+        assert await store.submit(DeleteTurn(a.id)) is True
+        assert await store.read(Blob(SHA)) is None
+        assert await store.read(AttachmentBytes("peer:a", SHA)) is None

@@ -29,7 +29,7 @@ from gateway.messages import (
     TurnResult,
 )
 from gateway.ports import Watch
-from gateway.store import open_sqlite_store
+from gateway.store import AdmitRow, PendingRows, open_sqlite_store
 from gateway.store.sqlite import SqliteStore
 
 pytestmark = pytest.mark.anyio
@@ -99,7 +99,7 @@ def attachments(
 
 async def admit(store: SqliteStore, *refs: AttachmentRef, text: str = "look") -> StoredMessage:
     inbound = Inbound("telegram", "telegram:1", "m1", text, attachments=refs)
-    return (await store.admit(inbound)).row
+    return (await store.submit(AdmitRow(inbound))).row
 
 
 async def test_a_file_is_fetched_once_and_a_restart_uses_the_stored_bytes(tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ async def test_a_file_is_fetched_once_and_a_restart_uses_the_stored_bytes(tmp_pa
     ]
     # A crash before the answer: the process starts again, the row is still pending.
     async with open_sqlite_store(db) as store:
-        (pending,) = await store.pending("telegram:1")
+        (pending,) = await store.read(PendingRows("telegram:1"))
         assert pending.attachments[0].sha256 == hashlib.sha256(PHOTO).hexdigest()
         again = await attachments(store, files).prepare(pending, [])
     assert [str(i) for i in again.images] == [data_url]
@@ -135,7 +135,7 @@ async def test_over_the_limit_before_fetching_or_while_fetching_is_named_not_fet
             photo("big-unknown", size=None, name="sneaky.jpg"),
         )
         asked = await attachments(store, files).prepare(row, [])
-        (stored,) = await store.pending("telegram:1")
+        (stored,) = await store.read(PendingRows("telegram:1"))
     assert files.fetches == ["big-unknown"]  # the known size was never fetched
     assert asked.images == () and asked.text == "look" and asked.answer is None
     assert asked.notices == (
@@ -208,4 +208,4 @@ async def test_history_images_are_resolved_for_recent_turns_only(tmp_path: Path)
 
 async def admit_text(store: SqliteStore) -> StoredMessage:
     inbound = Inbound("telegram", "telegram:1", "m2", "and now?")
-    return (await store.admit(inbound)).row
+    return (await store.submit(AdmitRow(inbound))).row

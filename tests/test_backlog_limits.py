@@ -13,7 +13,7 @@ import anyio
 import pytest
 
 from gateway.messages import Inbound
-from gateway.store import open_sqlite_store
+from gateway.store import AdmitRow, open_sqlite_store
 from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.harness import GatewayProcess, config_text, free_port, make_config, running_gateway
 
@@ -193,7 +193,7 @@ async def test_a_backlog_stored_before_start_runs_in_order_each_row_read_whole(
     texts = [f"message {i} " + "z" * 5_000 for i in range(40)]
     async with open_sqlite_store(str(db)) as store:
         for i, text in enumerate(texts):  # more than the cap: stored before it existed
-            await store.admit(Inbound("peer", "peer:backlog", f"m{i}", text))
+            await store.submit(AdmitRow(Inbound("peer", "peer:backlog", f"m{i}", text)))
     async with open_fake_model() as fake:
         async with running_gateway(make_config(db, fake.base_url)):
             with anyio.fail_after(30):

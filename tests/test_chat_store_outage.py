@@ -35,9 +35,9 @@ from platforms.discord.adapter import STORE_BUSY
 from platforms.telegram import TelegramAdapter
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model
+from tests.fakes.runtime import HeldIntake
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
 from tests.harness import free_port, make_config, running_gateway
-from tests.test_telegram_admission import HeldIntake
 
 pytestmark = pytest.mark.anyio
 
@@ -330,8 +330,8 @@ async def test_telegram_refusals_are_answered_and_acknowledged() -> None:
     intake = RefusingIntake(refusals())
     async with open_fake_telegram() as tg, anyio.create_task_group() as group:
         config = TelegramConfig(token=tg.token, api_base=tg.origin, poll_timeout_s=5)
-        adapter = TelegramAdapter(config, intake, observe=lambda event: None)
-        await group.start(adapter.run)
+        adapter = TelegramAdapter(config, ledger=intake, access=intake, observe=lambda event: None)
+        await group.start(adapter.run, intake)
         ids = [tg.inject_message(ALICE, text)["update_id"] for text in ("long", "one", "two")]
         last = tg.inject_message(ALICE, "admitted")["update_id"]
         with anyio.fail_after(10):
@@ -358,8 +358,8 @@ async def test_discord_refusals_are_answered_and_the_next_message_is_admitted() 
             connect_timeout_s=10,
             slash_commands=False,
         )
-        adapter = DiscordAdapter(config, intake)  # type: ignore[arg-type]
-        await group.start(adapter.run)
+        adapter = DiscordAdapter(config, ledger=intake, access=intake)
+        await group.start(adapter.run, intake)
         for text in ("long", "one", "two", "admitted", "/status"):
             await dc.inject_message(D_DM, text, author_id=D_ALICE)
         with anyio.fail_after(10):

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from gateway.messages import Inbound
-from gateway.store import open_sqlite_store
+from gateway.store import AdmitRow, RequestPairing, open_sqlite_store
 from tests.harness import ROOT
 
 pytestmark = pytest.mark.anyio
@@ -38,13 +38,15 @@ def write_config(tmp_path: Path) -> Path:
 
 async def test_sessions_show_escapes_control_and_bidi_characters(tmp_path: Path) -> None:
     async with open_sqlite_store(str(tmp_path / "botmux.db")) as store:
-        await store.admit(
-            Inbound(
-                platform="peer", conversation="peer:esc", platform_message_id="m1", text=HOSTILE
+        await store.submit(
+            AdmitRow(
+                Inbound(
+                    platform="peer", conversation="peer:esc", platform_message_id="m1", text=HOSTILE
+                )
             )
         )
-        await store.request_pairing(
-            "telegram", "7", "@evil\x1b[2J\u202e", ttl_s=3600, max_pending=3
+        await store.submit(
+            RequestPairing("telegram", "7", "@evil\x1b[2J\u202e", ttl_s=3600, max_pending=3)
         )
     config = write_config(tmp_path)
     rc, out, _ = await botmux(config, "sessions", "show", "peer:esc")

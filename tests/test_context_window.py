@@ -31,8 +31,10 @@ from gateway.messages import (
     TurnResult,
 )
 from gateway.ports import Watch
+from gateway.store import AdmitRow, AnswerTurn, History, SummaryOf
 from gateway.store.postgres import open_postgres_store
 from gateway.store.sqlite import open_sqlite_store
+from gateway.summaries import StoredSummaries
 from policy import classify
 from tests.fakes.openai_server import (
     FakeModel,
@@ -109,7 +111,7 @@ async def test_500_long_turns_never_overflow_the_window(tmp_path: Path, compacti
     assert max(fake.prompt_tokens(r) for r in turns) > 0.8 * (LIMIT - OUT)
     assert "Context: ~" in status and f"of {LIMIT - OUT} prompt tokens" in status
     async with open_sqlite_store(str(tmp_path / "b.db")) as store:
-        summary = await store.summary("peer:long")
+        summary = await store.read(SummaryOf("peer:long"))
     summaries = [r for r in fake.requests if is_summary(r)]
     if compaction == "off":
         assert summary is None and summaries == []
@@ -196,7 +198,7 @@ async def test_new_clears_the_summary(tmp_path: Path) -> None:
             before = len(fake.requests)
             await chat(http, url, "fresh start")
         async with open_sqlite_store(str(tmp_path / "b.db")) as store:
-            assert await store.summary("peer:long") is None
+            assert await store.read(SummaryOf("peer:long")) is None
     (fresh,) = fake.requests[before:]
     assert [m["role"] for m in fresh.messages] == ["system", "user"]  # no summary, no history
 
@@ -311,8 +313,8 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], A
 async def seed(store: Any, key: str, turns: int = 12) -> None:
     """Answered turns of ~2,400 characters each: too many for the window."""
     for i in range(turns):
-        row = (await store.admit(Inbound("peer", key, f"m{i}", long_text(i)))).row
-        await store.answer(row, TurnResult(reply="r" * 1200, model="m"), ["r"])
+        row = (await store.submit(AdmitRow(Inbound("peer", key, f"m{i}", long_text(i))))).row
+        await store.submit(AnswerTurn(row, TurnResult(reply="r" * 1200, model="m"), tuple(["r"])))
 
 
 async def test_a_failed_summary_never_fails_the_turn(
@@ -327,7 +329,7 @@ async def test_a_failed_summary_never_fails_the_turn(
         key = "peer:f"
         async with open_store() as store:
             runner = CompactingRunner(
-                agent, store, 40, history_chars=200_000, observe=events.append
+                agent, StoredSummaries(store), 40, history_chars=200_000, observe=events.append
             )
             await seed(store, key)
             fake.script(server_error())  # the summary call (max_retries = 1: no retry)
@@ -335,7 +337,7 @@ async def test_a_failed_summary_never_fails_the_turn(
                 result = await runner.run_turn(key, [], "the question")
             finally:
                 await clients.aclose()
-            assert await store.summary(key) is None
+            assert await store.read(SummaryOf(key)) is None
     assert result.failure is None and result.reply == "echo: the question"
     assert [is_summary(r) for r in fake.requests] == [True, False]
     assert ContextCompacted(key, "failed", 0, "server") in events
@@ -356,15 +358,15 @@ async def test_a_summary_folds_the_rows_that_left_and_is_sent_first(
         key = "peer:g"
         async with open_store() as store:
             runner = CompactingRunner(
-                agent, store, 40, history_chars=200_000, observe=events.append
+                agent, StoredSummaries(store), 40, history_chars=200_000, observe=events.append
             )
             await seed(store, key)
             try:
                 await runner.run_turn(key, [], "the question")
             finally:
                 await clients.aclose()
-            summary = await store.summary(key)
-            history = await store.history(key, 100)
+            summary = await store.read(SummaryOf(key))
+            history = await store.read(History(key, 100))
     assert summary is not None
     summarised, turn = fake.requests
     assert is_summary(summarised) and "turn 0:" in summarised.messages[1]["content"]
@@ -401,14 +403,14 @@ async def test_without_a_token_bound_rows_past_history_messages_are_folded(
         agent = Agent(config.model, config.agent, clients)
         key = "peer:h"
         async with open_sqlite_store(str(tmp_path / "s.db")) as store:
-            runner = CompactingRunner(agent, store, 6, history_chars=200_000)
+            runner = CompactingRunner(agent, StoredSummaries(store), 6, history_chars=200_000)
             await seed(store, key)  # 24 rows, 6 may be sent
             try:
                 await runner.run_turn(key, [], "one")
                 await runner.run_turn(key, [], "two")  # nothing more left: no summary call
             finally:
                 await clients.aclose()
-            summary = await store.summary(key)
+            summary = await store.read(SummaryOf(key))
     assert summary is not None
     assert [is_summary(r) for r in fake.requests] == [True, False, False]
     assert summary.content in fake.requests[1].messages[1]["content"]

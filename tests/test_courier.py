@@ -10,14 +10,14 @@ import anyio
 import pytest
 
 from gateway.messages import OutboxChunk, TurnOutcome
-from gateway.ports import Intake
+from gateway.ports import Ledger
 from platforms._courier import Courier
 
 pytestmark = pytest.mark.anyio
 
 
 class Records:
-    """The part of Intake a courier uses: what it recorded."""
+    """The part of the delivery ledger a courier uses: what it recorded."""
 
     def __init__(self) -> None:
         self.recorded: list[int] = []
@@ -50,7 +50,7 @@ async def test_idle_waits_for_a_reply_handed_over_as_another_conversation_finish
         return f"m{chunk.id}"
 
     records = Records()
-    courier = Courier("telegram", send, cast(Intake, records))
+    courier = Courier("telegram", send, cast(Ledger, records))
     async with anyio.create_task_group() as tg:
         await tg.start(courier.run)
         await courier.deliver(outcome("a", 1))

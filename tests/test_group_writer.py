@@ -5,6 +5,7 @@ settles what is queued and refuses what comes after."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import pytest
@@ -13,7 +14,7 @@ from anyio.lowlevel import checkpoint
 
 from gateway.errors import StoreClosed, StoreError
 from gateway.events import StoreCommitted
-from gateway.store._ops import ResetConversation, StoreWrite
+from gateway.store import ResetConversation, Write
 from gateway.store._writer import GroupWriter
 
 pytestmark = pytest.mark.anyio
@@ -27,7 +28,7 @@ class Database:
         self.hold: anyio.Event | None = None
         self.refuse: set[str] = set()
 
-    async def apply(self, batch: list[StoreWrite]) -> Sequence[object]:
+    async def apply(self, batch: list[Write[Any]]) -> Sequence[object]:
         names = [w.conversation for w in batch if isinstance(w, ResetConversation)]
         if self.hold is not None:
             hold, self.hold = self.hold, None

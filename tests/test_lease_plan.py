@@ -17,7 +17,7 @@ from gateway.lease_plan import (
     after_failure,
     after_renewal,
 )
-from gateway.store._pg_leases import Renewal
+from gateway.store.placement import Renewal
 
 CLOCK = LeaseClock(lease_s=10.0, heartbeat_s=2.0, last_renewal=100.0)
 

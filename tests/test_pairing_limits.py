@@ -8,14 +8,16 @@ the fake Bot API, with the operator's CLI as a real process.
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
+from gateway.access import PAIRING_MAX_PENDING
 from gateway.config import parse_config
-from gateway.intake import PAIRING_MAX_PENDING
+from gateway.store import ApprovePairing, PairingCodes, RejectPairing, RequestPairing
 from tests.fakes.openai_server import FakeModel, open_fake_model
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
 from tests.harness import ROOT, config_text, running_gateway
@@ -28,30 +30,36 @@ __all__ = ["open_store"]  # the two-backend fixture, used below
 
 async def test_one_code_per_user_and_rejected_codes_hold_their_user(open_store: Opener) -> None:
     async with open_store() as store:
-        a, _ = await store.request_pairing("telegram", "u1", "", ttl_s=3600, max_pending=2)
-        b, _ = await store.request_pairing("telegram", "u2", "", ttl_s=3600, max_pending=2)
+        a, _ = await store.submit(RequestPairing("telegram", "u1", "", ttl_s=3600, max_pending=2))
+        b, _ = await store.submit(RequestPairing("telegram", "u2", "", ttl_s=3600, max_pending=2))
         assert a is not None and b is not None
-        assert await store.request_pairing("telegram", "u1", "", ttl_s=3600, max_pending=2) == (
+        assert await store.submit(
+            RequestPairing("telegram", "u1", "", ttl_s=3600, max_pending=2)
+        ) == (
             None,
             "pending",
         )
-        assert (await store.request_pairing("telegram", "u3", "", ttl_s=3600, max_pending=2))[
-            1
-        ] == "full"
-        assert await store.reject_pairing("telegram", a.lower()) == "u1"
-        assert await store.reject_pairing("telegram", a) is None  # already rejected
-        assert await store.reject_pairing("discord", b) is None  # codes are per platform
-        assert [c.user_id for c in await store.pairing_codes()] == ["u2"]
-        assert await store.approve_pairing("telegram", a) is None  # a rejected code is dead
-        assert await store.approve_pairing("telegram", "-" + a) is None
+        assert (
+            await store.submit(RequestPairing("telegram", "u3", "", ttl_s=3600, max_pending=2))
+        )[1] == "full"
+        assert await store.submit(RejectPairing("telegram", a.lower())) == "u1"
+        assert await store.submit(RejectPairing("telegram", a)) is None  # already rejected
+        assert await store.submit(RejectPairing("discord", b)) is None  # codes are per platform
+        assert [c.user_id for c in await store.read(PairingCodes(time.time()))] == ["u2"]
+        assert await store.submit(ApprovePairing("telegram", a)) is None  # a rejected code is dead
+        assert await store.submit(ApprovePairing("telegram", "-" + a)) is None
         # The rejected user gets no new code meanwhile, and the slot is free for others.
-        assert await store.request_pairing("telegram", "u1", "", ttl_s=3600, max_pending=2) == (
+        assert await store.submit(
+            RequestPairing("telegram", "u1", "", ttl_s=3600, max_pending=2)
+        ) == (
             None,
             "pending",
         )
-        c, status = await store.request_pairing("telegram", "u3", "", ttl_s=3600, max_pending=2)
+        c, status = await store.submit(
+            RequestPairing("telegram", "u3", "", ttl_s=3600, max_pending=2)
+        )
         assert status == "new" and c is not None
-        assert await store.approve_pairing("telegram", c) == "u3"
+        assert await store.submit(ApprovePairing("telegram", c)) == "u3"
 
 
 @pytest.fixture

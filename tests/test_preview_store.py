@@ -12,7 +12,14 @@ import anyio
 import pytest
 
 from gateway.messages import Inbound
-from gateway.store import open_sqlite_store
+from gateway.store import (
+    AdmitRow,
+    CancelTurn,
+    DeleteConversation,
+    PreviewOf,
+    RecordPreview,
+    open_sqlite_store,
+)
 from gateway.store.postgres import open_postgres_store
 
 pytestmark = pytest.mark.anyio
@@ -33,22 +40,25 @@ async def test_a_preview_message_is_recorded_and_survives_a_reopen(open_store: O
         rows = []
         for i in range(3):
             inbound = Inbound("telegram", f"telegram:{i + 1}", f"{i + 1}:1", f"q{i}")
-            rows.append((await store.admit(inbound)).row)
+            rows.append((await store.submit(AdmitRow(inbound))).row)
         async with anyio.create_task_group() as tg:  # at once: one batch of records
             for row in rows[:2]:
-                tg.start_soon(store.record_preview, row.id, f"{row.id}00")
-        await store.record_preview(rows[1].id, "replaced")
+                tg.start_soon(store.submit, RecordPreview(row.id, f"{row.id}00"))
+        await store.submit(RecordPreview(rows[1].id, "replaced"))
     async with open_store() as store:
-        found = [await store.preview_of(row.id) for row in rows]
+        found = [await store.read(PreviewOf(row.id)) for row in rows]
     assert found == [f"{rows[0].id}00", "replaced", None]
 
 
 async def test_deleting_a_conversation_removes_its_preview_record(open_store: Opener) -> None:
     async with open_store() as store:
-        kept = (await store.admit(Inbound("telegram", "telegram:1", "1:1", "q"))).row
-        gone = (await store.admit(Inbound("telegram", "telegram:2", "2:1", "q"))).row
-        await store.record_preview(kept.id, "11")
-        await store.record_preview(gone.id, "21")
-        await store.cancel(gone.id)
-        assert await store.delete_conversation("telegram:2") == 1
-        assert [await store.preview_of(kept.id), await store.preview_of(gone.id)] == ["11", None]
+        kept = (await store.submit(AdmitRow(Inbound("telegram", "telegram:1", "1:1", "q")))).row
+        gone = (await store.submit(AdmitRow(Inbound("telegram", "telegram:2", "2:1", "q")))).row
+        await store.submit(RecordPreview(kept.id, "11"))
+        await store.submit(RecordPreview(gone.id, "21"))
+        await store.submit(CancelTurn(gone.id))
+        assert await store.submit(DeleteConversation("telegram:2")) == 1
+        assert [await store.read(PreviewOf(kept.id)), await store.read(PreviewOf(gone.id))] == [
+            "11",
+            None,
+        ]

@@ -14,6 +14,7 @@ import aiohttp
 import anyio
 import pytest
 
+from gateway.store import RequestPairing
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
 from tests.harness import GatewayProcess, config_text, free_port
 
@@ -174,7 +175,9 @@ async def test_pairing_cli_lists_approves_and_revokes(tmp_path: Path) -> None:
 
     db = tmp_path / "p.db"
     async with open_sqlite_store(str(db)) as store:
-        code, _ = await store.request_pairing("telegram", "4242", "@ann", ttl_s=3600, max_pending=3)
+        code, _ = await store.submit(
+            RequestPairing("telegram", "4242", "@ann", ttl_s=3600, max_pending=3)
+        )
     assert code is not None
     config = tmp_path / "p.toml"
     config.write_text(f'[store]\npath = "{db}"\n')

@@ -34,6 +34,16 @@ from gateway.ports import Watch
 from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text, next_burst
 from gateway.reload import ReloadPlan, plan_reload
 from gateway.session import SessionActor, SessionDeps
+from gateway.store import (
+    AdmitRow,
+    AnswerTurn,
+    CancelTurn,
+    DeleteTurn,
+    History,
+    PendingCount,
+    ReplyTo,
+    Transcript,
+)
 from gateway.store.base import Store
 from gateway.store.postgres import open_postgres_store
 from gateway.store.sqlite import open_sqlite_store
@@ -133,13 +143,18 @@ def test_bad_queue_keys_are_named() -> None:
 
 async def test_a_merged_answer_settles_and_links_every_row(open_store: Opener) -> None:
     async with open_store() as store:
-        rows = [(await store.admit(inbound(t, f"m{t}"))).row for t in ("a", "b", "c")]
-        outcome = await store.answer(
-            rows[-1], TurnResult(reply="abc"), ["abc"], also=[r.id for r in rows[:-1]]
+        rows = [(await store.submit(AdmitRow(inbound(t, f"m{t}")))).row for t in ("a", "b", "c")]
+        outcome = await store.submit(
+            AnswerTurn(
+                rows[-1],
+                TurnResult(reply="abc"),
+                tuple(["abc"]),
+                also=tuple([r.id for r in rows[:-1]]),
+            )
         )
-        replies = [await store.reply_to(r.id) for r in rows]
-        transcript = await store.transcript("peer:a")
-        history = await store.history("peer:a", 10)
+        replies = [await store.read(ReplyTo(r.id)) for r in rows]
+        transcript = await store.read(Transcript("peer:a"))
+        history = await store.read(History("peer:a", 10))
     assert outcome.rows == tuple(r.id for r in rows) and outcome.user_row_id == rows[-1].id
     assert [c.reply_target for c in outcome.chunks] == [rows[-1].reply_target]
     assert {r.id for r in replies if r is not None} == {outcome.chunks[0].message_id}
@@ -153,37 +168,52 @@ async def test_a_merged_answer_settles_and_links_every_row(open_store: Opener) -
 @pytest.mark.parametrize("by", ["last", "first"])
 async def test_deleting_a_merged_turn_removes_all_its_rows(open_store: Opener, by: str) -> None:
     async with open_store() as store:
-        kept = (await store.admit(inbound("kept", "k"))).row
-        await store.answer(kept, TurnResult(reply="kept answer"), ["kept answer"])
-        rows = [(await store.admit(inbound(t, f"m{t}"))).row for t in ("a", "b", "c")]
-        await store.answer(
-            rows[-1], TurnResult(reply="abc"), ["abc"], also=[rows[0].id, rows[1].id]
+        kept = (await store.submit(AdmitRow(inbound("kept", "k")))).row
+        await store.submit(
+            AnswerTurn(kept, TurnResult(reply="kept answer"), tuple(["kept answer"]))
         )
-        deleted = await store.delete_turn((rows[-1] if by == "last" else rows[0]).id)
-        transcript = await store.transcript("peer:a")
+        rows = [(await store.submit(AdmitRow(inbound(t, f"m{t}")))).row for t in ("a", "b", "c")]
+        await store.submit(
+            AnswerTurn(
+                rows[-1],
+                TurnResult(reply="abc"),
+                tuple(["abc"]),
+                also=tuple([rows[0].id, rows[1].id]),
+            )
+        )
+        deleted = await store.submit(DeleteTurn((rows[-1] if by == "last" else rows[0]).id))
+        transcript = await store.read(Transcript("peer:a"))
     assert deleted is True
     assert [r.content for r in transcript] == ["kept", "kept answer"]
 
 
 async def test_a_stopped_burst_cancels_every_row(open_store: Opener) -> None:
     async with open_store() as store:
-        rows = [(await store.admit(inbound(t, f"m{t}"))).row for t in ("a", "b")]
-        await store.cancel(rows[-1].id, also=[rows[0].id])
-        states = [r.state for r in await store.transcript("peer:a")]
-        assert await store.pending_count("peer:a") == 0
+        rows = [(await store.submit(AdmitRow(inbound(t, f"m{t}")))).row for t in ("a", "b")]
+        await store.submit(CancelTurn(rows[-1].id, also=[rows[0].id]))
+        states = [r.state for r in await store.read(Transcript("peer:a"))]
+        assert await store.read(PendingCount("peer:a")) == 0
     assert states == ["cancelled", "cancelled"]
 
 
 async def test_a_merged_answer_is_fenced_on_postgres(postgres_url: str) -> None:
     async with open_postgres_store(postgres_url, node="a") as a:
-        one, two, three = [(await a.admit(inbound(t, t))).row for t in ("one", "two", "three")]
+        one, two, three = [
+            (await a.submit(AdmitRow(inbound(t, t)))).row for t in ("one", "two", "three")
+        ]
         with pytest.raises(LeaseLost, match="not the oldest pending"):  # the burst skips "one"
-            await a.answer(three, TurnResult(reply="x"), ["x"], also=[two.id])
-        await a.cancel(one.id)
+            await a.submit(
+                AnswerTurn(three, TurnResult(reply="x"), tuple(["x"]), also=tuple([two.id]))
+            )
+        await a.submit(CancelTurn(one.id))
         with pytest.raises(TurnSettled, match="no longer pending"):  # "one" is settled
-            await a.answer(three, TurnResult(reply="x"), ["x"], also=[one.id, two.id])
-        outcome = await a.answer(three, TurnResult(reply="both"), ["both"], also=[two.id])
-        transcript = await a.transcript("peer:a")
+            await a.submit(
+                AnswerTurn(three, TurnResult(reply="x"), tuple(["x"]), also=tuple([one.id, two.id]))
+            )
+        outcome = await a.submit(
+            AnswerTurn(three, TurnResult(reply="both"), tuple(["both"]), also=tuple([two.id]))
+        )
+        transcript = await a.read(Transcript("peer:a"))
     assert outcome.rows == (two.id, three.id)
     assert [(m.content, m.state) for m in transcript] == [
         ("one", "cancelled"),
@@ -253,7 +283,9 @@ async def session(
         async with open_sqlite_store(str(tmp_path / "b.db")) as store:
 
             async def stored(text: str) -> StoredMessage:
-                return (await store.admit(Inbound("peer", key, f"m{next(number)}", text))).row
+                return (
+                    await store.submit(AdmitRow(Inbound("peer", key, f"m{next(number)}", text)))
+                ).row
 
             for text in preload:  # admitted before the actor started (a restart)
                 await stored(text)
@@ -293,7 +325,7 @@ async def delivered(world: World, count: int) -> None:
 
 
 async def states(store: Store) -> list[tuple[str, str, int | None]]:
-    return [(r.role, r.state, r.user_row_id) for r in await store.transcript("peer:s")]
+    return [(r.role, r.state, r.user_row_id) for r in await store.read(Transcript("peer:s"))]
 
 
 async def test_collect_answers_a_quick_burst_in_one_turn(tmp_path: Path) -> None:
@@ -309,7 +341,7 @@ async def test_collect_answers_a_quick_burst_in_one_turn(tmp_path: Path) -> None
                 *[("user", "answered", None)] * 3,
                 ("assistant", "final", rows[-1].id),
             ]
-            links = {(await world.store.reply_to(r.id)).id for r in rows}  # type: ignore[union-attr]
+            links = {(await world.store.read(ReplyTo(r.id))).id for r in rows}  # type: ignore[union-attr]
             assert len(links) == 1
         assert [r.last_user for r in fake.requests] == ["hi\n\nquick question\n\nhow do I x?"]
     assert [e.rows for e in world.events if isinstance(e, TurnMerged)] == [3]
@@ -441,7 +473,7 @@ async def test_a_row_admitted_on_another_node_interrupts_too(tmp_path: Path) -> 
                 await fake.wait_for_requests(1)
             # Another node admitted it: this node hears of it as LoadPending, not the row.
             other = Inbound("peer", "peer:s", "elsewhere", "from the other node")
-            second = (await world.store.admit(other)).row
+            second = (await world.store.submit(AdmitRow(other))).row
             await world.actor.send(LoadPending())
             await delivered(world, 2)
             answered = world.platform.delivered[-1]

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 import pytest
@@ -24,12 +25,15 @@ from agent import Agent, ClientPool
 from gateway.messages import Inbound, StoredMessage
 from gateway.queue import QueuePolicy
 from gateway.session import SessionActor, SessionDeps, TurnAdmitted
+from gateway.store import AdmitRow, CancelTurn, Message, PurgeConversation, Query, Transcript
 from gateway.store.sqlite import SqliteStore, open_sqlite_store
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
 from tests.harness import make_config
 from tests.test_session_turn import FAST, Platform
 
 pytestmark = pytest.mark.anyio
+
+R = TypeVar("R")
 
 KEY = "peer:s"
 
@@ -50,18 +54,18 @@ class World:
     actor: SessionActor
     store: SqliteStore
     platform: Platform
-    reads: list[int]  # the rows the actor read back with ``store.message``
+    reads: list[int]  # the rows the actor read back (``Message`` queries)
     returned: Returned  # the reads that returned to the actor
     number: itertools.count[int]
 
     async def admit(self, text: str) -> StoredMessage:
         inbound = Inbound("peer", KEY, f"m{next(self.number)}", text)
-        row = (await self.store.admit(inbound)).row
+        row = (await self.store.submit(AdmitRow(inbound))).row
         await self.actor.send(TurnAdmitted(row))
         return row
 
     async def transcript(self) -> list[tuple[str, str, str]]:
-        return [(r.role, r.content, r.state) for r in await self.store.transcript(KEY)]
+        return [(r.role, r.content, r.state) for r in await self.store.read(Transcript(KEY))]
 
     async def read_back(self, count: int) -> None:
         """Until ``count`` reads returned to the actor (a row read failed or deleted is dropped
@@ -88,16 +92,18 @@ async def session(
         async with open_sqlite_store(str(tmp_path / "b.db")) as store:
             reads: list[int] = []
             returned = Returned()
-            read = store.message
+            read = store.read
 
-            async def message(row_id: int) -> StoredMessage | None:
-                reads.append(row_id)
+            async def spied(query: Query[R]) -> R:
+                if not isinstance(query, Message):
+                    return await read(query)
+                reads.append(query.row_id)
                 try:
-                    return await read(row_id)
+                    return await read(query)
                 finally:
                     returned.one()
 
-            store.message = message  # type: ignore[method-assign]
+            store.read = spied  # type: ignore[method-assign]
             deps = SessionDeps(
                 store=store,
                 runner=Agent(config.model, config.agent, clients),
@@ -144,7 +150,9 @@ async def test_a_row_that_waited_is_read_back_and_skipped_when_purged(tmp_path: 
             with anyio.fail_after(10):
                 await fake.wait_for_requests(1)
             waiting = await world.admit("waiting")  # queued behind the running turn
-            assert await world.store.purge(KEY) == 2  # an operator, from another process
+            assert (
+                await world.store.submit(PurgeConversation(KEY)) == 2
+            )  # an operator, from another process
             fake.release()
             await world.delivered(1)
             (gone,) = world.platform.delivered  # the running turn's answer was refused
@@ -175,13 +183,13 @@ async def test_a_merged_turn_refused_for_one_row_answers_the_other_next(tmp_path
             second = await world.admit("second")  # within the window: one turn for both
             with anyio.fail_after(10):
                 await fake.wait_for_requests(1)
-            await world.store.cancel(first.id)  # another process settles one of them
+            await world.store.submit(CancelTurn(first.id))  # another process settles one of them
             fake.release()
             await world.delivered(2)
             gone, answered = world.platform.delivered
             assert gone.interrupted and gone.chunks == ()
             assert answered.user_row_id == second.id
             assert [c.text for c in answered.chunks] == ["alone"]
-            states = {r.id: r.state for r in await world.store.transcript(KEY)}
+            states = {r.id: r.state for r in await world.store.read(Transcript(KEY))}
             assert states[first.id] == "cancelled" and states[second.id] == "answered"
         assert fake.requests[1].last_user == "second"

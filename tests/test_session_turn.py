@@ -53,6 +53,7 @@ from gateway.session import (
     TurnState,
     plan,
 )
+from gateway.store import AdmitRow, Transcript
 from gateway.store.sqlite import open_sqlite_store
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model, rate_limited
 from tests.harness import make_config
@@ -190,11 +191,12 @@ async def session(
 
             async def admit(text: str) -> None:
                 inbound = Inbound("peer", key, f"m{next(number)}", text)
-                await actor.send(TurnAdmitted((await store.admit(inbound)).row))
+                await actor.send(TurnAdmitted((await store.submit(AdmitRow(inbound))).row))
 
             async def rows() -> list[tuple[str, str, str, str | None]]:
                 return [
-                    (r.role, r.content, r.state, r.failure) for r in await store.transcript(key)
+                    (r.role, r.content, r.state, r.failure)
+                    for r in await store.read(Transcript(key))
                 ]
 
             ended = anyio.Event()

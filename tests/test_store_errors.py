@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import inspect
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -19,7 +20,35 @@ import pytest
 
 from gateway.errors import StoreError, StoreUnavailable
 from gateway.messages import Inbound, StoredMessage, TurnResult
-from gateway.store import Store, open_sqlite_store
+from gateway.store import (
+    AdmitRow,
+    AnswerTurn,
+    ApprovedUsers,
+    ApprovePairing,
+    CancelTurn,
+    Conversations,
+    ConversationsWithPending,
+    ExpireChunks,
+    ExpireInFlight,
+    FailChunk,
+    History,
+    IsApproved,
+    MarkDelivered,
+    MarkSending,
+    Message,
+    OutboxPending,
+    PairingCodes,
+    PendingRows,
+    RecentFailures,
+    ReplyTo,
+    RequestPairing,
+    ResetConversation,
+    RevokeUser,
+    Store,
+    Transcript,
+    Undelivered,
+    open_sqlite_store,
+)
 from gateway.store._errors import SQLITE_ERRORS, kind_of
 from gateway.store._pg_connection import CLOSE_DEADLINE_S, PG_ERRORS
 from gateway.store.postgres import PostgresStore, open_postgres_store
@@ -93,37 +122,39 @@ def message(i: int) -> Inbound:
 Call = Callable[[Store, StoredMessage], Awaitable[object]]
 
 READS: dict[str, Call] = {
-    "pending": lambda s, row: s.pending("peer:a"),
-    "conversations_with_pending": lambda s, row: s.conversations_with_pending(),
-    "history": lambda s, row: s.history("peer:a", 10),
-    "transcript": lambda s, row: s.transcript("peer:a"),
-    "message": lambda s, row: s.message(row.id),
-    "reply_to": lambda s, row: s.reply_to(row.id),
-    "undelivered": lambda s, row: s.undelivered(),
-    "recent_failures": lambda s, row: s.recent_failures(5),
-    "outbox_pending": lambda s, row: s.outbox_pending(),
-    "conversations": lambda s, row: s.conversations(),
+    "pending": lambda s, row: s.read(PendingRows("peer:a")),
+    "conversations_with_pending": lambda s, row: s.read(ConversationsWithPending()),
+    "history": lambda s, row: s.read(History("peer:a", 10)),
+    "transcript": lambda s, row: s.read(Transcript("peer:a")),
+    "message": lambda s, row: s.read(Message(row.id)),
+    "reply_to": lambda s, row: s.read(ReplyTo(row.id)),
+    "undelivered": lambda s, row: s.read(Undelivered()),
+    "recent_failures": lambda s, row: s.read(RecentFailures(5)),
+    "outbox_pending": lambda s, row: s.read(OutboxPending()),
+    "conversations": lambda s, row: s.read(Conversations()),
     # pairing and the allowlist
-    "is_approved": lambda s, row: s.is_approved("telegram", "42"),
-    "pairing_codes": lambda s, row: s.pairing_codes(),
-    "approved_users": lambda s, row: s.approved_users(),
+    "is_approved": lambda s, row: s.read(IsApproved("telegram", "42")),
+    "pairing_codes": lambda s, row: s.read(PairingCodes(time.time())),
+    "approved_users": lambda s, row: s.read(ApprovedUsers()),
 }
 WRITES: dict[str, Call] = {
-    "admit": lambda s, row: s.admit(message(99)),
-    "answer": lambda s, row: s.answer(row, TurnResult(reply="ok", model="m"), ["ok"]),
-    "cancel": lambda s, row: s.cancel(row.id),
-    "reset": lambda s, row: s.reset("peer:a"),
-    "mark_delivered": lambda s, row: s.mark_delivered(1, "p1"),
-    "expire_chunks": lambda s, row: s.expire_chunks([1]),
-    "chunk_failed": lambda s, row: s.chunk_failed(1),
-    "mark_sending": lambda s, row: s.mark_sending(1),
-    "expire_in_flight": lambda s, row: s.expire_in_flight(),
-    # pairing
-    "request_pairing": lambda s, row: s.request_pairing(
-        "telegram", "42", "Ann", ttl_s=60, max_pending=3
+    "admit": lambda s, row: s.submit(AdmitRow(message(99))),
+    "answer": lambda s, row: s.submit(
+        AnswerTurn(row, TurnResult(reply="ok", model="m"), tuple(["ok"]))
     ),
-    "approve_pairing": lambda s, row: s.approve_pairing("telegram", "ABCD2345"),
-    "revoke_user": lambda s, row: s.revoke_user("telegram", "42"),
+    "cancel": lambda s, row: s.submit(CancelTurn(row.id)),
+    "reset": lambda s, row: s.submit(ResetConversation("peer:a")),
+    "mark_delivered": lambda s, row: s.submit(MarkDelivered(1, "p1")),
+    "expire_chunks": lambda s, row: s.submit(ExpireChunks(tuple([1]))),
+    "chunk_failed": lambda s, row: s.submit(FailChunk(1)),
+    "mark_sending": lambda s, row: s.submit(MarkSending(1)),
+    "expire_in_flight": lambda s, row: s.submit(ExpireInFlight()),
+    # pairing
+    "request_pairing": lambda s, row: s.submit(
+        RequestPairing("telegram", "42", "Ann", ttl_s=60, max_pending=3)
+    ),
+    "approve_pairing": lambda s, row: s.submit(ApprovePairing("telegram", "ABCD2345")),
+    "revoke_user": lambda s, row: s.submit(RevokeUser("telegram", "42")),
 }
 
 
@@ -146,7 +177,7 @@ async def test_sqlite_writes_fail_as_store_errors_while_another_process_holds_th
 ) -> None:
     path = str(tmp_path / "s.db")
     async with open_sqlite_store(path, busy_timeout_s=0.05) as store:
-        row = (await store.admit(message(1))).row
+        row = (await store.submit(AdmitRow(message(1)))).row
         other = sqlite3.connect(path, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")  # e.g. a backup tool or a CLI holding the lock
@@ -156,8 +187,8 @@ async def test_sqlite_writes_fail_as_store_errors_while_another_process_holds_th
         finally:
             other.close()
         # Once the lock is gone the same store carries on.
-        assert (await store.admit(message(2))).row.id > row.id
-        assert await store.request_pairing("telegram", "42", "Ann", ttl_s=60, max_pending=3)
+        assert (await store.submit(AdmitRow(message(2)))).row.id > row.id
+        assert await store.submit(RequestPairing("telegram", "42", "Ann", ttl_s=60, max_pending=3))
 
 
 async def test_sqlite_reads_fail_as_store_errors_when_the_tables_are_gone(
@@ -166,7 +197,7 @@ async def test_sqlite_reads_fail_as_store_errors_when_the_tables_are_gone(
     path = str(tmp_path / "s.db")
     tables = ("messages", "outbox", "conversations", "approved_users", "pairing_codes")
     async with open_sqlite_store(path) as store:
-        row = (await store.admit(message(1))).row
+        row = (await store.submit(AdmitRow(message(1)))).row
         other = sqlite3.connect(path, isolation_level=None)
         try:
             for table in tables:
@@ -177,19 +208,19 @@ async def test_sqlite_reads_fail_as_store_errors_when_the_tables_are_gone(
                 other.execute(f"ALTER TABLE gone_{table} RENAME TO {table}")
         finally:
             other.close()
-        assert await store.pending("peer:a") == [row]
+        assert await store.read(PendingRows("peer:a")) == [row]
 
 
 async def lease_calls(store: PostgresStore) -> dict[str, str]:
     calls: dict[str, Callable[[], Awaitable[object]]] = {
-        "register_node": store.register_node,
-        "renew": store.renew,
-        "claim_orphans": lambda: store.claim_orphans(10),
-        "acquire": lambda: store.acquire("peer:b"),
-        "notify_owner": lambda: store.notify_owner("peer:a", "x"),
-        "try_named": lambda: store.try_named("telegram:poller"),
-        "live_nodes": store.live_nodes,
-        "release_all": store.release_all,
+        "register_node": store.leases.register_node,
+        "renew": store.leases.renew,
+        "claim_orphans": lambda: store.leases.claim_orphans(10),
+        "acquire": lambda: store.leases.acquire("peer:b"),
+        "notify_owner": lambda: store.leases.notify_owner("peer:a", "x"),
+        "try_named": lambda: store.leases.try_named("telegram:poller"),
+        "live_nodes": store.leases.live_nodes,
+        "release_all": store.leases.release_all,
     }
     seen = {}
     for name, call in calls.items():
@@ -207,8 +238,8 @@ async def test_postgres_methods_fail_as_store_errors_when_the_connection_is_cut(
 ) -> None:
     async with proxy_to(postgres_url) as proxy:
         async with open_postgres_store(proxy.url(postgres_url), node="n1", lease_s=2) as store:
-            await store.register_node()
-            row = (await store.admit(message(1))).row
+            await store.leases.register_node()
+            row = (await store.submit(AdmitRow(message(1)))).row
             proxy.cut()
             with anyio.fail_after(30):
                 seen = await failures(store, row, {**READS, **WRITES})
@@ -217,8 +248,8 @@ async def test_postgres_methods_fail_as_store_errors_when_the_connection_is_cut(
             assert leases == {name: "StoreUnavailable" for name in leases}
             proxy.restore()
             # The pool and the writer reconnect: the same store carries on.
-            assert await store.pending("peer:a") == [row]
-            assert (await store.admit(message(2))).row.id > row.id
+            assert await store.read(PendingRows("peer:a")) == [row]
+            assert (await store.submit(AdmitRow(message(2)))).row.id > row.id
 
 
 async def test_a_black_holed_postgres_fails_writes_and_reads_and_closes_within_deadlines(
@@ -229,13 +260,13 @@ async def test_a_black_holed_postgres_fails_writes_and_reads_and_closes_within_d
         async with open_postgres_store(
             proxy.url(postgres_url), node="n1", lease_s=2, command_timeout_s=deadline_s
         ) as store:
-            row = (await store.admit(message(1))).row
+            row = (await store.submit(AdmitRow(message(1)))).row
             proxy.stall()  # connections stay open; nothing comes back
             with anyio.fail_after(10):
                 with pytest.raises(StoreUnavailable, match=r"did not commit within|Timeout"):
-                    await store.admit(message(2))
+                    await store.submit(AdmitRow(message(2)))
                 with pytest.raises(StoreUnavailable):
-                    await store.pending("peer:a")
+                    await store.read(PendingRows("peer:a"))
             closing = anyio.current_time()
         closed_s = anyio.current_time() - closing
         # The writer had nothing queued; the pool and the writer connection are cut after
@@ -243,7 +274,7 @@ async def test_a_black_holed_postgres_fails_writes_and_reads_and_closes_within_d
         assert closed_s < deadline_s + 2 * CLOSE_DEADLINE_S + deadline_s, closed_s
     # What was committed before the partition is there.
     async with open_postgres_store(postgres_url, node="n2") as store:
-        assert await store.pending("peer:a") == [row]
+        assert await store.read(PendingRows("peer:a")) == [row]
 
 
 async def test_writes_queued_at_a_close_against_a_black_holed_postgres_fail_within_deadlines(
@@ -254,7 +285,7 @@ async def test_writes_queued_at_a_close_against_a_black_holed_postgres_fail_with
 
     async def admit(store: Store, i: int) -> None:
         try:
-            await store.admit(message(i))
+            await store.submit(AdmitRow(message(i)))
             outcomes[i] = "committed"
         except StoreError as exc:
             outcomes[i] = type(exc).__name__
@@ -275,4 +306,4 @@ async def test_writes_queued_at_a_close_against_a_black_holed_postgres_fail_with
     assert outcomes == {1: "StoreUnavailable", 2: "StoreUnavailable"}
     assert closed_s < deadline_s + 2 * CLOSE_DEADLINE_S + deadline_s, closed_s
     async with open_postgres_store(postgres_url, node="n2") as store:
-        assert await store.pending("peer:a") == []
+        assert await store.read(PendingRows("peer:a")) == []

@@ -16,8 +16,21 @@ import pytest
 from gateway.backlog import Caps, decide
 from gateway.errors import Overloaded
 from gateway.messages import Backlog, Inbound, TurnResult
-from gateway.retention import NEVER
-from gateway.store import open_sqlite_store
+from gateway.retention import NEVER, expire
+from gateway.store import (
+    AdmitRow,
+    AnswerTurn,
+    BacklogOf,
+    Conversations,
+    DeleteConversation,
+    PendingCount,
+    PendingHeaders,
+    PendingRows,
+    PurgeConversation,
+    Transcript,
+    Undelivered,
+    open_sqlite_store,
+)
 from gateway.store.postgres import open_postgres_store
 
 pytestmark = pytest.mark.anyio
@@ -43,16 +56,22 @@ async def test_backlog_counts_up_to_the_limits_and_sees_a_stored_message(
 ) -> None:
     async with open_store() as store:
         for i in range(5):
-            await store.admit(inbound(f"a{i}"))
+            await store.submit(AdmitRow(inbound(f"a{i}")))
         for i in range(3):
-            await store.admit(inbound(f"b{i}", "peer:b"))
-        read = await store.backlog("peer:a", "peer", "a0", conversation_limit=100, total_limit=100)
+            await store.submit(AdmitRow(inbound(f"b{i}", "peer:b")))
+        read = await store.read(
+            BacklogOf("peer:a", "peer", "a0", conversation_limit=100, total_limit=100)
+        )
         assert (read.conversation, read.total, read.stored) == (5, 8, True)
-        read = await store.backlog("peer:a", "peer", "new", conversation_limit=4, total_limit=6)
+        read = await store.read(
+            BacklogOf("peer:a", "peer", "new", conversation_limit=4, total_limit=6)
+        )
         assert (read.conversation, read.total, read.stored) == (4, 6, False)
-        read = await store.backlog("peer:c", "peer", "c0", conversation_limit=4, total_limit=100)
+        read = await store.read(
+            BacklogOf("peer:c", "peer", "c0", conversation_limit=4, total_limit=100)
+        )
         assert (read.conversation, read.total, read.stored) == (0, 8, False)
-        assert await store.pending_count("peer:a") == 5
+        assert await store.read(PendingCount("peer:a")) == 5
 
 
 async def test_admission_checks_the_caps_in_its_own_transaction(open_store: Opener) -> None:
@@ -65,7 +84,7 @@ async def test_admission_checks_the_caps_in_its_own_transaction(open_store: Open
 
         async def admit(pmid: str, conversation: str) -> None:
             try:
-                admission = await store.admit(inbound(pmid, conversation), caps=caps)
+                admission = await store.submit(AdmitRow(inbound(pmid, conversation), (), caps=caps))
                 outcomes[pmid] = "duplicate" if admission.duplicate else "stored"
             except Overloaded as exc:
                 outcomes[pmid] = exc.scope
@@ -74,7 +93,7 @@ async def test_admission_checks_the_caps_in_its_own_transaction(open_store: Open
             for i in range(6):
                 tg.start_soon(admit, f"a{i}", "peer:a")
         assert sorted(outcomes.values()) == ["conversation"] * 2 + ["stored"] * 4
-        assert await store.pending_count("peer:a") == 4
+        assert await store.read(PendingCount("peer:a")) == 4
         stored = [k for k, v in outcomes.items() if v == "stored"]
         await admit(stored[0], "peer:a")
         assert outcomes[stored[0]] == "duplicate"
@@ -82,9 +101,9 @@ async def test_admission_checks_the_caps_in_its_own_transaction(open_store: Open
         await admit("b1", "peer:b")
         await admit("b2", "peer:b")
         assert [outcomes[k] for k in ("b0", "b1", "b2")] == ["stored", "stored", "gateway"]
-        assert await store.pending_count("peer:b") == 2
+        assert await store.read(PendingCount("peer:b")) == 2
         # Without caps (nothing asked), nothing is refused.
-        assert not (await store.admit(inbound("b3", "peer:b"))).duplicate
+        assert not (await store.submit(AdmitRow(inbound("b3", "peer:b")))).duplicate
 
 
 def test_a_batch_counts_what_it_admitted_before_each_message() -> None:
@@ -102,65 +121,65 @@ async def test_pending_headers_are_the_pending_rows_without_their_content(
     open_store: Opener,
 ) -> None:
     async with open_store() as store:
-        first = (await store.admit(inbound("m1", text="x" * 1000))).row
-        second = (await store.admit(inbound("m2", text="y" * 1000))).row
-        await store.answer(first, TurnResult(reply="done"), ["done"])
-        headers = await store.pending_headers("peer:a")
+        first = (await store.submit(AdmitRow(inbound("m1", text="x" * 1000)))).row
+        second = (await store.submit(AdmitRow(inbound("m2", text="y" * 1000)))).row
+        await store.submit(AnswerTurn(first, TurnResult(reply="done"), tuple(["done"])))
+        headers = await store.read(PendingHeaders("peer:a"))
     assert [(h.id, h.content, h.state) for h in headers] == [(second.id, "", "pending")]
     assert headers[0].platform_message_id == "m2"
 
 
 async def test_purge_marks_pending_rows_failed_and_keeps_the_rest(open_store: Opener) -> None:
     async with open_store() as store:
-        answered = (await store.admit(inbound("m1"))).row
-        await store.answer(answered, TurnResult(reply="r1"), ["r1"])
+        answered = (await store.submit(AdmitRow(inbound("m1")))).row
+        await store.submit(AnswerTurn(answered, TurnResult(reply="r1"), tuple(["r1"])))
         for pmid in ("m2", "m3"):
-            await store.admit(inbound(pmid))
-        other = (await store.admit(inbound("o1", "peer:other"))).row
-        assert await store.purge("peer:a") == 2
-        assert await store.purge("peer:a") == 0
-        states = [(m.role, m.state) for m in await store.transcript("peer:a")]
+            await store.submit(AdmitRow(inbound(pmid)))
+        other = (await store.submit(AdmitRow(inbound("o1", "peer:other")))).row
+        assert await store.submit(PurgeConversation("peer:a")) == 2
+        assert await store.submit(PurgeConversation("peer:a")) == 0
+        states = [(m.role, m.state) for m in await store.read(Transcript("peer:a"))]
         assert states == [
             ("user", "answered"),
             ("assistant", "final"),
             ("user", "failed"),
             ("user", "failed"),
         ]
-        assert await store.pending("peer:a") == []
-        assert [r.id for r in await store.pending("peer:other")] == [other.id]
+        assert await store.read(PendingRows("peer:a")) == []
+        assert [r.id for r in await store.read(PendingRows("peer:other"))] == [other.id]
 
 
 async def test_delete_removes_rows_and_outbox_of_one_conversation(open_store: Opener) -> None:
     async with open_store() as store:
-        row = (await store.admit(inbound("m1"))).row
-        await store.answer(row, TurnResult(reply="r1"), ["r1", "r2"])
-        await store.admit(inbound("m2"))
-        kept = (await store.admit(inbound("o1", "peer:other"))).row
-        await store.answer(kept, TurnResult(reply="o"), ["o"])
-        assert await store.delete_conversation("peer:a") == 3
-        assert await store.delete_conversation("peer:a") is None
-        assert await store.transcript("peer:a") == []
-        assert [c.key for c in await store.conversations()] == ["peer:other"]
-        assert [c.conversation for c in await store.undelivered()] == ["peer:other"]
-        assert len(await store.transcript("peer:other")) == 2
+        row = (await store.submit(AdmitRow(inbound("m1")))).row
+        await store.submit(AnswerTurn(row, TurnResult(reply="r1"), tuple(["r1", "r2"])))
+        await store.submit(AdmitRow(inbound("m2")))
+        kept = (await store.submit(AdmitRow(inbound("o1", "peer:other")))).row
+        await store.submit(AnswerTurn(kept, TurnResult(reply="o"), tuple(["o"])))
+        assert await store.submit(DeleteConversation("peer:a")) == 3
+        assert await store.submit(DeleteConversation("peer:a")) is None
+        assert await store.read(Transcript("peer:a")) == []
+        assert [c.key for c in await store.read(Conversations())] == ["peer:other"]
+        assert [c.conversation for c in await store.read(Undelivered())] == ["peer:other"]
+        assert len(await store.read(Transcript("peer:other"))) == 2
         # The key can be used again: a new conversation.
-        again = await store.admit(inbound("m3"))
+        again = await store.submit(AdmitRow(inbound("m3")))
         assert not again.duplicate
-        assert [m.content for m in await store.transcript("peer:a")] == ["hello"]
+        assert [m.content for m in await store.read(Transcript("peer:a"))] == ["hello"]
 
 
 async def test_expiry_deletes_idle_conversations_never_pending_ones(open_store: Opener) -> None:
     async with open_store() as store:
         for key in ("peer:idle", "peer:anon-1", "peer:anon-2"):
-            row = (await store.admit(inbound(f"{key}-1", key))).row
-            await store.answer(row, TurnResult(reply="r"), ["r"])
-        await store.admit(inbound("busy-1", "peer:busy"))  # pending: never idle
+            row = (await store.submit(AdmitRow(inbound(f"{key}-1", key)))).row
+            await store.submit(AnswerTurn(row, TurnResult(reply="r"), tuple(["r"])))
+        await store.submit(AdmitRow(inbound("busy-1", "peer:busy")))  # pending: never idle
         later = time.time() + 60
         # Only anonymous ones past their cutoff.
-        assert sorted(await store.expire_conversations(NEVER, later)) == [
+        assert sorted(await expire(store, NEVER, later)) == [
             "peer:anon-1",
             "peer:anon-2",
         ]
-        assert await store.expire_conversations(later, later) == ["peer:idle"]
-        assert [c.key for c in await store.conversations()] == ["peer:busy"]
-        assert await store.expire_conversations(NEVER, NEVER) == []
+        assert await expire(store, later, later) == ["peer:idle"]
+        assert [c.key for c in await store.read(Conversations())] == ["peer:busy"]
+        assert await expire(store, NEVER, NEVER) == []

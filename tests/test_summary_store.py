@@ -13,7 +13,18 @@ from typing import Any
 import pytest
 
 from gateway.messages import Inbound, TurnResult
-from gateway.store import Store, open_sqlite_store
+from gateway.store import (
+    AdmitRow,
+    AnswerTurn,
+    DeleteConversation,
+    DeleteTurn,
+    ReplyTo,
+    ResetConversation,
+    SaveSummary,
+    Store,
+    SummaryOf,
+    open_sqlite_store,
+)
 from gateway.store.postgres import open_postgres_store
 
 pytestmark = pytest.mark.anyio
@@ -36,9 +47,9 @@ async def answered(store: Store, conversation: str, n: int) -> list[int]:
     ids = []
     for i in range(n):
         inbound = Inbound("peer", conversation, f"m{next(_pmids)}", f"q{i}")
-        row = (await store.admit(inbound)).row
-        await store.answer(row, TurnResult(reply=f"a{i}", model="m"), [f"a{i}"])
-        reply = await store.reply_to(row.id)
+        row = (await store.submit(AdmitRow(inbound))).row
+        await store.submit(AnswerTurn(row, TurnResult(reply=f"a{i}", model="m"), tuple([f"a{i}"])))
+        reply = await store.read(ReplyTo(row.id))
         assert reply is not None
         ids += [row.id, reply.id]
     return ids
@@ -48,53 +59,57 @@ async def test_one_summary_per_conversation_written_only_forward(open_store: Ope
     async with open_store() as store:
         ids = await answered(store, "peer:a", 3)
         await answered(store, "peer:b", 1)
-        assert await store.summary("peer:a") is None
-        assert await store.save_summary("peer:a", "first", ids[1])
-        assert await store.save_summary("peer:a", "second", ids[3])
-        assert not await store.save_summary("peer:a", "older", ids[1])  # covers less: refused
-        assert not await store.save_summary("peer:nobody", "x", 5)  # no such conversation
+        assert await store.read(SummaryOf("peer:a")) is None
+        assert await store.submit(SaveSummary("peer:a", "first", ids[1]))
+        assert await store.submit(SaveSummary("peer:a", "second", ids[3]))
+        assert not await store.submit(
+            SaveSummary("peer:a", "older", ids[1])
+        )  # covers less: refused
+        assert not await store.submit(SaveSummary("peer:nobody", "x", 5))  # no such conversation
     async with open_store() as store:  # durable
-        summary = await store.summary("peer:a")
+        summary = await store.read(SummaryOf("peer:a"))
         assert summary is not None
         assert (summary.conversation, summary.content, summary.through) == (
             "peer:a",
             "second",
             ids[3],
         )
-        assert await store.summary("peer:b") is None
+        assert await store.read(SummaryOf("peer:b")) is None
 
 
 async def test_reset_clears_it_and_an_older_summary_cannot_come_back(open_store: Opener) -> None:
     async with open_store() as store:
         ids = await answered(store, "peer:a", 2)
-        assert await store.save_summary("peer:a", "before /new", ids[1])
-        await store.reset("peer:a")
-        assert await store.summary("peer:a") is None
+        assert await store.submit(SaveSummary("peer:a", "before /new", ids[1]))
+        await store.submit(ResetConversation("peer:a"))
+        assert await store.read(SummaryOf("peer:a")) is None
         # Made from rows before the reset (a compaction that raced /new): refused.
-        assert not await store.save_summary("peer:a", "stale", ids[3])
-        assert await store.summary("peer:a") is None
+        assert not await store.submit(SaveSummary("peer:a", "stale", ids[3]))
+        assert await store.read(SummaryOf("peer:a")) is None
         later = await answered(store, "peer:a", 1)
-        assert await store.save_summary("peer:a", "after /new", later[1])
-        summary = await store.summary("peer:a")
+        assert await store.submit(SaveSummary("peer:a", "after /new", later[1]))
+        summary = await store.read(SummaryOf("peer:a"))
         assert summary is not None and summary.content == "after /new"
 
 
 async def test_deleting_the_conversation_deletes_its_summary(open_store: Opener) -> None:
     async with open_store() as store:
         ids = await answered(store, "peer:a", 1)
-        assert await store.save_summary("peer:a", "s", ids[1])
-        assert await store.delete_conversation("peer:a") == 2
-        assert await store.summary("peer:a") is None
+        assert await store.submit(SaveSummary("peer:a", "s", ids[1]))
+        assert await store.submit(DeleteConversation("peer:a")) == 2
+        assert await store.read(SummaryOf("peer:a")) is None
         again = await answered(store, "peer:a", 1)  # a new conversation of the same key
-        assert await store.summary("peer:a") is None
-        assert await store.save_summary("peer:a", "new", again[1])
+        assert await store.read(SummaryOf("peer:a")) is None
+        assert await store.submit(SaveSummary("peer:a", "new", again[1]))
 
 
 async def test_deleting_a_folded_turn_deletes_the_summary_holding_it(open_store: Opener) -> None:
     async with open_store() as store:
         ids = await answered(store, "peer:a", 3)
-        assert await store.save_summary("peer:a", "s", ids[3])
-        assert await store.delete_turn(ids[4])  # after the summary: it stays
-        assert await store.summary("peer:a") is not None
-        assert await store.delete_turn(ids[2])  # folded into it: its text must not outlive it
-        assert await store.summary("peer:a") is None
+        assert await store.submit(SaveSummary("peer:a", "s", ids[3]))
+        assert await store.submit(DeleteTurn(ids[4]))  # after the summary: it stays
+        assert await store.read(SummaryOf("peer:a")) is not None
+        assert await store.submit(
+            DeleteTurn(ids[2])
+        )  # folded into it: its text must not outlive it
+        assert await store.read(SummaryOf("peer:a")) is None

@@ -15,65 +15,16 @@ import anyio
 import pytest
 
 from gateway.config import TelegramConfig, parse_config
-from gateway.errors import StoreError
 from gateway.events import Event
-from gateway.messages import Admission, Inbound, StoredMessage
 from platforms.telegram import TelegramAdapter
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
+from tests.fakes.runtime import HeldIntake
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
 from tests.harness import config_text, running_gateway
 
 pytestmark = pytest.mark.anyio
 
 ALICE = 42
-
-
-class HeldIntake:
-    """The Intake port, admitting into a list; ``hold`` keeps admissions open until released."""
-
-    def __init__(self) -> None:
-        self.accepting = True
-        self.admitted: list[Inbound] = []
-        self.attempts = 0
-        self.fail_first = 0  # this many admissions fail as a broken store would
-        self.hold = False
-        self.released = anyio.Event()
-        self.entered = anyio.Event()
-
-    async def admit(self, inbound: Inbound) -> Admission:
-        self.attempts += 1
-        self.entered.set()
-        if self.hold:
-            await self.released.wait()
-        if self.fail_first > 0:
-            self.fail_first -= 1
-            raise StoreError("disk I/O error")
-        duplicate = any(a.platform_message_id == inbound.platform_message_id for a in self.admitted)
-        if not duplicate:
-            self.admitted.append(inbound)
-        row = StoredMessage(
-            len(self.admitted), inbound.conversation, "user", inbound.text, "pending", 0.0
-        )
-        return Admission(row, duplicate)
-
-    async def command(self, platform: str, conversation: str, name: str) -> str:
-        return f"ran /{name}"
-
-    async def delivered(self, chunk_id: int, platform_message_id: str) -> None: ...
-
-    async def undeliverable(self, chunk_id: int, reason: str) -> None: ...
-
-    async def is_approved(self, platform: str, user_id: str) -> bool:
-        return True
-
-    async def request_pairing(self, platform: str, user_id: str, label: str) -> str | None:
-        return None
-
-    async def reply_to(self, user_row_id: int) -> StoredMessage | None:
-        return None
-
-    async def transcript(self, conversation: str) -> list[StoredMessage]:
-        return []
 
 
 @pytest.fixture
@@ -85,14 +36,14 @@ async def tg() -> AsyncIterator[FakeTelegram]:
 def adapter(tg: FakeTelegram, intake: HeldIntake) -> TelegramAdapter:
     config = TelegramConfig(token=tg.token, api_base=tg.origin, poll_timeout_s=5)
     events: list[Event] = []
-    return TelegramAdapter(config, intake, observe=events.append)
+    return TelegramAdapter(config, ledger=intake, access=intake, observe=events.append)
 
 
 async def test_the_offset_advances_only_after_the_admission_commits(tg: FakeTelegram) -> None:
     intake = HeldIntake()
     intake.hold = True
     async with anyio.create_task_group() as group:
-        await group.start(adapter(tg, intake).run)
+        await group.start(adapter(tg, intake).run, intake)
         first = tg.inject_message(ALICE, "first")["update_id"]
         second = tg.inject_message(ALICE, "second")["update_id"]
         with anyio.fail_after(10):
@@ -117,7 +68,7 @@ async def test_stopping_during_an_admission_leaves_the_update_with_telegram(
     crashed = HeldIntake()
     crashed.hold = True  # never completes: the process "dies" in the middle of admitting
     async with anyio.create_task_group() as group:
-        await group.start(adapter(tg, crashed).run)
+        await group.start(adapter(tg, crashed).run, crashed)
         update_id = tg.inject_message(ALICE, "in flight")["update_id"]
         with anyio.fail_after(10):
             await crashed.entered.wait()
@@ -128,7 +79,7 @@ async def test_stopping_during_an_admission_leaves_the_update_with_telegram(
 
     restarted = HeldIntake()
     async with anyio.create_task_group() as group:
-        await group.start(adapter(tg, restarted).run)
+        await group.start(adapter(tg, restarted).run, restarted)
         with anyio.fail_after(10):
             await tg.wait_for_confirmed(update_id)
         group.cancel_scope.cancel()
@@ -139,7 +90,7 @@ async def test_a_failed_admission_is_fetched_again_and_admitted_once(tg: FakeTel
     intake = HeldIntake()
     intake.fail_first = 1
     async with anyio.create_task_group() as group:
-        await group.start(adapter(tg, intake).run)
+        await group.start(adapter(tg, intake).run, intake)
         one = tg.inject_message(ALICE, "one")["update_id"]
         with anyio.fail_after(10):
             await tg.wait_for_confirmed(one)

@@ -46,9 +46,9 @@ from gateway.config import TelegramConfig
 from platforms.telegram import TelegramAdapter
 from platforms.telegram._poller import PollerStep, poller_step
 from tests.fakes.openai_server import FakeModel, Hold, Ok, Sleep, open_fake_model
+from tests.fakes.runtime import HeldIntake
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
 from tests.harness import GatewayProcess, cluster_nodes, free_port, pg_fetch, start_all
-from tests.test_telegram_admission import HeldIntake
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -389,7 +389,9 @@ class StandInLeases:
 
 def leased_adapter(tg: FakeTelegram, intake: HeldIntake, leases: StandInLeases) -> TelegramAdapter:
     config = TelegramConfig(token=tg.token, api_base=tg.origin, poll_timeout_s=5)
-    return TelegramAdapter(config, intake, observe=lambda event: None, leases=leases)
+    return TelegramAdapter(
+        config, ledger=intake, access=intake, observe=lambda event: None, leases=leases
+    )
 
 
 async def test_a_lost_lease_stops_the_poll_and_a_regained_one_resumes_it(tg: FakeTelegram) -> None:
@@ -399,7 +401,7 @@ async def test_a_lost_lease_stops_the_poll_and_a_regained_one_resumes_it(tg: Fak
     leases.on_release = lambda: polling_at_release.append(tg.polling_clients())
     telegram = leased_adapter(tg, intake, leases)
     async with anyio.create_task_group() as group:
-        await group.start(telegram.run)
+        await group.start(telegram.run, intake)
         first = tg.inject_message(CHATS[0], "first")["update_id"]
         with anyio.fail_after(10):
             await tg.wait_for_confirmed(first)
@@ -432,7 +434,7 @@ async def test_a_drain_stops_the_poll_then_releases_the_lease(tg: FakeTelegram) 
     leases.on_release = lambda: polling_at_release.append(tg.polling_clients())
     telegram = leased_adapter(tg, intake, leases)
     async with anyio.create_task_group() as group:
-        await group.start(telegram.run)
+        await group.start(telegram.run, intake)
         with anyio.fail_after(10):
             await tg.wait_for_poller()
         intake.accepting = False  # the gateway began draining
@@ -451,7 +453,7 @@ async def test_a_node_that_does_not_poll_is_ready_and_probes_telegram(tg: FakeTe
     tg.fail_next("setMyCommands", status=502)  # this node's last Bot API call failed
     telegram = leased_adapter(tg, intake, leases)
     async with anyio.create_task_group() as group:
-        await group.start(telegram.run)
+        await group.start(telegram.run, intake)
         assert telegram.connected is False  # Telegram looked unreachable
         leases.gate.set()
         with anyio.fail_after(10):

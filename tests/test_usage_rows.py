@@ -14,7 +14,7 @@ import pytest
 
 from gateway.messages import Failure, Inbound, TurnResult, Usage
 from gateway.session import Commit, Rerun, TurnState, plan
-from gateway.store import open_sqlite_store
+from gateway.store import AdmitRow, AnswerTurn, ReplyTo, Transcript, open_sqlite_store
 from gateway.store._schema import MIGRATIONS
 from gateway.store.postgres import open_postgres_store
 
@@ -38,7 +38,10 @@ def inbound(text: str, pmid: str, conversation: str = "peer:u") -> Inbound:
 async def test_reply_rows_carry_the_models_token_counts(open_store: Opener) -> None:
     failure = Failure("server", True)
     async with open_store() as store:
-        rows = [(await store.admit(inbound(f"q{i}", f"m{i}", f"peer:u{i}"))).row for i in range(4)]
+        rows = [
+            (await store.submit(AdmitRow(inbound(f"q{i}", f"m{i}", f"peer:u{i}")))).row
+            for i in range(4)
+        ]
         results = [
             TurnResult(reply="a0", model="m", usage=Usage(10, 4)),
             TurnResult(reply="a1", model="m", usage=Usage(20, 8)),
@@ -48,13 +51,15 @@ async def test_reply_rows_carry_the_models_token_counts(open_store: Opener) -> N
         outcomes: dict[int, Any] = {}
 
         async def answer(i: int) -> None:  # at once: one batch, one statement for them all
-            outcomes[i] = await store.answer(rows[i], results[i], [results[i].reply])
+            outcomes[i] = await store.submit(
+                AnswerTurn(rows[i], results[i], tuple([results[i].reply]))
+            )
 
         async with anyio.create_task_group() as tg:
             for i in range(4):
                 tg.start_soon(answer, i)
-        transcript = [m for i in range(4) for m in await store.transcript(f"peer:u{i}")]
-        reply = await store.reply_to(rows[1].id)
+        transcript = [m for i in range(4) for m in await store.read(Transcript(f"peer:u{i}"))]
+        reply = await store.read(ReplyTo(rows[1].id))
     assert [outcomes[i].usage for i in range(4)] == [r.usage for r in results]
     replies = [
         (m.content, m.prompt_tokens, m.completion_tokens)
@@ -82,7 +87,7 @@ async def test_an_old_sqlite_store_is_migrated_to_token_columns(tmp_path: Path) 
             " user_row_id, created_at) VALUES (2, 'peer:o', 'assistant', 'a', 'final', 'peer', 1, 0)"
         )
     async with open_sqlite_store(str(path)) as store:
-        transcript = await store.transcript("peer:o")
+        transcript = await store.read(Transcript("peer:o"))
     assert [(m.content, m.prompt_tokens) for m in transcript] == [("q", None), ("a", None)]
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)

@@ -1,4 +1,5 @@
-"""Durable storage: the store interface, its SQLite and PostgreSQL backends, and the factory."""
+"""Durable storage: the store interface, its commands (by concern), the SQLite and PostgreSQL
+backends, and the factory."""
 
 from __future__ import annotations
 
@@ -7,8 +8,51 @@ from contextlib import asynccontextmanager
 
 from gateway.config import Config
 from gateway.events import Observe
-from gateway.store.base import Store
+from gateway.store.admission import (
+    AdmitRow,
+    BacklogOf,
+    ConversationsWithPending,
+    PendingCount,
+    PendingHeaders,
+    PendingRows,
+)
+from gateway.store.answers import AnswerTurn, CancelTurn, ReplyTo
+from gateway.store.attachments import AttachmentBytes, Blob, SaveAttachment
+from gateway.store.base import Store, StoreStatistics
+from gateway.store.commands import Query, Write
+from gateway.store.console import RecentFailures, SearchConversations
+from gateway.store.conversations import (
+    Conversations,
+    DeleteConversation,
+    DeleteTurn,
+    ExpiredConversations,
+    PurgeConversation,
+    ResetConversation,
+)
+from gateway.store.outbox import (
+    ExpireChunks,
+    ExpireInFlight,
+    FailChunk,
+    MarkDelivered,
+    MarkSending,
+    OutboxChunks,
+    OutboxPending,
+    Undelivered,
+)
+from gateway.store.pairing import (
+    ApprovedUsers,
+    ApprovePairing,
+    IsApproved,
+    PairingCodes,
+    RejectPairing,
+    RequestPairing,
+    RevokeUser,
+)
+from gateway.store.previews import PreviewOf, RecordPreview
+from gateway.store.push_configs import PushConfigsOf, SetPushConfig
 from gateway.store.sqlite import SqliteStore, open_sqlite_store
+from gateway.store.summaries import SaveSummary, SummaryOf
+from gateway.store.transcripts import History, Message, Transcript
 
 
 @asynccontextmanager
@@ -46,4 +90,57 @@ def describe(config: Config) -> str:
     return f"SQLite at {config.store.path}"
 
 
-__all__ = ["SqliteStore", "Store", "describe", "open_sqlite_store", "open_store"]
+__all__ = [
+    "AdmitRow",
+    "AnswerTurn",
+    "ApprovePairing",
+    "ApprovedUsers",
+    "AttachmentBytes",
+    "BacklogOf",
+    "Blob",
+    "CancelTurn",
+    "Conversations",
+    "ConversationsWithPending",
+    "DeleteConversation",
+    "DeleteTurn",
+    "ExpireChunks",
+    "ExpireInFlight",
+    "ExpiredConversations",
+    "FailChunk",
+    "History",
+    "IsApproved",
+    "MarkDelivered",
+    "MarkSending",
+    "Message",
+    "OutboxChunks",
+    "OutboxPending",
+    "PairingCodes",
+    "PendingCount",
+    "PendingHeaders",
+    "PendingRows",
+    "PreviewOf",
+    "PurgeConversation",
+    "PushConfigsOf",
+    "Query",
+    "RecentFailures",
+    "RecordPreview",
+    "RejectPairing",
+    "ReplyTo",
+    "RequestPairing",
+    "ResetConversation",
+    "RevokeUser",
+    "SaveAttachment",
+    "SaveSummary",
+    "SearchConversations",
+    "SetPushConfig",
+    "SqliteStore",
+    "Store",
+    "StoreStatistics",
+    "SummaryOf",
+    "Transcript",
+    "Undelivered",
+    "Write",
+    "describe",
+    "open_sqlite_store",
+    "open_store",
+]

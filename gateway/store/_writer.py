@@ -1,6 +1,6 @@
 """Group commit, shared by the store backends.
 
-Every write (a typed command, ``_ops``) is sent to one writer task. The writer takes all
+Every write (a typed command, ``commands.Write``) is sent to one writer task. The writer takes all
 writes that are waiting and hands them to the backend's ``apply`` as one batch, which the
 backend commits as one transaction: under load, many conversations' admissions and answers
 share one commit instead of queueing behind one commit each. Each write still settles as a
@@ -24,14 +24,14 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import TypeVar, cast
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import anyio
 
 from gateway.errors import GatewayError, StoreClosed, StoreError, StoreUnavailable
 from gateway.events import Observe, StoreCommitted
-from gateway.store._ops import StoreWrite, Write
+from gateway.store.commands import Write
 
 log = logging.getLogger(__name__)
 
@@ -39,23 +39,24 @@ MAX_BATCH = 512
 R = TypeVar("R")
 
 #: What a backend's ``apply`` does with a batch: one result per write, in order.
-Apply = Callable[[list[StoreWrite]], Awaitable[Sequence[object]]]
+Apply = Callable[[list[Write[Any]]], Awaitable[Sequence[object]]]
 
 
 @dataclass(eq=False, slots=True)
-class Pending:
+class Pending(Generic[R]):
     """One write waiting for the writer; ``settled`` once it committed or failed.
 
     Its submitter waits on a bare future of the loop, not an anyio Event: both store
     backends' drivers (aiosqlite, asyncpg) are asyncio's anyway, and an anyio Event a write
     (the backend looked up through sniffio, an asyncio Event, the future inside it) was
     close to half of the loop thread's samples when the writer is pushed (py-spy). A submitter
-    cancelled while it waits cancels its future; the write still settles.
+    cancelled while it waits cancels its future; the write still settles. ``result`` is typed
+    as the write declares it (``Write[R]``), so ``submit`` returns it with no cast.
     """
 
-    write: StoreWrite
+    write: Write[R]
     waiter: asyncio.Future[None]
-    result: object = None
+    result: R = field(init=False)
     error: BaseException | None = None
     settled: bool = False
 
@@ -99,7 +100,7 @@ class GroupWriter:
         self._stopped = anyio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None  # the submitters' (at the first)
         self._mailbox = mailbox
-        self._queue: deque[Pending] = deque()
+        self._queue: deque[Pending[Any]] = deque()
         self._closed = False
         self._arrived: anyio.Event | None = None  # while the writer waits for a write
         self._room: anyio.Event | None = None  # while a submitter waits for a full mailbox
@@ -115,7 +116,6 @@ class GroupWriter:
 
     async def submit(self, write: Write[R]) -> R:
         """Queue ``write`` and wait until it committed: its result, or its error raised."""
-        assert isinstance(write, StoreWrite), f"not a store write: {write!r}"
         while len(self._queue) >= self._mailbox and not self._closed:
             if self._room is None:
                 self._room = anyio.Event()
@@ -133,8 +133,7 @@ class GroupWriter:
         await waiter
         if op.error is not None:
             raise op.error
-        # The backend returned what ``write``'s class promises (``_ops``: Write[R]).
-        return cast(R, op.result)
+        return op.result
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -197,7 +196,7 @@ class GroupWriter:
                 _fail(left, StoreClosed("the store closed before this write was committed"))
             self._stopped.set()
 
-    async def _commit(self, batch: list[Pending]) -> None:
+    async def _commit(self, batch: list[Pending[Any]]) -> None:
         started = time.perf_counter()
         for op in batch:  # a retried operation starts clean
             op.result, op.error = None, None
@@ -244,7 +243,7 @@ class GroupWriter:
             op.settle()
 
 
-def _fail(batch: list[Pending], exc: StoreError) -> None:
+def _fail(batch: list[Pending[Any]], exc: StoreError) -> None:
     """Fail every write of ``batch`` not settled yet with (a copy of) ``exc``."""
     for op in batch:
         if op.settled:

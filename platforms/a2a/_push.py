@@ -24,7 +24,7 @@ from yarl import URL
 
 from gateway.errors import PlatformError
 from gateway.messages import OutboxChunk
-from gateway.ports import Intake
+from gateway.ports import PushConfigs
 from platforms.a2a.convert import Dialect, PushTarget
 from platforms.a2a.errors import INVALID_PARAMS, PUSH_NOT_SUPPORTED, RpcError
 from policy.backoff import Backoff
@@ -40,9 +40,9 @@ TaskBody = Callable[[int, Dialect], Awaitable[dict[str, Any]]]
 
 
 class Pusher:
-    def __init__(self, hosts: tuple[str, ...], intake: Intake, body: TaskBody) -> None:
+    def __init__(self, hosts: tuple[str, ...], configs: PushConfigs, body: TaskBody) -> None:
         self._hosts = frozenset(h.lower().strip("[]") for h in hosts)
-        self._intake = intake
+        self._configs = configs
         self._body = body
         self._http: aiohttp.ClientSession | None = None
         self._backoff = Backoff(0.5, 10.0)
@@ -75,14 +75,14 @@ class Pusher:
     async def save(self, row_id: int, target: PushTarget) -> PushTarget:
         if not target.id:  # as a2a-sdk's stores do: one default config per task, replaced
             target = dataclasses.replace(target, id=str(row_id))
-        await self._intake.save_push_config(row_id, target.id, _encode(target))
+        await self._configs.save(row_id, target.id, _encode(target))
         return target
 
     async def configs(self, row_id: int) -> list[PushTarget]:
-        return [_decode(text) for text in await self._intake.push_configs(row_id)]
+        return [_decode(text) for text in await self._configs.configs(row_id)]
 
     async def delete(self, row_id: int, config_id: str) -> None:
-        await self._intake.delete_push_config(row_id, config_id)
+        await self._configs.delete(row_id, config_id)
 
     async def send(self, chunk: OutboxChunk) -> str:
         """Notify every config of the chunk's task (the courier's send)."""

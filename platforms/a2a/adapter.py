@@ -40,7 +40,7 @@ from gateway.messages import (
     conversation_key,
     local_part,
 )
-from gateway.ports import Intake, Watch
+from gateway.ports import Intake, Ledger, PushConfigs, Transcripts, Watch
 from platforms import _fetch
 from platforms._courier import Courier, CourierStatistics, SentByCourier
 from platforms.a2a import _push, _stream, convert
@@ -129,27 +129,30 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
     """The ``a2a`` platform: its routes (mounted on the peer listener) and its outlet."""
 
     platform = PLATFORM
+    _intake: Intake  # what requests are admitted to: given to run()
 
     def __init__(
         self,
         config: A2aConfig,
-        intake: Intake,
         *,
+        transcripts: Transcripts,
+        push_configs: PushConfigs,
+        ledger: Ledger,
         scope: Callable[[web.Request], bytes],
         base_url: Callable[[], str],
         bearer: Callable[[], bool],
         observe: Observe = lambda event: None,
     ) -> None:
         self._config = config
-        self._intake = intake
+        self._transcripts = transcripts
         self._scope = scope
         self._base_url = base_url
         self._bearer = bearer
         self._settled = _Settled()
         self._watched: dict[str, Watched] = {}  # by platform message id
         self._running: dict[str, int] = {}  # conversation -> the user row running here
-        self._pusher = _push.Pusher(config.push_hosts, intake, self._push_body)
-        self._courier = Courier(PLATFORM, self._pusher.send, intake, observe=observe)
+        self._pusher = _push.Pusher(config.push_hosts, push_configs, self._push_body)
+        self._courier = Courier(PLATFORM, self._pusher.send, ledger, observe=observe)
         # Cancelled tasks to notify (no outbox chunk): a bounded queue, best effort.
         self._cancelled, self._to_notify = anyio.create_memory_object_stream[int](CANCEL_PUSHES)
         self.sse_keepalive_s = SSE_KEEPALIVE_S
@@ -171,8 +174,10 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
     # -- the platform's lifecycle ------------------------------------------------------------
 
     async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+        self, intake: Intake, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        """Serve ``intake``: started before the peer listener its routes are mounted on."""
+        self._intake = intake
         async with self._pusher.open(), anyio.create_task_group() as tg:
             await tg.start(self._courier.run)
             tg.start_soon(self._notify_cancelled)
@@ -299,7 +304,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         """The user row of a task this request's token may see; else TaskNotFound."""
         if not _TASK_ID.match(task_id):
             raise RpcError(TASK_NOT_FOUND)
-        row = await self._intake.message(int(task_id))
+        row = await self._transcripts.message(int(task_id))
         prefix = self._pmid(request, "")
         if (
             row is None
@@ -339,12 +344,12 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         )
 
     async def _view(self, row: StoredMessage) -> TaskView:
-        fresh = await self._intake.message(row.id)
+        fresh = await self._transcripts.message(row.id)
         if fresh is None:  # deleted meanwhile
             raise RpcError(TASK_NOT_FOUND)
         reply = None
         if fresh.state in (MessageState.ANSWERED, MessageState.FAILED):
-            reply = await self._intake.reply_to(fresh.id)
+            reply = await self._transcripts.reply_to(fresh.id)
         return self._view_of(fresh, reply)
 
     @contextmanager
@@ -409,7 +414,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         try:
             # First the store: the outcome may have been delivered before the event existed
             # (the turn ran while this request was still being admitted).
-            while (outcome := await self._intake.outcome(row_id)) is None:
+            while (outcome := await self._transcripts.outcome(row_id)) is None:
                 if event.is_set():  # delivered, but not readable yet: a replica's lag
                     await anyio.sleep(wait_s)
                 with anyio.move_on_after(wait_s) as timer:
@@ -425,7 +430,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
     ) -> dict[str, Any]:
         if not _CONTEXT_ID.match(wanted.context_id):
             return {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
-        rows = await self._intake.transcript(self._conversation(request, wanted.context_id))
+        rows = await self._transcripts.transcript(self._conversation(request, wanted.context_id))
         prefix = self._pmid(request, "")
         replies = {r.user_row_id: r for r in rows if r.role == "assistant"}
         views = [
@@ -488,7 +493,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         )
 
     async def _view_by_id(self, row_id: int) -> TaskView:
-        row = await self._intake.message(row_id)
+        row = await self._transcripts.message(row_id)
         if row is None:
             raise RpcError(TASK_NOT_FOUND)
         return await self._view(row)

@@ -19,7 +19,7 @@ import discord
 
 from gateway.config import DiscordConfig
 from gateway.messages import OutboxChunk, StoredMessage
-from gateway.ports import Intake, Watch
+from gateway.ports import Ledger, Watch
 from platforms._preview import Adopt, Budget, Key, Preview, Previews, Rate, Record
 from platforms.discord import convert
 from platforms.discord._client import MENTIONS
@@ -49,14 +49,14 @@ def watch(
     channel: discord.PartialMessageable,
     config: DiscordConfig,
     previews: Previews,
-    intake: Intake,
+    ledger: Ledger,
     row: StoredMessage,
 ) -> Watch | None:
     """What the session streams ``row``'s answer into: a preview opened in ``previews``
-    (recorded through ``intake`` before its first edit; a turn re-run after a restart
+    (recorded through ``ledger`` before its first edit; a turn re-run after a restart
     adopts the one recorded), or None when previews are off."""
-    adopt = partial(intake.preview_of, row.id) if previews.resumed(row) else None
-    record = partial(intake.record_preview, row.id)
+    adopt = partial(ledger.preview_of, row.id) if previews.resumed(row) else None
+    record = partial(ledger.record_preview, row.id)
     preview = open_preview(channel, config, previews.budget, row, record=record, adopt=adopt)
     if preview is None or previews.open(preview) is None:
         return None

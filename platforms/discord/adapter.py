@@ -40,7 +40,7 @@ from gateway.config import DiscordConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
 from gateway.events import DiscordBackfilled, Observe
 from gateway.messages import OutboxChunk, StoredMessage, TurnOutcome
-from gateway.ports import Intake, Leases, Watch
+from gateway.ports import Access, Intake, Leases, Ledger, Watch
 from platforms._access import check_access
 from platforms._courier import Courier, SentByCourier
 from platforms._live import LiveSection
@@ -84,12 +84,14 @@ STORE_BUSY = "I could not do that just now: please try again in a moment."
 
 class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCourier):
     platform = convert.PLATFORM
+    _intake: Intake  # what the incoming side serves: given to run()
 
     def __init__(
         self,
         config: DiscordConfig,
-        intake: Intake,
         *,
+        ledger: Ledger,
+        access: Access,
         observe: Observe = lambda event: None,
         mailbox: int = 1024,
         leases: Leases | None = None,
@@ -97,10 +99,11 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
     ) -> None:
         self._use_config(config, live)
         self._leases = leases  # several nodes: each runs the shards it holds
-        self._intake = intake
+        self._ledger = ledger
+        self._access = access
         self._observe = observe
         self._mailbox = mailbox
-        self._courier = Courier(self.platform, self._send_chunk, intake, observe=observe)
+        self._courier = Courier(self.platform, self._send_chunk, ledger, observe=observe)
         self._client: BotClient | None = None  # REST (and, unsharded on one node, the gateway)
         self._events: MemoryObjectSendStream[ClientEvent] | None = None
         self._links = Links(
@@ -160,7 +163,7 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
     async def deliver(self, outcome: TurnOutcome) -> None:
         channel = convert.channel_of(outcome.conversation)
         discard = partial(_stream.discard, self._live_client, channel)
-        await self._previews.settle(outcome, discard, self._intake.preview_of)
+        await self._previews.settle(outcome, discard, self._ledger.preview_of)
         await self._courier.deliver(outcome)
 
     async def wait_delivered(self) -> None:
@@ -172,7 +175,7 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
         if self._client is None or not self._logged_in:
             return None
         channel = self._client.get_partial_messageable(convert.channel_of(row.conversation))
-        return _stream.watch(channel, self._config, self._previews, self._intake, row)
+        return _stream.watch(channel, self._config, self._previews, self._ledger, row)
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
@@ -214,7 +217,10 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
 
     # -- the actor ---------------------------------------------------------------------------
 
-    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def run(
+        self, intake: Intake, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        self._intake = intake  # what the messages are handed to, from now on
         send, receive = anyio.create_memory_object_stream[ClientEvent](self._mailbox)
         self._events = send
         self._since = discord.utils.time_snowflake(discord.utils.utcnow())
@@ -466,7 +472,7 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
         only: ``seen`` None for a slash command)."""
         config = self._config
         access = await check_access(
-            self._intake,
+            self._access,
             self.platform,
             user_id,
             allow_users=config.allow_users,

@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 from aiohttp import web
 
-from gateway.ports import Intake
+from gateway.ports import Transcripts
 from platforms.peer.convert import parse_json
 from platforms.peer.errors import json_error
 
@@ -57,12 +57,14 @@ class BodyReader:
         return parse_json(text)
 
 
-async def attachment_response(intake: Intake, conversation: str, sha256: str) -> web.Response:
+async def attachment_response(
+    transcripts: Transcripts, conversation: str, sha256: str
+) -> web.Response:
     if not _SHA256.fullmatch(sha256):
         return json_error(
             400, "the attachment id must be a sha256 in lower-case hex", "bad_request"
         )
-    found = await intake.attachment(conversation, sha256)
+    found = await transcripts.attachment(conversation, sha256)
     if found is None:
         return json_error(404, "no such attachment in this session", "not_found")
     content_type, data = found

@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -31,7 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from gateway.config import PeerConfig, PeerToken
 from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, ChunkState, Inbound, StoredMessage, TurnOutcome
-from gateway.ports import Intake, Watch
+from gateway.ports import Intake, Ledger, Transcripts, Watch
 from platforms import _fetch
 from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.peer import convert, limits, responses, streaming
@@ -95,30 +96,41 @@ class _Waiters:
         return len(self._waiting)
 
 
+@dataclass(frozen=True, slots=True)
+class Serving:
+    """What the peer listener serves, handed over when it starts (built after every part it
+    reads: the intake, readiness, metrics and the console's view of the gateway)."""
+
+    intake: Intake
+    ready: Callable[[], dict[str, bool]]
+    metrics: Callable[[], Awaitable[bytes]]
+    admin: AdminDeps | None = None
+
+
 class PeerAdapter:
     platform = "peer"
+    _intake: Intake  # given when it starts (``Serving``), like readiness and metrics
+    _ready: Callable[[], dict[str, bool]]
+    _metrics: Callable[[], Awaitable[bytes]]
 
     def __init__(
         self,
         config: PeerConfig,
-        intake: Intake,
         *,
-        ready: Callable[[], dict[str, bool]],
-        metrics: Callable[[], Awaitable[bytes]],
+        ledger: Ledger,
+        transcripts: Transcripts,
         clock: Callable[[], float] = time.monotonic,
         live: Callable[[], PeerConfig] | None = None,
         reload: Reload | None = None,
         max_attachment_bytes: int = 20 * 1024 * 1024,
-        admin: AdminDeps | None = None,
     ) -> None:
         self._config = config  # what is read at start: listen, body size, connections
         self._auth = AuthHolder(live or (lambda: config), clock=clock)  # tokens: live
         self._reload = reload
         self._max_file = max_attachment_bytes
         self._bodies = BodyReader(config.max_body_bytes)
-        self._intake = intake
-        self._ready = ready
-        self._metrics = metrics
+        self._ledger = ledger
+        self._transcripts = transcripts
         self._waiters = _Waiters()
         self._pmids: dict[int, str] = {}
         self._watched: dict[str, Watched] = {}  # by platform message id
@@ -136,12 +148,8 @@ class PeerAdapter:
         self.port: int | None = None
         self._mounted: list[Callable[[web.Application], None]] = []
         self._counts = Counts()
-        # The operator console and its admin API (platforms.peer.admin), when wired.
-        self.admin = (
-            Admin(admin, token_of=self._token_of, tokens=lambda: self._auth.current().config.tokens)
-            if admin
-            else None
-        )
+        # The operator console and its admin API (platforms.peer.admin), when served.
+        self.admin: Admin | None = None
 
     def __repr__(self) -> str:
         return f"<PeerAdapter {self._config.listen} waiting={len(self._waiters)}>"
@@ -174,7 +182,7 @@ class PeerAdapter:
                 self._waiters.resolve(pmid, outcome)
         for chunk in outcome.chunks:  # pending: stored before the answer recorded delivery
             if chunk.state != ChunkState.DELIVERED:  # (a restart's redelivery of those)
-                await self._intake.delivered(chunk.id, f"http:{chunk.user_row_id}")
+                await self._ledger.delivered(chunk.id, f"http:{chunk.user_row_id}")
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
@@ -232,9 +240,24 @@ class PeerAdapter:
         name = token.name if isinstance(token, PeerToken) else "-"
         self._requests.labels(name, str(response.status)).inc()
 
+    def serve(self, serving: Serving) -> None:
+        """What the listener serves from now on (``run`` calls it; tests that build the app
+        without a listener too)."""
+        self._intake = serving.intake
+        self._ready = serving.ready
+        self._metrics = serving.metrics
+        if serving.admin is not None:
+            tokens = lambda: self._auth.current().config.tokens  # noqa: E731
+            self.admin = Admin(serving.admin, token_of=self._token_of, tokens=tokens)
+
     async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+        self,
+        serving: Serving,
+        *,
+        task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
+        """Listen and serve: started last, when every part ``serving`` reads is built."""
+        self.serve(serving)
         # handler_cancellation: a client that hangs up while it waits for its turn cancels its
         # handler, which lets go of the body, the text and its waiter (the turn itself runs
         # on in its session actor, and its reply is stored: a retry with the same
@@ -393,7 +416,7 @@ class PeerAdapter:
                     code="idempotency_key_reused",
                 )
             if admission.duplicate and row.state != "pending":
-                settled = await self._intake.outcome(row.id)
+                settled = await self._transcripts.outcome(row.id)
                 if settled is not None:
                     failure = settled.failure
                     if failure is not None and failure.retryable and not retry:
@@ -430,7 +453,7 @@ class PeerAdapter:
             with anyio.move_on_after(wait_s):
                 await event.wait()
             wait_s = min(wait_s * 2, REPLY_CHECK_MAX_S)  # a long turn costs few reads
-            if not event.is_set() and (settled := await self._intake.outcome(row_id)):
+            if not event.is_set() and (settled := await self._transcripts.outcome(row_id)):
                 self._pmids.pop(row_id, None)
                 self._waiters.resolve(pmid, settled)
 
@@ -470,13 +493,13 @@ class PeerAdapter:
 
     async def _messages(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])
-        rows = await self._intake.transcript(convert.conversation_key(session_id))
+        rows = await self._transcripts.transcript(convert.conversation_key(session_id))
         return web.json_response(convert.transcript_json(rows))
 
     async def _attachment(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])
         key = convert.conversation_key(session_id)
-        return await attachment_response(self._intake, key, request.match_info["sha256"])
+        return await attachment_response(self._transcripts, key, request.match_info["sha256"])
 
     async def _delete(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])

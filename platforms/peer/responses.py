@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from gateway.messages import STOPPED_REPLY, Failure, MessageState, StoredMessage, TurnOutcome, Usage
-from gateway.ports import Intake
+from gateway.ports import Intake, Transcripts
 from platforms.peer import _responses_json as rj
 from platforms.peer import convert, streaming
 from platforms.peer.errors import json_error
@@ -37,6 +37,7 @@ class Host(Protocol):
     """What the routes use of the peer adapter: its admission path and its access rules."""
 
     _intake: Intake
+    _transcripts: Transcripts
     sse_keepalive_s: float
 
     def _session(self, request: web.Request, session_id: str) -> str: ...
@@ -86,7 +87,7 @@ class ResponsesRoutes:
         """The user row of a response the request's token may read, else 404 (malformed,
         unknown, deleted, another token's, or a session outside its globs: all alike)."""
         row_id = rj.decode_id(resp_id, self._host._anon_scope(request))
-        row = await self._host._intake.message(row_id) if row_id is not None else None
+        row = await self._host._transcripts.message(row_id) if row_id is not None else None
         if (
             row is None
             or row.role != "user"
@@ -156,9 +157,9 @@ class ResponsesRoutes:
     async def retrieve(self, request: web.Request) -> web.Response:
         resp_id = request.match_info["response_id"]
         row = await self._turn_row(request, resp_id)
-        reply = await self._host._intake.reply_to(row.id)
+        reply = await self._host._transcripts.reply_to(row.id)
         scope = self._host._anon_scope(request)
-        transcript = await self._host._intake.transcript(row.conversation)
+        transcript = await self._host._transcripts.transcript(row.conversation)
         before = [r.id for r in transcript if r.role == "user" and r.id < row.id]
         previous = rj.response_id(before[-1], scope) if before else None
         status, text, usage, failure = _settled(row, reply)

@@ -50,7 +50,7 @@ from gateway.messages import (
     StoredMessage,
     TurnOutcome,
 )
-from gateway.ports import Intake, Leases, Watch
+from gateway.ports import Access, Intake, Leases, Ledger, Watch
 from platforms._access import check_access
 from platforms._attachments import MAX_DOWNLOADS
 from platforms._courier import Courier, SentByCourier
@@ -91,12 +91,14 @@ class SendNotice:
 
 class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
     platform = PLATFORM
+    _intake: Intake  # what the incoming side serves: given to run()
 
     def __init__(
         self,
         config: TelegramConfig,
-        intake: Intake,
         *,
+        ledger: Ledger,
+        access: Access,
         observe: Observe,
         leases: Leases | None = None,
         live: Callable[[], TelegramConfig] | None = None,  # a reload's section
@@ -106,9 +108,10 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         self._attachment_limit = attachment_limit  # [agent] max_attachment_bytes, now
         self._downloads = anyio.CapacityLimiter(MAX_DOWNLOADS)
         self._leases = leases  # several nodes: only the holder of "telegram:poller" polls
-        self._intake = intake
+        self._ledger = ledger
+        self._access = access
         self._observe = observe
-        self._courier = Courier(PLATFORM, self._send_chunk, intake, observe=observe)
+        self._courier = Courier(PLATFORM, self._send_chunk, ledger, observe=observe)
         self._updates_tx, self._updates_rx = anyio.create_memory_object_stream[UpdateReceived](64)
         self._notices = NoticeBox(self._send_notice, on_full=self._notice_dropped, size=256)
         self._queue = UpdateQueue(self._submit)
@@ -158,7 +161,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         async def discard(message_id: str) -> None:
             await _stream.discard(self._running_bot(), target, int(message_id))
 
-        await self._previews.settle(outcome, discard, self._intake.preview_of)
+        await self._previews.settle(outcome, discard, self._ledger.preview_of)
         await self._courier.deliver(outcome)
 
     async def wait_delivered(self) -> None:
@@ -171,8 +174,8 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         if bot is None:
             return None
         target = convert.parse_key(row.conversation)
-        adopt = partial(self._intake.preview_of, row.id) if self._previews.resumed(row) else None
-        record = partial(self._intake.record_preview, row.id)
+        adopt = partial(self._ledger.preview_of, row.id) if self._previews.resumed(row) else None
+        record = partial(self._ledger.record_preview, row.id)
         preview = _stream.open_preview(
             bot, self._config, self._previews.budget, target, row, record=record, adopt=adopt
         )
@@ -308,8 +311,9 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         return builder.build()
 
     async def run(
-        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+        self, intake: Intake, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
     ) -> None:
+        self._intake = intake  # what the updates are handed to, from now on
         application = self._build_application()
         # Initializing the application calls getMe: a wrong token fails the start here.
         try:
@@ -509,7 +513,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
             return Verdict.ACK
         config = self._config
         access = await check_access(
-            self._intake,
+            self._access,
             PLATFORM,
             incoming.user_id,
             allow_users=config.allow_users,

@@ -33,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from gateway.store import AdmitRow
 from tests.bench._procs import fake_model, memory_kib, wait_http
 from tests.harness import free_port
 
@@ -155,7 +156,9 @@ async def fill(db: Path, rows: int, conversations: int, chars: int) -> None:
         for start in range(0, rows, 500):
             await asyncio.gather(
                 *(
-                    store.admit(Inbound("peer", f"peer:c{i % conversations}", f"m{i}", text))
+                    store.submit(
+                        AdmitRow(Inbound("peer", f"peer:c{i % conversations}", f"m{i}", text))
+                    )
                     for i in range(start, min(rows, start + 500))
                 )
             )

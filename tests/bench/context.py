@@ -25,6 +25,7 @@ from pathlib import Path
 
 from agent import Agent, ClientPool, CompactingRunner
 from gateway.messages import ChatMessage, Inbound, TurnResult
+from gateway.store import AdmitRow, AnswerTurn, History
 from gateway.store.sqlite import open_sqlite_store
 from tests.harness import make_config
 
@@ -73,12 +74,14 @@ async def run(rows: int, chars: int, repeat: int) -> None:
         async with open_sqlite_store(str(db)) as store:
             key = "peer:bench"
             for i in range(rows // 2):
-                row = (await store.admit(Inbound("peer", key, f"m{i}", "w" * chars))).row
-                await store.answer(row, TurnResult(reply="w" * chars, model="m"), ["w"])
+                row = (await store.submit(AdmitRow(Inbound("peer", key, f"m{i}", "w" * chars)))).row
+                await store.submit(
+                    AnswerTurn(row, TurnResult(reply="w" * chars, model="m"), tuple(["w"]))
+                )
             runner = CompactingRunner(agent, store, rows, history_chars=100_000_000)
             ms = await _amedian_ms(lambda: runner._prepare(key, "q", 0, None), repeat)
             print(f"prepare rows={rows} (summary read, history read, fold decision): {ms:.3f} ms")
-            ms = await _amedian_ms(lambda: store.history(key, rows), repeat)
+            ms = await _amedian_ms(lambda: store.read(History(key, rows)), repeat)
             print(f"history rows={rows} (the store read alone): {ms:.3f} ms")
 
 

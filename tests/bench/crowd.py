@@ -38,7 +38,7 @@ from gateway.messages import TurnResult as Result
 from gateway.ports import Watch
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
-from gateway.store import open_sqlite_store
+from gateway.store import AdmitRow, open_sqlite_store
 from tests.bench import _procs
 
 
@@ -183,7 +183,7 @@ async def python_crowd(actors: int) -> dict[str, float]:
                     platform.all = anyio.Event()
                     for c in range(count):
                         inbound = Inbound("peer", f"peer:{prefix}{c}", f"{prefix}{c}", "hello")
-                        await router.deliver((await store.admit(inbound)).row)
+                        await router.deliver((await store.submit(AdmitRow(inbound))).row)
                     await platform.all.wait()
                     await anyio.wait_all_tasks_blocked()
 

@@ -32,6 +32,7 @@ from typing import Any
 
 import aiohttp
 
+from gateway.store import History
 from tests.bench import _load, _procs, _seed
 
 Result = dict[str, float]
@@ -198,11 +199,11 @@ async def _time_history(store: Any, repeat: int) -> dict[str, str]:
     out = {}
     for name in ("short", "long"):
         key = f"peer:{name}0"
-        await store.history(key, 20)
+        await store.read(History(key, 20))
         times = []
         for _ in range(repeat):
             started = time.perf_counter()
-            rows = await store.history(key, 20)
+            rows = await store.read(History(key, 20))
             times.append(1000 * (time.perf_counter() - started))
         assert len(rows) == 20, len(rows)
         out[f"history(20) at row {20 if name == 'short' else 20_000}"] = (

@@ -17,12 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.store import _console as console
-from gateway.store import _lifecycle as lifecycle
-from gateway.store import _pg_lifecycle as pg_lifecycle
-from gateway.store import _queries as q
-from gateway.store._pg_reads import MSG_COLUMNS as PG_COLUMNS
+from gateway.store import admission, console, conversations, outbox
 from gateway.store._rows import MSG_COLUMNS as COLUMNS
+from gateway.store._rows import numbered
 from tests.bench import _seed
 
 KEY = "peer:seed77"
@@ -38,12 +35,12 @@ REPLY_TO = (
 
 #: name: (SQLite SQL, its parameters); every turn runs the first ones.
 SQLITE: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "turn: backlog caps": (lifecycle._BACKLOG, (KEY, 100, 1000, "peer", "x")),
+    "turn: backlog caps": (admission._BACKLOG, (KEY, 100, 1000, "peer", "x")),
     "turn: admission's row": (
         f"SELECT {COLUMNS} FROM messages WHERE (platform = ? AND platform_message_id = ?)",
         ("peer", "x"),
     ),
-    "turn: pending headers": (lifecycle._HEADERS, (KEY,)),
+    "turn: pending headers": (admission._HEADERS, (KEY,)),
     "turn: message by id": (f"SELECT {COLUMNS} FROM messages WHERE id = ?", (5,)),
     "turn: history (20)": (f"SELECT {COLUMNS} FROM messages" + HISTORY, (KEY, KEY, 20)),
     "turn: attachments of rows": (
@@ -53,15 +50,15 @@ SQLITE: dict[str, tuple[str, tuple[Any, ...]]] = {
     "turn: summary": ("SELECT content, through FROM summaries WHERE conversation = ?", (KEY,)),
     "turn: reply_to (peer replay)": (f"SELECT {COLUMNS} FROM messages" + REPLY_TO, (999_999,) * 2),
     "start: undelivered": ("SELECT id FROM outbox WHERE state = 'pending' ORDER BY id", ()),
-    "start: conversations with pending": (q.CONVERSATIONS_WITH_PENDING, ()),
+    "start: conversations with pending": (admission._WITH_PENDING, ()),
     "start: in flight": ("SELECT id FROM outbox WHERE state = 'sending'", ()),
-    "metrics: outbox pending": (q.OUTBOX_PENDING, ()),
-    "console: page of conversations": (console.search_sql("instr", False), ("", 50)),
-    "console: next page": (console.search_sql("instr", True), ("", 1e12, 1e12, "z", 50)),
-    "console: outbox": (console.OUTBOX_SQL, (50,)),
+    "metrics: outbox pending": (outbox._OUTBOX_PENDING, ()),
+    "console: page of conversations": (console._search_sql("instr", False), ("", 50)),
+    "console: next page": (console._search_sql("instr", True), ("", 1e12, 1e12, "z", 50)),
+    "console: outbox": (outbox._CHUNKS, (50,)),
     "retention: idle conversations": (
-        lifecycle._EXPIRED,
-        (time.time() - 86400 * 30, lifecycle.ANONYMOUS_PATTERN, time.time() - 86400),
+        conversations._EXPIRED,
+        (time.time() - 86400 * 30, conversations.ANONYMOUS_PATTERN, time.time() - 86400),
     ),
     "status: recent failures": (
         f"SELECT {COLUMNS} FROM messages WHERE role = 'assistant' AND failure IS NOT NULL"
@@ -74,27 +71,23 @@ SQLITE: dict[str, tuple[str, tuple[Any, ...]]] = {
         " WHERE id = ?) AND user_row_id = ?",
         (5, 5),
     ),
-    "delete turn: its replies": (lifecycle._REPLIES, (5,)),
+    "delete turn: its replies": (conversations._REPLIES, (5,)),
 }
-
-
-def numbered(sql: str) -> str:
-    return console.numbered(sql)
 
 
 PG_KEY = "peer:other77"
 #: The PostgreSQL store's text of the same reads.
 POSTGRES: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "turn: backlog caps": (pg_lifecycle._BACKLOG, (PG_KEY, 100, 1000, "peer", "x")),
+    "turn: backlog caps": (numbered(admission._BACKLOG), (PG_KEY, 100, 1000, "peer", "x")),
     "turn: admission's row": (
-        f"SELECT {PG_COLUMNS} FROM messages WHERE (platform, platform_message_id) IN"
+        f"SELECT {COLUMNS} FROM messages WHERE (platform, platform_message_id) IN"
         " (SELECT * FROM unnest($1::text[], $2::text[]))",
         (["peer"], ["x"]),
     ),
-    "turn: pending headers": (pg_lifecycle._HEADERS, (PG_KEY,)),
-    "turn: message by id": (f"SELECT {PG_COLUMNS} FROM messages WHERE id = $1", (5,)),
+    "turn: pending headers": (numbered(admission._HEADERS), (PG_KEY,)),
+    "turn: message by id": (f"SELECT {COLUMNS} FROM messages WHERE id = $1", (5,)),
     "turn: history (20)": (
-        f"SELECT {PG_COLUMNS} FROM messages"
+        f"SELECT {COLUMNS} FROM messages"
         + numbered(HISTORY).replace("$2", "$1").replace("$3", "$2"),
         (PG_KEY, 20),
     ),
@@ -104,7 +97,7 @@ POSTGRES: dict[str, tuple[str, tuple[Any, ...]]] = {
         ([PG_KEY],),
     ),
     "turn: reply_to (peer replay)": (
-        f"SELECT {PG_COLUMNS} FROM messages" + numbered(REPLY_TO).replace("$2", "$1"),
+        f"SELECT {COLUMNS} FROM messages" + numbered(REPLY_TO).replace("$2", "$1"),
         (199_999,),
     ),
     "start: undelivered": (
@@ -112,14 +105,14 @@ POSTGRES: dict[str, tuple[str, tuple[Any, ...]]] = {
         " ORDER BY id",
         (None,),
     ),
-    "console: page of conversations": (numbered(console.search_sql("strpos", False)), ("", 50)),
-    "console: outbox": (numbered(console.OUTBOX_SQL), (50,)),
+    "console: page of conversations": (numbered(console._search_sql("strpos", False)), ("", 50)),
+    "console: outbox": (numbered(outbox._CHUNKS), (50,)),
     "retention: idle conversations": (
-        pg_lifecycle._EXPIRED,
-        (time.time() - 86400 * 30, lifecycle.ANONYMOUS_PATTERN, time.time() - 86400),
+        numbered(conversations._EXPIRED),
+        (time.time() - 86400 * 30, conversations.ANONYMOUS_PATTERN, time.time() - 86400),
     ),
     "status: recent failures": (
-        f"SELECT {PG_COLUMNS} FROM messages WHERE role = 'assistant' AND failure IS NOT NULL"
+        f"SELECT {COLUMNS} FROM messages WHERE role = 'assistant' AND failure IS NOT NULL"
         " ORDER BY id DESC LIMIT $1",
         (10,),
     ),

@@ -23,6 +23,7 @@ from pathlib import Path
 import anyio
 
 from gateway.messages import Inbound, TurnResult
+from gateway.store import AdmitRow, AnswerTurn, MarkDelivered
 from gateway.store.sqlite import open_sqlite_store
 from tests.bench._figures import spread
 
@@ -35,9 +36,11 @@ async def push(path: Path, writers: int, turns: int) -> dict[str, float]:
         async def writer(w: int) -> None:
             for n in range(per_writer):
                 inbound = Inbound("peer", f"peer:w{w}", f"w{w}-{n}", f"hello there {n}")
-                admission = await store.admit(inbound)
-                outcome = await store.answer(admission.row, TurnResult(f"echo {n}"), [f"echo {n}"])
-                await store.mark_delivered(outcome.chunks[0].id, f"http:{admission.row.id}")
+                admission = await store.submit(AdmitRow(inbound))
+                outcome = await store.submit(
+                    AnswerTurn(admission.row, TurnResult(f"echo {n}"), tuple([f"echo {n}"]))
+                )
+                await store.submit(MarkDelivered(outcome.chunks[0].id, f"http:{admission.row.id}"))
 
         async with anyio.create_task_group() as tg:
             for w in range(writers):

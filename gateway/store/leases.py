@@ -1,63 +1,40 @@
-"""Leases in the PostgreSQL store: which node hosts each conversation, and named leases.
+"""This node's leases in the PostgreSQL store: which node hosts each conversation, and the
+named leases (the Telegram poller, Discord shards).
 
-A conversation row carries its lease: ``owner`` (a node) and ``fence`` (bumped at every claim;
-the answer commit checks it). The lease lasts as long as the owner node's heartbeat is fresh:
-``nodes.last_seen + nodes.lease_s`` is the expiry of every lease the node holds, so one
-heartbeat renews them all with one row update, however many conversations it holds. (Renewing
-an expiry column on every held conversation row was measured at 32 us per conversation: 10,000
-held conversations made each heartbeat 320 ms, 30,000 longer than the heartbeat itself.)
-
-A node claims a conversation when it admits a message for it and no live node holds it
-(``place``), when a notification names it (``acquire``), or when its sweep finds pending rows or
-undelivered replies held by nobody or by a dead node (``claim_orphans``, ``FOR UPDATE SKIP
-LOCKED``, so nodes never wait on each other). A claimer locks the dead node's row ``FOR SHARE``
-while it claims, and a heartbeat locks its own row ``FOR UPDATE``, so a node whose heartbeat
-comes late learns in that same heartbeat whether anything was taken from it. Named leases
-(``leases`` table: the Telegram poller, Discord shards) are few and keep an expiry per row.
-
-Lease times are the database's clock (``NOW``). ``place`` is the pure decision; the methods
-here are the I/O.
+One heartbeat renews every conversation lease of a node with one row update (its ``nodes``
+row: ``last_seen + lease_s`` is the expiry of every lease it holds; renewing an expiry column
+on every held conversation row was measured at 32 us per conversation: 10,000 held
+conversations made each heartbeat 320 ms). A node claims a conversation when it admits a
+message for it and no live node holds it (``placement.place``), when a notification names it
+(:meth:`PgLeases.acquire`), or when its sweep finds pending rows or undelivered replies held by
+nobody or by a dead node (:meth:`PgLeases.claim_orphans`, ``FOR UPDATE SKIP LOCKED``, so nodes
+never wait on each other). A claimer locks the dead node's row ``FOR SHARE`` while it claims,
+and a heartbeat locks its own row ``FOR UPDATE``, so a node whose heartbeat comes late learns
+in that same heartbeat whether anything was taken from it. Named leases (``leases`` table) are
+few and keep an expiry per row.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from enum import Enum
+import logging
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 import asyncpg
 
 from gateway.errors import StoreError
-from gateway.store._pg_connection import translating
+from gateway.store._errors import mapped
+from gateway.store._pg_connection import PG_ERRORS, close_or_cut, translating
+from gateway.store.placement import ALIVE, NOW, Claims, Renewal
 
-NOW = "extract(epoch from clock_timestamp())"
-#: A node row is alive while its heartbeat is fresh (``n`` is the nodes table).
-ALIVE = f"(n.last_seen + n.lease_s > {NOW})"
-
-
-class Placement(Enum):
-    MINE = "mine"  # this node holds the live lease
-    REMOTE = "remote"  # another node holds a live lease: notify it
-    CLAIM = "claim"  # nobody holds a live lease (or ours lapsed): take it, bumping the fence
+log = logging.getLogger(__name__)
 
 
-def place(owner: str | None, live: bool, node: str, held: bool) -> Placement:
-    """Where a conversation with a newly admitted row runs."""
-    if live and owner == node and held:
-        return Placement.MINE
-    if live and owner is not None and owner != node:
-        return Placement.REMOTE
-    return Placement.CLAIM
-
-
-@dataclass(frozen=True, slots=True)
-class Renewal:
-    """What one heartbeat found: leases lost, and held conversations with pending rows."""
-
-    lost: tuple[str, ...]
-    lost_named: tuple[str, ...]
-    with_pending: tuple[str, ...]
+def channel(node: str) -> str:
+    """The LISTEN channel of one node."""
+    return f"botmux:{node}"
 
 
 async def dead_nodes(db: asyncpg.pool.PoolConnectionProxy[Any], me: str) -> list[str]:
@@ -69,13 +46,85 @@ async def dead_nodes(db: asyncpg.pool.PoolConnectionProxy[Any], me: str) -> list
     return [r["node"] for r in rows]
 
 
-class LeasesMixin:
-    node: str
-    lease_s: float
-    leases: dict[str, int]
-    named: dict[str, int]
-    claimed: Callable[[list[tuple[str, str | None]]], None]
-    _pool: asyncpg.Pool
+class PgLeases:
+    """This node's leases on PostgreSQL: the conversations it holds (``held``: key -> fence)
+    and the named ones (``named``), with the statements that take, renew and release them.
+
+    The store's writer reads ``held`` (admission places conversations, the answer commit is
+    fenced on it) and reports what an admission claimed (:meth:`took`); ``gateway.cluster`` is
+    handed this object and drives the rest, reading what was claimed from :attr:`claims`.
+    """
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        url: str,
+        node: str,
+        lease_s: float,
+        options: dict[str, Any],
+        mailbox: int = 10_000,
+    ) -> None:
+        self.node = node
+        self.lease_s = lease_s
+        self.held: dict[str, int] = {}  # conversations this node holds: key -> fence
+        self.named: dict[str, int] = {}  # named leases this node holds: name -> fence
+        self._pool = pool
+        self._url = url
+        self._options = options
+        self._claimed, self.claims = anyio.create_memory_object_stream[Claims](mailbox)
+        self.dropped_claims = 0
+
+    def __repr__(self) -> str:
+        return f"<PgLeases node={self.node} held={len(self.held)} named={len(self.named)}>"
+
+    def holds(self, key: str) -> bool:
+        return key in self.held
+
+    def took(self, fences: dict[str, tuple[int, str | None]]) -> None:
+        """An admission's claims committed: they are this node's now (key -> (fence, the
+        previous owner)); the cluster runs what they hold."""
+        for key, (fence, _) in fences.items():
+            self.held[key] = fence
+        self._post(tuple((key, previous) for key, (_, previous) in fences.items()))
+
+    def forget_named(self) -> None:
+        """Cut off from the database for most of a lease (self-fencing): every named lease
+        counts as lost now; the adapters see it at their next look and stop."""
+        self.named.clear()
+
+    def close(self) -> None:
+        """The store closes: nothing more is posted."""
+        self._claimed.close()
+        self.claims.close()
+
+    def _post(self, claims: Claims) -> None:
+        try:
+            self._claimed.send_nowait(claims)
+        except anyio.ClosedResourceError:
+            pass  # the store is closing: the next start (or another node) finds them
+        except anyio.WouldBlock:
+            # Only a hint is lost: the next heartbeat finds the pending rows and the claims.
+            self.dropped_claims += 1
+            log.warning("cluster: claims not posted (mailbox full); the heartbeat finds them")
+
+    @asynccontextmanager
+    async def listening(self, callback: Callable[[str], None]) -> AsyncIterator[asyncpg.Connection]:
+        """Deliver this node's notifications (``pending:<key>``, ``reply:<row id>``,
+        ``control:...``) to ``callback`` on a connection of their own; yields it, to check it
+        is still open."""
+        with mapped(PG_ERRORS, "cannot listen"), anyio.fail_after(self.lease_s):
+            db = await asyncpg.connect(self._url, **self._options)
+
+        def notified(connection: Any, pid: int, name: str, payload: object) -> None:
+            callback(str(payload))
+
+        try:
+            with mapped(PG_ERRORS, "cannot listen"):
+                await db.add_listener(channel(self.node), notified)
+            yield db
+        finally:
+            await close_or_cut(db)
 
     @translating("lease statement failed")
     async def register_node(self) -> None:
@@ -107,7 +156,7 @@ class LeasesMixin:
             "UPDATE conversations SET fence = fence + 1 WHERE owner = $1 RETURNING key, fence",
             self.node,
         )
-        self.leases = {r["key"]: r["fence"] for r in rows}
+        self.held = {r["key"]: r["fence"] for r in rows}
         return [(r["key"], self.node) for r in rows]
 
     @translating("lease statement failed")
@@ -118,7 +167,7 @@ class LeasesMixin:
         # heartbeat runs is neither renewed by it nor lost.
         fences = dict(self.named)
         names = sorted(fences)
-        held = dict(self.leases)  # likewise for conversations claimed meanwhile
+        held = dict(self.held)  # likewise for conversations claimed meanwhile
         async with self._pool.acquire() as db, db.transaction():
             was_alive = await db.fetchval(
                 f"WITH old AS (SELECT {ALIVE} AS alive FROM nodes n WHERE node = $1 FOR UPDATE)"
@@ -160,12 +209,12 @@ class LeasesMixin:
             n for n in names if n not in kept_named and self.named.get(n) == fences[n]
         )
         # Lost, unless claimed anew (a new fence) while this ran.
-        lost = tuple(k for k in lost if self.leases.get(k) == held[k])
+        lost = tuple(k for k in lost if self.held.get(k) == held[k])
         for key in lost:
-            self.leases.pop(key, None)
+            self.held.pop(key, None)
         for name in lost_named:
             self.named.pop(name, None)
-        with_pending = tuple(r[0] for r in pending if r[0] in self.leases)
+        with_pending = tuple(r[0] for r in pending if r[0] in self.held)
         return Renewal(lost, lost_named, with_pending)
 
     @translating("lease statement failed")
@@ -173,7 +222,7 @@ class LeasesMixin:
         """Give up idle conversations; one with undelivered replies (this node's couriers are
         sending them) is kept, and so is one with pending rows unless ``keep_pending`` is
         False (draining: another node runs them). Returns the keys kept."""
-        held = sorted(k for k in keys if k in self.leases)
+        held = sorted(k for k in keys if k in self.held)
         if not held:
             return []
         rows = await self._pool.fetch(
@@ -187,12 +236,12 @@ class LeasesMixin:
             " RETURNING c.key",
             self.node,
             held,
-            [self.leases[k] for k in held],
+            [self.held[k] for k in held],
             not keep_pending,
         )
         released = {r["key"] for r in rows}
         for key in released:
-            self.leases.pop(key, None)
+            self.held.pop(key, None)
         return [k for k in held if k not in released]
 
     @translating("lease statement failed")
@@ -214,17 +263,17 @@ class LeasesMixin:
                 dead,
             )
         for r in rows:
-            self.leases[r["key"]] = r["fence"]
+            self.held[r["key"]] = r["fence"]
         claims = [(r["key"], r["previous"]) for r in rows]
         if claims:
-            self.claimed(claims)
+            self._post(tuple(claims))
         return claims
 
     @translating("lease statement failed")
     async def acquire(self, key: str) -> bool:
         """Hold ``key`` (a notification named it): True when this node holds its lease now.
         Never waits on a row another transaction holds: the heartbeat comes back for it."""
-        if key in self.leases:
+        if key in self.held:
             return True
         async with self._pool.acquire() as db, db.transaction():
             dead = await dead_nodes(db, self.node)
@@ -239,7 +288,7 @@ class LeasesMixin:
             )
         if row is None:
             return False
-        self.leases[key] = row["fence"]
+        self.held[key] = row["fence"]
         return True
 
     @translating("lease statement failed")
@@ -293,7 +342,7 @@ class LeasesMixin:
         leases are released by the adapters holding them, once they stopped using them (a
         poller released before it stopped would poll beside the next one); any left expire."""
         await self._pool.execute("UPDATE nodes SET last_seen = 0 WHERE node = $1", self.node)
-        self.leases.clear()
+        self.held.clear()
 
     @translating("lease statement failed")
     async def live_nodes(self) -> list[str]:
