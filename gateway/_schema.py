@@ -143,6 +143,12 @@ def _message(error: ErrorDetails, root: Any, expanded: _Expanded | None) -> str:
         text = str(ctx["problem"])
     elif kind == "missing":
         text = "is required"
+    elif kind == "literal_error" and typing.get_origin(tp) is typing.Literal:
+        choices = typing.get_args(tp)
+        if isinstance(error["input"], type(choices[0])):
+            text = f"must be one of {', '.join(map(repr, choices))}"
+        else:  # a value of another type: said as for any other key
+            text = f"must be {_type_name(type(choices[0]))}, got {_kind(error['input'])}"
     elif kind == "unexpected_keyword_argument":
         table, _ = _walk(root, loc[:-1])
         fields = dataclasses.fields(table) if dataclasses.is_dataclass(table) else ()

@@ -24,10 +24,10 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from annotated_types import Ge, Gt, Le
-from pydantic import AfterValidator, BeforeValidator, TypeAdapter
+from pydantic import BeforeValidator, TypeAdapter
 
 from gateway import _config_checks as checks
 from gateway._schema import SECRET, TABLE, Problem, problem_error, rule, validate
@@ -42,19 +42,19 @@ def _secret(default: Any = dataclasses.MISSING) -> Any:
     return field(default=default, repr=False, metadata=SECRET)
 
 
-def _one_of(*choices: str) -> AfterValidator:
-    return rule(
-        lambda v: None if v in choices else f"must be one of {', '.join(map(repr, choices))}"
-    )
-
-
-_queue_mode_or_none = rule(
-    lambda v: (
-        None
-        if v is None or v in QUEUE_MODES
-        else f"must be one of {', '.join(map(repr, QUEUE_MODES))}"
-    )
-)
+# Enumerations are Literal types: pydantic refuses another value (``_schema`` says which
+# values it may take) and mypy refuses a misspelled one in code (``mode == "pollling"``).
+InputKind = Literal["text", "image"]
+Compaction = Literal["off", "summary"]
+TelegramMode = Literal["polling", "webhook"]
+GroupMode = Literal["mention", "all", "off"]
+TelegramStreaming = Literal["auto", "draft", "edit", "off"]
+GuildAccess = Literal["everyone", "allowed"]
+ReplyTo = Literal["first", "all", "none"]
+DiscordStreaming = Literal["edit", "off"]
+UnrecordedSends = Literal["resend", "drop"]
+LogLevel = Literal["debug", "info", "warning", "error"]
+LogFormat = Literal["console", "json"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +102,7 @@ class ModelEndpoint:
     # context: the model's window in tokens (prompt + max_output_tokens); 0: no token bound.
     context_tokens: Annotated[int, Ge(0)] = 0
     # What the model takes in (SPEC 9): a turn with images skips models without "image".
-    input: Annotated[
-        tuple[Annotated[str, _one_of("text", "image")], ...], rule(checks.has_text)
-    ] = ("text",)
+    input: Annotated[tuple[InputKind, ...], rule(checks.has_text)] = ("text",)
 
     @property
     def sees_images(self) -> bool:
@@ -146,7 +144,7 @@ class AgentConfig:
     # Stream from the model when the turn has somewhere to show the growing text (SPEC 8).
     stream: bool = True
     # context: rows leaving the window are folded by the model into one stored summary.
-    compaction: Annotated[str, _one_of("off", "summary")] = "off"
+    compaction: Compaction = "off"
     # Attachments (SPEC 9): the largest file fetched, how many per message, how many recent
     # turns' images are sent again with the history, and a document's inlined text.
     max_attachment_bytes: Annotated[int, Gt(0)] = 20 * 1024 * 1024
@@ -223,7 +221,7 @@ class PeerConfig:
     # Direct peers whose X-Forwarded-For is believed (IPs or CIDRs): your reverse proxies.
     trusted_proxies: tuple[Annotated[str, rule(checks.network)], ...] = ()
     # Queue mode for this platform's conversations (SPEC 10); None: [gateway] queue_mode.
-    queue_mode: Annotated[str | None, _queue_mode_or_none] = None
+    queue_mode: QueueMode | None = None
 
     @property
     def host(self) -> str:
@@ -246,11 +244,11 @@ class TelegramConfig:
 
     token: Annotated[str, rule(checks.non_empty)] = field(repr=False, metadata=SECRET)
     api_base: Annotated[str, rule(checks.url)] = "https://api.telegram.org"  # /bot<token>/ is added
-    mode: Annotated[str, _one_of("polling", "webhook")] = "polling"
+    mode: TelegramMode = "polling"
     allow_users: tuple[int, ...] = ()  # always allowed; others need DM pairing
     allow_chats: tuple[int, ...] = ()  # groups where every member may talk to the bot
     # In groups: answer when mentioned, replied to or commanded; every message; or never.
-    group_mode: Annotated[str, _one_of("mention", "all", "off")] = "mention"
+    group_mode: GroupMode = "mention"
     webhook_listen: Annotated[str, rule(checks.listen)] = "127.0.0.1:8443"  # our webhook server
     # The public https URL Telegram posts updates to, and the secret it sends with them.
     webhook_url: Annotated[str, rule(lambda v: checks.url(v) if v else None)] = ""
@@ -261,11 +259,11 @@ class TelegramConfig:
     typing_deadline_s: Annotated[float, Gt(0)] = 300.0
     # Previews while the model writes (SPEC 8): drafts in private chats, an edited message
     # elsewhere ("auto"); or always the edited message; or none.
-    streaming: Annotated[str, _one_of("auto", "draft", "edit", "off")] = "auto"
+    streaming: TelegramStreaming = "auto"
     stream_interval_s: Annotated[float | None, Gt(0)] = None  # None: 0.5 (draft), 1.0 (edit)
     stream_min_chars: Annotated[int, Ge(0)] = 40  # before a preview message is sent
     # Queue mode for this platform's conversations (SPEC 10); None: [gateway] queue_mode.
-    queue_mode: Annotated[str | None, _queue_mode_or_none] = None
+    queue_mode: QueueMode | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,11 +279,11 @@ class DiscordConfig:
     allow_guilds: tuple[int, ...] = ()  # empty: every guild the bot is in
     # Who may talk to the bot in an allowed guild: only allowed/paired users, or every member
     # (an explicit choice: with allow_guilds empty that is anyone who adds the bot).
-    guild_access: Annotated[str, _one_of("everyone", "allowed")] = "allowed"
+    guild_access: GuildAccess = "allowed"
     require_mention: bool = True  # in guilds: answer only when mentioned or replied to
     answer_all_guilds: tuple[int, ...] = ()  # ... except in these guilds
     answer_all_channels: tuple[int, ...] = ()  # ... and these channels (and their threads)
-    reply_to: Annotated[str, _one_of("first", "all", "none")] = "first"  # which chunks reply
+    reply_to: ReplyTo = "first"  # which chunks reply
     chunk_chars: Annotated[int, Ge(100), Le(2000)] = 2000
     max_lines: Annotated[
         int, rule(lambda v: None if v == 0 or v >= 8 else "must be 0 (no cap) or at least 8")
@@ -298,12 +296,12 @@ class DiscordConfig:
     rate_limit_wait_s: Annotated[float, Ge(30)] = 30.0  # discord.py's minimum
     typing_deadline_s: Annotated[float, Gt(0)] = 300.0
     # Previews while the model writes (SPEC 8): one message, edited at most every interval.
-    streaming: Annotated[str, _one_of("edit", "off")] = "edit"
+    streaming: DiscordStreaming = "edit"
     stream_interval_s: Annotated[float, Gt(0)] = 1.0
     connect_timeout_s: Annotated[float, Gt(0)] = 60.0
     shard_count: Annotated[int, Gt(0)] = 1  # gateway shards; several nodes share them (leases)
     # Queue mode for this platform's conversations (SPEC 10); None: [gateway] queue_mode.
-    queue_mode: Annotated[str | None, _queue_mode_or_none] = None
+    queue_mode: QueueMode | None = None
 
 
 # -- [a2a] (SPEC 12): the A2A server on the peer listener ------------------------------
@@ -352,7 +350,7 @@ class GatewayConfig:
     # A chunk a platform may have taken just before a crash (sent, not yet recorded):
     # "resend" it after restart (never lost, at most one duplicate) or "drop" it (never
     # twice, possibly lost). Platforms that deduplicate sends (Discord) never duplicate.
-    unrecorded_sends: Annotated[str, _one_of("resend", "drop")] = "resend"
+    unrecorded_sends: UnrecordedSends = "resend"
     # Messages waiting for a turn, per conversation and in all: past either a new one is
     # refused before it is stored (Overloaded). And the longest message accepted.
     max_pending_per_conversation: Annotated[int, Gt(0)] = 32
@@ -362,7 +360,7 @@ class GatewayConfig:
     # messages within debounce_s of each other, at most debounce_max_s after the first, or
     # sent while a turn runs) or "interrupt" (a new message stops the running turn and both
     # are answered together). Each platform section may set its own queue_mode.
-    queue_mode: Annotated[str, _one_of(*QUEUE_MODES)] = "followup"
+    queue_mode: QueueMode = "followup"
     debounce_s: Annotated[float, Ge(0)] = 1.5
     debounce_max_s: Annotated[float, Ge(0)] = 5.0
 
@@ -371,8 +369,8 @@ class GatewayConfig:
 class LogConfig:
     __pydantic_config__ = TABLE
 
-    level: Annotated[str, _one_of("debug", "info", "warning", "error")] = "info"
-    format: Annotated[str, _one_of("console", "json")] = "console"
+    level: LogLevel = "info"
+    format: LogFormat = "console"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,6 @@ the host learns it from ``Host.ended``).
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import logging
 import time
@@ -66,7 +65,7 @@ from gateway.messages import (
     platform_of,
 )
 from gateway.ports import Outlet, ReplyStream, TurnRunner, Watch
-from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text, next_burst
+from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text
 from gateway.store import AnswerTurn, CancelTurn, History, Message, PendingHeaders, Store
 from gateway.turn_plan import (
     MAX_RUNS as MAX_RUNS,  # re-exported: the turn's plan lives in gateway.turn_plan
@@ -84,6 +83,7 @@ from gateway.turn_plan import (
 from gateway.turn_plan import (
     TurnAction as TurnAction,
 )
+from gateway.turn_queue import Cut, CutBurst, CutTurn, KeepRunning, TurnQueue, cut
 from policy import failure_reply
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,8 @@ class SessionDeps:
     history_messages: int
     mailbox_size: int
     observe: Observe = lambda event: None
-    clock: Callable[[], float] = time.monotonic
+    clock: Callable[[], float] = time.monotonic  # idle times
+    wall: Callable[[], float] = time.time  # against rows' created_at: bursts, waits
     # Several nodes: whether this node still holds the conversation's lease, asked before
     # each turn (a node frozen past its lease must not call the model again), and, without
     # waiting, right before each model request leaves (a node frozen in between).
@@ -119,24 +120,27 @@ class SessionDeps:
 
 
 class SessionActor(Actor):
+    """One conversation's turns, one at a time, in order (see the module's docstring).
+
+    A send runs :meth:`_take` in the sender's task (``gateway.actor``): an idle actor holds no
+    task, and a hundred thousand idle conversations cost only their objects. That code never
+    awaits, so the sender is never held up by a turn.
+    """
+
     # Slots: a hundred thousand idle conversations are a hundred thousand of these, and while
     # idle every slot of a task, scope, mailbox or event is None.
     __slots__ = (
         "_abandoned",
-        "_cut",
         "_debounce",
         "_deps",
         "_finished",
-        "_floor",
         "_history",
         "_last_result",
         "_outlet",
-        "_queued",
-        "_running",
+        "_queue",
         "_stats",
         "_stream",
         "_turn_scope",
-        "_waiting",
         "idle_since",
         "platform",
     )
@@ -146,16 +150,11 @@ class SessionActor(Actor):
         self.platform = platform_of(key)
         self._deps = deps
         self._outlet = deps.outlets[self.platform]
-        self._waiting: list[StoredMessage] = []  # queued rows, not yet started (short)
-        self._queued: list[int] = []  # ids of rows queued or running, ascending
-        self._floor = 0  # rows up to this id were loaded from the store at start
+        self._queue = TurnQueue()
         self._history: list[ChatMessage] | None = None
         self._turn_scope: anyio.CancelScope | None = None
-        # What cancelled the running turn's scope: /stop, or a newer row (queue "interrupt").
-        self._cut: str | None = None
         self._debounce: anyio.CancelScope | None = None  # waiting for a burst to grow
         self._stream: ReplyStream | None = None  # where the running turn's answer streams
-        self._running: tuple[StoredMessage, ...] = ()  # the running turn's rows
         self._last_result: TurnResult | None = None
         self._finished = 0  # turns ended: a store read that overlapped one is read again
         self._abandoned = False
@@ -168,14 +167,14 @@ class SessionActor(Actor):
         return self._deps.queues.get(self.platform, QueuePolicy())
 
     def __repr__(self) -> str:
-        return f"<SessionActor {self.key} queued={len(self._queued)}>"
+        return f"<SessionActor {self.key} queued={len(self._queue)}>"
 
     def statistics(self) -> SessionStatistics:
-        last = self._last_result
+        last, running = self._last_result, self._queue.running
         return SessionStatistics(
             **self._stats,
-            queued=len(self._queued),
-            running=self._running[-1].id if self._running else None,
+            queued=len(self._queue),
+            running=running[-1].id if running else None,
             mailbox=self.mailbox_used,
             last_model=last.model if last else None,
             last_fell_back=last.fell_back if last else False,
@@ -188,23 +187,21 @@ class SessionActor(Actor):
         """Another node owns the conversation now (its lease was lost): stop the running turn
         without writing or sending anything, drop the queue, end. The rows stay pending."""
         self._abandoned = True
-        self._waiting.clear()
+        self._queue.waiting.clear()
         for scope in (self._turn_scope, self._debounce):
             if scope is not None:
                 scope.cancel()
         self.close()
 
     async def _begin(self) -> None:
-        for row in await self._deps.store.read(PendingHeaders(self.key)):
-            self._enqueue(row)
-            self._floor = row.id
+        self._queued(await self._deps.store.read(PendingHeaders(self.key)))
 
     def _take(self, message: SessionMessage) -> bool:
         """Handle a message that needs no wait; False: ``LoadPending`` (read the store)."""
         match message:
             case TurnAdmitted(row=row):
-                if row.id > self._floor and not self._is_queued(row.id):
-                    self._enqueue(row if self._starts_now(row) else _header(row))
+                if self._queue.admitted(row, collecting=self._debounce is not None):
+                    self._queued([])
                     if self._policy.mode == "interrupt":
                         self._cut_turn("interrupt")
             case StopTurn():
@@ -220,227 +217,209 @@ class SessionActor(Actor):
     def _stop_intake(self) -> None:
         """Intake is closed: rows not started stay pending in the store for the next start;
         the running turn (if any) ends, and no other starts."""
-        self._waiting.clear()
+        self._queue.close()
         if self._debounce is not None:
             self._debounce.cancel()
-        self._queued = [row.id for row in self._running]
 
     async def _wait_for(self, message: SessionMessage) -> None:
-        await self._load_pending()  # LoadPending: the only message that waits
-
-    async def _load_pending(self) -> None:
+        # LoadPending, the only message that waits: the store's pending rows (admitted on
+        # another node), read again if a turn ended meanwhile (a row it settled may be in it).
         while True:
             finished = self._finished
             rows = await self._deps.store.read(PendingHeaders(self.key))
             if finished == self._finished:
-                break  # no turn ended during the read, so every row read is still pending
-        newer = False
-        for row in rows:
-            if not self._is_queued(row.id) and not self._abandoned:
-                newer = newer or (bool(self._running) and row.id > self._running[-1].id)
-                self._enqueue(row)
-                self._floor = max(self._floor, row.id)
-        if newer and self._policy.mode == "interrupt":  # admitted on another node
+                break
+        if not self._abandoned and self._queued(rows) and self._policy.mode == "interrupt":
             self._cut_turn("interrupt")
 
-    def _cut_turn(self, why: str) -> None:
-        """Cancel the running turn's model phase; a /stop outranks an interruption. A turn
-        whose text already reached a viewer who cannot be shown a correction (a peer stream)
-        is not interrupted: the new row waits for the next turn. A /stop while a burst is
-        being collected cancels the burst (its turn starts stopped)."""
-        if why == "interrupt" and self._stream is not None and self._stream.binding:
-            return
-        if why == "stop" and self._debounce is not None:
-            self._cut = why
-            self._debounce.cancel()
-        elif self._turn_scope is not None:
-            self._cut = "stop" if "stop" in (why, self._cut) else why
-            self._turn_scope.cancel()
+    def _queued(self, rows: list[StoredMessage]) -> bool:
+        """``rows`` (read from the store) queued; the worker woken when anything waits.
+        Whether one of them is newer than the running turn."""
+        newer = self._queue.loaded(rows)
+        if self._queue.waiting:
+            self.idle_since = None
+            self._wake_worker()
+        return newer
 
-    def _starts_now(self, row: StoredMessage) -> bool:
-        """Whether ``row``'s turn starts as soon as the worker runs: then the row admitted
-        is kept whole, and the turn does not read it back (a row with attachments is read,
-        for the refs as stored). A row that waits (behind a turn, in a burst's window) is
-        queued as a header and read when its turn comes, so a purge or delete meanwhile is
-        seen before the model is asked, as ever; the answer's commit refuses a row settled
-        in the instant between (``TurnSettled``)."""
-        return not (self._waiting or self._running or self._debounce or row.attachments)
-
-    def _is_queued(self, row_id: int) -> bool:
-        i = bisect.bisect_left(self._queued, row_id)
-        return i < len(self._queued) and self._queued[i] == row_id
-
-    def _enqueue(self, row: StoredMessage) -> None:
-        bisect.insort(self._queued, row.id)
-        self.idle_since = None
-        # In id order: rows admitted together may reach the actor in any order.
-        bisect.insort(self._waiting, row, key=lambda r: r.id)
-        self._wake_worker()
+    def _cut_turn(self, why: Cut) -> None:
+        """Act on what a ``/stop`` or an interrupting row cuts (``turn_queue.cut``)."""
+        stream = self._stream
+        match cut(
+            why,
+            running=self._turn_scope is not None,
+            collecting=self._debounce is not None,
+            binding=stream is not None and stream.binding,
+            already=self._queue.cut,
+        ):
+            case CutBurst():
+                assert self._debounce is not None
+                self._queue.cut = why
+                self._debounce.cancel()
+            case CutTurn(why=cause):
+                assert self._turn_scope is not None
+                self._queue.cut = cause
+                self._turn_scope.cancel()
+            case KeepRunning():
+                pass
+            case unknown:
+                assert_never(unknown)
 
     async def _work_queue(self) -> None:
-        while self._waiting:
+        queue = self._queue
+        while queue.waiting:
             burst = await self._next_burst()
             if not burst:
                 continue
-            self._waiting[:] = map(_header, self._waiting)  # they wait for this turn
-            self._running = burst
+            queue.start(burst)
             requeue = False
             try:
                 requeue = await self._turn(burst)
             finally:
-                self._running = ()
                 self._finished += 1
-                if requeue and not self._closed and not self._abandoned:
-                    for row in burst:  # still queued: the next turn answers them too
-                        bisect.insort(self._waiting, _header(row), key=lambda r: r.id)
-                else:
-                    for row in burst:
-                        self._queued.remove(row.id)
-                if not self._queued:
+                queue.finish(requeue=requeue and not self._closed and not self._abandoned)
+                if not len(queue):
                     self.idle_since = self._deps.clock()
-                self._cut = None
 
     async def _next_burst(self) -> tuple[StoredMessage, ...]:
-        """The rows of the next turn, taken out of the queue (``gateway.queue.next_burst``):
-        waits while a burst may still grow; nothing when intake closed meanwhile."""
-        while self._waiting:
-            match next_burst(self._policy, self._waiting, time.time()):
+        """The rows of the next turn, taken out of the queue: waits while a burst may still
+        grow; nothing when intake closed meanwhile."""
+        while True:
+            match self._queue.take(self._policy, self._deps.wall()):
                 case TakeBurst(rows=rows):
-                    del self._waiting[: len(rows)]  # a prefix: the oldest rows
                     return rows
                 case WaitForMore(seconds=seconds):
-                    self._waiting[:] = map(_header, self._waiting)  # they wait for the burst
                     with anyio.CancelScope() as self._debounce:
                         await anyio.sleep(seconds)
                     self._debounce = None
-                    if self._cut == "stop" and self._waiting:  # /stop: the burst, cancelled
-                        rows = tuple(self._waiting)
-                        self._waiting.clear()
-                        return rows
-        return ()
+                    if stopped := self._queue.stopped_burst():  # /stop: the burst, cancelled
+                        return stopped
+                case None:
+                    return ()
 
     async def _turn(self, burst: Sequence[StoredMessage]) -> bool:
-        """Plan, then act (``plan``): the model phase runs under the turn's cancel scope (what
-        ``/stop``, ``abandon`` and, in queue mode "interrupt", a newer row cancel), then the
-        turn ends as the plan says. True: its rows go back to the queue (interrupted, or
-        its answer refused because one of them was settled meanwhile)."""
-        deps = self._deps
-        # A queued row is a header (``_header``), read whole when its turn comes (one purged
-        # or deleted while it waited is skipped); a row that started at once is whole.
-        rows: list[StoredMessage] = []
-        for header in burst:
-            current = header if header.content else await deps.store.read(Message(header.id))
-            if current is not None and current.state == MessageState.PENDING:
-                rows.append(current)
+        """Plan, then act (``turn_plan.plan``): the model phase runs under the turn's cancel
+        scope (what ``/stop``, ``abandon`` and, in queue mode "interrupt", a newer row cancel),
+        then the turn ends as the plan says. True: its rows go back to the queue."""
+        rows = await self._current(burst)
         if not rows:
             return False
-        row = rows[-1]  # a merged turn replies to its last row
-        also = tuple(r.id for r in rows[:-1])
+        turn = _Turn(self.key, self.platform, tuple(rows), self._watch(rows[-1]))
         history = await self._load_history()
-        started = time.monotonic()
-        waited = max(0.0, time.time() - rows[0].created_at)
-        deps.observe(TurnStarted(self.key, self.platform, row.id, waited))
-        if also:
-            deps.observe(TurnMerged(self.key, self.platform, row.id, len(rows)))
-        watch = self._watch(row)
-        self._stream = watch.stream if watch is not None else None
-        state = TurnState(stopped=self._cut == "stop")  # stopped while it was collected
-        async with deps.limiter, self._outlet.activity(self.key):
+        waited = turn.waited(self._deps.wall())
+        self._deps.observe(TurnStarted(self.key, self.platform, turn.row.id, waited))
+        if turn.also:
+            self._deps.observe(TurnMerged(self.key, self.platform, turn.row.id, len(rows)))
+        state = TurnState(stopped=self._queue.cut == "stop")  # stopped while it was collected
+        asked: TurnInput | None = None  # None: cut before its input was ready
+        self._stream = turn.watch.stream if turn.watch is not None else None
+        async with self._deps.limiter, self._outlet.activity(self.key):
             with anyio.CancelScope() as scope:
                 self._turn_scope = scope
-                prepared = await self._prepare(rows, history)
-                while isinstance(step := plan(state), Run | Rerun):
-                    if not await self._may_run():
-                        state = dataclasses.replace(state, lost=True)
-                        continue
-                    if isinstance(step, Rerun):
-                        self._stats["reruns"] += 1
-                        deps.observe(TurnRerun(self.key, row.id, step.reason))
-                    state = state.ran(await self._run(prepared, row, watch))
-            self._turn_scope = None
-            self._stream = None
-        cut = scope.cancelled_caught
-        interrupted = cut and self._cut == "interrupt"
+                asked = await self._prepare(rows, history)
+                state = await self._model_phase(state, turn, asked)
+            self._turn_scope = self._stream = None
+        interrupted = scope.cancelled_caught and self._queue.cut == "interrupt"
         state = state.ended(
-            stopped=cut and not interrupted, interrupted=interrupted, lost=self._abandoned
+            stopped=scope.cancelled_caught and not interrupted,
+            interrupted=interrupted,
+            lost=self._abandoned,
         )
+        return await self._end_turn(state, turn, asked)
+
+    async def _current(self, burst: Sequence[StoredMessage]) -> list[StoredMessage]:
+        """The burst's rows as stored now: a queued row is a header, read whole when its turn
+        comes (one purged or deleted while it waited is skipped); one that started at once is
+        whole already."""
+        rows = []
+        for header in burst:
+            row = header if header.content else await self._deps.store.read(Message(header.id))
+            if row is not None and row.state == MessageState.PENDING:
+                rows.append(row)
+        return rows
+
+    async def _model_phase(self, state: TurnState, turn: _Turn, asked: TurnInput) -> TurnState:
+        """Run the model while the plan says so (a first run, a re-run after a transient
+        failure), checking the lease before each."""
+        while isinstance(step := plan(state), Run | Rerun):
+            if not await self._may_run():
+                state = dataclasses.replace(state, lost=True)
+                continue
+            if isinstance(step, Rerun):
+                self._stats["reruns"] += 1
+                self._deps.observe(TurnRerun(self.key, turn.row.id, step.reason))
+            state = state.ran(await self._run(asked, turn.row, turn.watch))
+        return state
+
+    async def _end_turn(self, state: TurnState, turn: _Turn, asked: TurnInput | None) -> bool:
+        """End the turn as the plan says; True: its rows go back to the queue."""
+        deps, row = self._deps, turn.row
         while True:
             action = plan(state)
             assert not isinstance(action, Run | Rerun)  # the model phase is over
             match action:
                 case Abandon(fenced=fenced):
+                    deps.observe((TurnFenced if fenced else TurnAbandoned)(self.key, row.id))
                     if fenced:
-                        deps.observe(TurnFenced(self.key, row.id))
                         self.abandon()
-                    else:
-                        deps.observe(TurnAbandoned(self.key, row.id))
                     return False
                 case Cancel():
-                    await self._cancel(row, also)
+                    await self._cancel(turn)
                     return False
-                case Requeue():
-                    deps.observe(TurnInterrupted(self.key, row.id, self.platform))
-                    # Nobody waiting learns anything (the rows are still pending); the outlet
-                    # removes the turn's preview.
-                    stopped = TurnOutcome(self.key, row.id, "", None, (), also=also)
-                    await self._outlet.deliver(dataclasses.replace(stopped, interrupted=True))
+                case Requeue(settled=settled):
+                    if not settled:
+                        deps.observe(TurnInterrupted(self.key, row.id, self.platform))
+                    # Nobody waiting learns anything (the rows are pending, or were settled
+                    # by someone else); the outlet removes the turn's preview.
+                    await self._outlet.deliver(turn.outcome("", interrupted=True))
                     return True
                 case Commit(result=result):
-                    try:
-                        outcome = await deps.store.submit(
-                            AnswerTurn(
-                                row,
-                                result,
-                                tuple(self._outlet.render(result.reply)),
-                                also,
-                                self._outlet.delivered_as(row),
-                            )
-                        )
-                    except TurnSettled as exc:
-                        # A row purged, cancelled or deleted while the turn ran (an operator,
-                        # another process): nothing was stored; a preview of it is taken down.
-                        # The rows go back to the queue as headers: the next turn reads them,
-                        # skips what was settled and answers any still pending (of a merged
-                        # turn), so none is left waiting for a restart.
-                        log.warning(
-                            "turn settled meanwhile: answer discarded",
-                            extra={"conversation": self.key, "row": row.id, "reason": str(exc)},
-                        )
-                        gone = TurnOutcome(self.key, row.id, "", None, (), also=also)
-                        await self._outlet.deliver(dataclasses.replace(gone, interrupted=True))
-                        return True
-                    except LeaseLost as exc:
-                        # Fenced: another node took the conversation over (this one was frozen
-                        # or cut off) and runs the row itself. Nothing was stored or sent.
-                        log.warning(
-                            "lease lost: answer discarded",
-                            extra={"conversation": self.key, "row": row.id, "reason": str(exc)},
-                        )
-                        state = dataclasses.replace(state, fenced=True)
-                        continue
-                    self._committed(rows, result, time.monotonic() - started, prepared)
-                    await self._outlet.deliver(outcome)
-                    return False
+                    match await self._commit(turn, result):
+                        case TurnOutcome() as outcome:
+                            assert asked is not None  # a result means the model phase ran
+                            self._committed(turn, result, asked)
+                            await self._outlet.deliver(outcome)
+                            return False
+                        case TurnSettled():
+                            state = dataclasses.replace(state, settled=True)
+                        case LeaseLost():
+                            state = dataclasses.replace(state, fenced=True)
                 case _:
                     assert_never(action)
 
-    async def _cancel(self, row: StoredMessage, also: tuple[int, ...]) -> None:
+    async def _commit(
+        self, turn: _Turn, result: TurnResult
+    ) -> TurnOutcome | TurnSettled | LeaseLost:
+        """The answer commit, or why the store refused it: a row purged, cancelled or deleted
+        while the turn ran (an operator, another process: ``TurnSettled``), or this node was
+        fenced (another node took the conversation over and runs the rows: ``LeaseLost``).
+        Either way nothing of it was stored or sent."""
+        write = AnswerTurn(
+            turn.row,
+            result,
+            tuple(self._outlet.render(result.reply)),
+            turn.also,
+            self._outlet.delivered_as(turn.row),
+        )
+        try:
+            return await self._deps.store.submit(write)
+        except (TurnSettled, LeaseLost) as exc:
+            what = "settled meanwhile" if isinstance(exc, TurnSettled) else "lease lost"
+            log.warning(
+                f"turn {what}: answer discarded",
+                extra={"conversation": self.key, "row": turn.row.id, "reason": str(exc)},
+            )
+            return exc
+
+    async def _cancel(self, turn: _Turn) -> None:
         self._stats["cancelled"] += 1
-        await self._deps.store.submit(CancelTurn(row.id, also))
-        self._deps.observe(TurnCancelled(self.key, row.id, self.platform))
+        await self._deps.store.submit(CancelTurn(turn.row.id, turn.also))
+        self._deps.observe(TurnCancelled(self.key, turn.row.id, self.platform))
         # Nothing to send (the /stop command answered already), but whoever waits for this
         # turn (a peer API request, for any of its rows) learns how it ended.
-        stopped = TurnOutcome(self.key, row.id, STOPPED_REPLY, None, (), also=also)
-        await self._outlet.deliver(stopped)
+        await self._outlet.deliver(turn.outcome(STOPPED_REPLY))
 
-    def _committed(
-        self,
-        rows: list[StoredMessage],
-        result: TurnResult,
-        seconds: float,
-        asked: TurnInput,
-    ) -> None:
-        row = rows[-1]
+    def _committed(self, turn: _Turn, result: TurnResult, asked: TurnInput) -> None:
+        row = turn.row
         self._deps.observe(AnswerCommitted(self.key, self.platform, row.id))
         self._last_result = result
         if result.failure is None:
@@ -449,6 +428,7 @@ class SessionActor(Actor):
         else:
             self._stats["failed"] += 1
         failure = result.failure.reason if result.failure else None
+        seconds = time.monotonic() - turn.started
         completed = TurnCompleted(self.key, row.id, self.platform, failure, result.model, seconds)
         self._deps.observe(completed)
 
@@ -482,7 +462,7 @@ class SessionActor(Actor):
         watch = self._outlet.watching(row)
         if watch is None or watch.stream is None:
             return watch
-        shown = _FirstToken(watch.stream, self._deps.observe, self.key, self.platform, row)
+        shown = _FirstToken(watch.stream, self._deps, self.key, self.platform, row)
         return dataclasses.replace(watch, stream=shown)
 
     async def _prepare(self, rows: list[StoredMessage], history: list[ChatMessage]) -> TurnInput:
@@ -532,27 +512,53 @@ class SessionActor(Actor):
             del self._history[:excess]
 
 
-def _header(row: StoredMessage) -> StoredMessage:
-    """``row`` as the queue keeps a row that waits: without its content (read at its turn)."""
-    return row if not row.content else dataclasses.replace(row, content="", attachments=())
+@dataclass(frozen=True, slots=True)
+class _Turn:
+    """One turn's rows and who waits for it: a merged turn (SPEC 10) replies to its last row
+    and settles the others with it (``also``)."""
+
+    key: str
+    platform: str
+    rows: tuple[StoredMessage, ...]
+    watch: Watch | None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def row(self) -> StoredMessage:
+        return self.rows[-1]
+
+    @property
+    def also(self) -> tuple[int, ...]:
+        return tuple(r.id for r in self.rows[:-1])
+
+    def waited(self, now: float) -> float:
+        """Seconds since its first row was admitted (``now``: epoch seconds)."""
+        return max(0.0, now - self.rows[0].created_at)
+
+    def outcome(self, reply: str, *, interrupted: bool = False) -> TurnOutcome:
+        """An outcome with nothing stored: a stop, an interruption, a refused answer."""
+        return TurnOutcome(
+            self.key, self.row.id, reply, None, (), also=self.also, interrupted=interrupted
+        )
 
 
 class _FirstToken:
     """A turn's reply stream that reports the first piece it passes on (SPEC 8's metric:
     admission to the first visible token, by platform)."""
 
-    __slots__ = ("_conversation", "_inner", "_observe", "_platform", "_row", "_seen")
+    __slots__ = ("_conversation", "_inner", "_observe", "_platform", "_row", "_seen", "_wall")
 
     def __init__(
         self,
         inner: ReplyStream,
-        observe: Observe,
+        deps: SessionDeps,
         conversation: str,
         platform: str,
         row: StoredMessage,
     ) -> None:
         self._inner = inner
-        self._observe = observe
+        self._observe = deps.observe
+        self._wall = deps.wall
         self._conversation = conversation
         self._platform = platform
         self._row = row
@@ -562,7 +568,7 @@ class _FirstToken:
         self._inner.put(event)
         if not self._seen and isinstance(event, ReplyDelta):
             self._seen = True
-            seconds = max(0.0, time.time() - self._row.created_at)
+            seconds = max(0.0, self._wall() - self._row.created_at)
             self._observe(
                 FirstTokenShown(self._conversation, self._platform, self._row.id, seconds)
             )

@@ -20,7 +20,9 @@ class TurnState:
     ``over``: the model phase ended (the turn's cancel scope closed), so no model runs again.
     ``interrupted``: a newer message stopped it (queue mode "interrupt"), not ``/stop``.
     ``lost``: another node may own the conversation (a lease check said so, or the actor was
-    abandoned); ``fenced``: the answer commit was refused because the lease was taken over.
+    abandoned); ``fenced``: the answer commit was refused because the lease was taken over
+    (``LeaseLost``); ``settled``: it was refused because one of the turn's rows was purged,
+    cancelled or deleted while the turn ran (``TurnSettled``).
     """
 
     runs: int = 0
@@ -29,6 +31,7 @@ class TurnState:
     interrupted: bool = False
     lost: bool = False
     fenced: bool = False
+    settled: bool = False
     over: bool = False
 
     def ran(self, result: TurnResult) -> TurnState:
@@ -71,8 +74,12 @@ class Cancel:
 
 @dataclass(frozen=True, slots=True)
 class Requeue:
-    """Interrupted by a newer message: store and send nothing, remove the preview; the rows
-    stay pending and the next turn answers them together with the new ones."""
+    """Store and send nothing, remove the preview; the rows go back to the queue. Interrupted
+    by a newer message (``settled`` False): they stay pending and the next turn answers them
+    with the new ones. Refused because one of them was settled meanwhile (``settled``): the
+    next turn reads them, skips what was settled and answers any still pending."""
+
+    settled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,13 +96,13 @@ TurnAction = Run | Rerun | Commit | Cancel | Requeue | Abandon
 def plan(state: TurnState) -> TurnAction:
     """What the turn does next. Losing the lease beats a stop (the new owner runs the row),
     a stop beats an interruption, which beats an answer; a turn whose model phase is over
-    never runs the model again."""
+    never runs the model again; an answer the store refused is not offered again."""
     if state.lost or state.fenced:
         return Abandon(fenced=state.fenced)
     if state.stopped:
         return Cancel()
-    if state.interrupted:
-        return Requeue()
+    if state.interrupted or state.settled:
+        return Requeue(settled=state.settled and not state.interrupted)
     result = state.result
     if result is None:
         return Cancel() if state.over else Run()

@@ -8,8 +8,6 @@ conversation holds no task of the process.
 
 from __future__ import annotations
 
-import itertools
-import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -28,7 +26,6 @@ from gateway.messages import (
     TurnResult,
 )
 from gateway.router import Router
-from gateway.session import SessionActor, SessionDeps
 from gateway.store import (
     AdmitRow,
     Message,
@@ -36,9 +33,8 @@ from gateway.store import (
     Query,
     Store,
     Transcript,
-    open_sqlite_store,
 )
-from tests.test_session_turn import Platform
+from tests.actors import Platform, RouterWorld, router_world
 
 pytestmark = pytest.mark.anyio
 
@@ -66,39 +62,32 @@ class Model:
 
 @dataclass
 class World:
-    router: Router
-    store: Store
+    """The shared harness's router world, with the stand-in model the test holds."""
+
+    inner: RouterWorld
     model: Model
-    platform: Platform
-    admit: Any
+
+    @property
+    def router(self) -> Router:
+        return self.inner.router
+
+    @property
+    def store(self) -> Store:
+        return self.inner.store
+
+    @property
+    def platform(self) -> Platform:
+        return self.inner.platform
+
+    async def admit(self, key: str, text: str) -> StoredMessage:
+        return await self.inner.admit(key, text)
 
 
 @asynccontextmanager
 async def world(tmp_path: Path, *, mailbox_size: int = 4) -> AsyncIterator[World]:
-    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
-        model, platform = Model(), Platform()
-        deps = SessionDeps(
-            store=store,
-            runner=model,
-            outlets={"peer": platform},  # type: ignore[dict-item]
-            limiter=anyio.CapacityLimiter(8),
-            history_messages=20,
-            mailbox_size=mailbox_size,
-        )
-        router = Router(lambda key: SessionActor(key, deps), idle_s=3600, clock=time.monotonic)
-        number = itertools.count(1)
-
-        async def admit(key: str, text: str) -> StoredMessage:
-            row = (await store.submit(AdmitRow(Inbound("peer", key, f"m{next(number)}", text)))).row
-            await router.deliver(row)
-            return row
-
-        async with anyio.create_task_group() as tg:
-            await tg.start(router.run)
-            try:
-                yield World(router, store, model, platform, admit)
-            finally:
-                router.close()
+    model = Model()
+    async with router_world(tmp_path, model, mailbox_size=mailbox_size) as inner:
+        yield World(inner, model)
 
 
 async def answered(w: World, count: int) -> None:

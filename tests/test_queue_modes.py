@@ -8,20 +8,17 @@ assistant row) and what the platform was handed (one outcome naming every row).
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 import pytest
 
-from agent import Agent, ClientPool
 from gateway.config import parse_config
 from gateway.errors import ConfigError, LeaseLost, TurnSettled
-from gateway.events import Event, TurnInterrupted, TurnMerged
-from gateway.mailbox import LoadPending, StopTurn, TurnAdmitted
+from gateway.events import TurnInterrupted, TurnMerged
+from gateway.mailbox import LoadPending, StopTurn
 from gateway.messages import (
     STOPPED_REPLY,
     Inbound,
@@ -33,7 +30,6 @@ from gateway.messages import (
 from gateway.ports import Watch
 from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text, next_burst
 from gateway.reload import ReloadPlan, plan_reload
-from gateway.session import SessionActor, SessionDeps
 from gateway.store import (
     AdmitRow,
     AnswerTurn,
@@ -46,11 +42,11 @@ from gateway.store import (
 )
 from gateway.store.base import Store
 from gateway.store.postgres import open_postgres_store
-from gateway.store.sqlite import open_sqlite_store
 from gateway.turn_plan import Cancel, Commit, Requeue, TurnState, plan
+from tests import actors
+from tests.actors import Platform
+from tests.actors import Session as World
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model, streamed
-from tests.harness import make_config
-from tests.test_session_turn import Platform
 from tests.test_store import Opener, inbound
 from tests.test_store import open_store as open_store  # the fixture, over both backends
 
@@ -226,16 +222,6 @@ async def test_a_merged_answer_is_fenced_on_postgres(postgres_url: str) -> None:
 # -- a real actor in each mode ----------------------------------------------------------------
 
 
-@dataclass
-class World:
-    actor: SessionActor
-    platform: Platform
-    events: list[Event]
-    store: Store
-    admit: Callable[[str], Awaitable[StoredMessage]]
-    queues: dict[str, QueuePolicy]
-
-
 class PeerStream:
     """A peer client's stream: once a piece reached it, it cannot be corrected (binding)."""
 
@@ -263,58 +249,18 @@ class Streaming(Platform):
         return Watch(stream=self.stream)
 
 
-@asynccontextmanager
-async def session(
+def session(
     tmp_path: Path,
     fake: FakeModel,
     policy: QueuePolicy,
     *,
     preload: tuple[str, ...] = (),
     platform: Platform | None = None,
-) -> AsyncIterator[World]:
-    config = make_config(tmp_path / "b.db", fake.base_url)
-    clients = ClientPool()
-    agent = Agent(config.model, config.agent, clients)
-    platform = platform or Platform()
-    events: list[Event] = []
-    key = "peer:s"
-    number = itertools.count(1)
-    try:
-        async with open_sqlite_store(str(tmp_path / "b.db")) as store:
-
-            async def stored(text: str) -> StoredMessage:
-                return (
-                    await store.submit(AdmitRow(Inbound("peer", key, f"m{next(number)}", text)))
-                ).row
-
-            for text in preload:  # admitted before the actor started (a restart)
-                await stored(text)
-            queues = {"peer": policy}
-            deps = SessionDeps(
-                store=store,
-                runner=agent,
-                outlets={"peer": platform},
-                limiter=anyio.CapacityLimiter(4),
-                history_messages=20,
-                mailbox_size=8,
-                observe=events.append,
-                queues=queues,
-            )
-            actor = SessionActor(key, deps)
-
-            async def admit(text: str) -> StoredMessage:
-                admitted = await stored(text)
-                await actor.send(TurnAdmitted(admitted))
-                return admitted
-
-            async with anyio.create_task_group() as tg:
-                await tg.start(actor.run)
-                try:
-                    yield World(actor, platform, events, store, admit, queues)
-                finally:
-                    actor.close()
-    finally:
-        await clients.aclose()
+) -> AbstractAsyncContextManager[World]:
+    """The shared harness's actor in queue mode ``policy``."""
+    return actors.session(
+        tmp_path, fake, policy=policy, preload=preload, platform=platform, model_extra=""
+    )
 
 
 async def delivered(world: World, count: int) -> None:

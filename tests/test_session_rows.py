@@ -11,7 +11,6 @@ against the fake model server.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,21 +20,15 @@ from typing import TypeVar
 import anyio
 import pytest
 
-from agent import Agent, ClientPool
-from gateway.messages import Inbound, StoredMessage
+from gateway.messages import StoredMessage
 from gateway.queue import QueuePolicy
-from gateway.session import SessionActor, SessionDeps, TurnAdmitted
-from gateway.store import AdmitRow, CancelTurn, Message, PurgeConversation, Query, Transcript
-from gateway.store.sqlite import SqliteStore, open_sqlite_store
+from gateway.store import CancelTurn, Message, PurgeConversation, Query, Store, Transcript
+from tests.actors import KEY, Platform, Session, session
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
-from tests.harness import make_config
-from tests.test_session_turn import FAST, Platform
 
 pytestmark = pytest.mark.anyio
 
 R = TypeVar("R")
-
-KEY = "peer:s"
 
 
 @dataclass
@@ -51,18 +44,22 @@ class Returned:
 
 @dataclass
 class World:
-    actor: SessionActor
-    store: SqliteStore
-    platform: Platform
+    """The shared harness's session, with the rows the actor read back counted."""
+
+    session: Session
     reads: list[int]  # the rows the actor read back (``Message`` queries)
     returned: Returned  # the reads that returned to the actor
-    number: itertools.count[int]
+
+    @property
+    def store(self) -> Store:
+        return self.session.store
+
+    @property
+    def platform(self) -> Platform:
+        return self.session.platform
 
     async def admit(self, text: str) -> StoredMessage:
-        inbound = Inbound("peer", KEY, f"m{next(self.number)}", text)
-        row = (await self.store.submit(AdmitRow(inbound))).row
-        await self.actor.send(TurnAdmitted(row))
-        return row
+        return await self.session.admit(text)
 
     async def transcript(self) -> list[tuple[str, str, str]]:
         return [(r.role, r.content, r.state) for r in await self.store.read(Transcript(KEY))]
@@ -76,58 +73,35 @@ class World:
                 await self.returned.arrived.wait()
 
     async def delivered(self, count: int) -> None:
-        with anyio.fail_after(10):
-            while len(self.platform.delivered) < count:
-                self.platform.arrived = anyio.Event()
-                await self.platform.arrived.wait()
+        await self.platform.wait_delivered(count)
 
 
 @asynccontextmanager
-async def session(
+async def spied(
     tmp_path: Path, fake: FakeModel, queue: QueuePolicy | None = None
 ) -> AsyncIterator[World]:
-    config = make_config(tmp_path / "b.db", fake.base_url, model_extra=FAST)
-    clients = ClientPool()
-    try:
-        async with open_sqlite_store(str(tmp_path / "b.db")) as store:
-            reads: list[int] = []
-            returned = Returned()
-            read = store.read
+    async with session(tmp_path, fake, policy=queue) as running:
+        reads: list[int] = []
+        returned = Returned()
+        read = running.store.read
 
-            async def spied(query: Query[R]) -> R:
-                if not isinstance(query, Message):
-                    return await read(query)
-                reads.append(query.row_id)
-                try:
-                    return await read(query)
-                finally:
-                    returned.one()
+        async def spy(query: Query[R]) -> R:
+            if not isinstance(query, Message):
+                return await read(query)
+            reads.append(query.row_id)
+            try:
+                return await read(query)
+            finally:
+                returned.one()
 
-            store.read = spied  # type: ignore[method-assign]
-            deps = SessionDeps(
-                store=store,
-                runner=Agent(config.model, config.agent, clients),
-                outlets={"peer": (platform := Platform())},
-                limiter=anyio.CapacityLimiter(4),
-                history_messages=20,
-                mailbox_size=8,
-                queues={"peer": queue} if queue else {},
-            )
-            actor = SessionActor(KEY, deps)
-            async with anyio.create_task_group() as tg:
-                await tg.start(actor.run)
-                try:
-                    yield World(actor, store, platform, reads, returned, itertools.count(1))
-                finally:
-                    actor.close()
-    finally:
-        await clients.aclose()
+        running.store.read = spy  # type: ignore[method-assign]
+        yield World(running, reads, returned)
 
 
 async def test_a_row_that_starts_at_once_is_not_read_back(tmp_path: Path) -> None:
     async with open_fake_model() as fake:
         fake.script(ok("one"), ok("two"))
-        async with session(tmp_path, fake) as world:
+        async with spied(tmp_path, fake) as world:
             await world.admit("first")
             await world.delivered(1)
             await world.admit("second")
@@ -145,7 +119,7 @@ async def test_a_row_that_starts_at_once_is_not_read_back(tmp_path: Path) -> Non
 async def test_a_row_that_waited_is_read_back_and_skipped_when_purged(tmp_path: Path) -> None:
     async with open_fake_model() as fake:
         fake.script(Hold(ok("late")), ok("after"))
-        async with session(tmp_path, fake) as world:
+        async with spied(tmp_path, fake) as world:
             running = await world.admit("running")
             with anyio.fail_after(10):
                 await fake.wait_for_requests(1)
@@ -178,7 +152,7 @@ async def test_a_merged_turn_refused_for_one_row_answers_the_other_next(tmp_path
     async with open_fake_model() as fake:
         fake.script(Hold(ok("merged")), ok("alone"))
         collect = QueuePolicy("collect", debounce_s=0.2, debounce_max_s=1.0)
-        async with session(tmp_path, fake, collect) as world:
+        async with spied(tmp_path, fake, collect) as world:
             first = await world.admit("first")
             second = await world.admit("second")  # within the window: one turn for both
             with anyio.fail_after(10):
