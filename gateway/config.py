@@ -31,6 +31,12 @@ from pydantic import BeforeValidator, TypeAdapter
 
 from gateway import _config_checks as checks
 from gateway._schema import SECRET, TABLE, Problem, problem_error, rule, validate
+from gateway.config_tools import (
+    Profile,
+    ResolvedProfile,
+    ToolsConfig,
+    tool_problems,
+)
 from gateway.errors import ConfigError
 from gateway.queue import QUEUE_MODES, QueueMode, QueuePolicy
 
@@ -133,6 +139,13 @@ class ModelConfig(ModelEndpoint):
         return (primary, *self.fallbacks)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NamedModels(ModelConfig):
+    """A model chain of its own (``[[models]]``), for the profiles that name it."""
+
+    name: Annotated[str, rule(checks.non_empty)]
+
+
 @dataclass(frozen=True, slots=True)
 class AgentConfig:
     __pydantic_config__ = TABLE
@@ -151,6 +164,13 @@ class AgentConfig:
     max_attachments: Annotated[int, Ge(0)] = 10
     history_images: Annotated[int, Ge(0)] = 2
     max_document_chars: Annotated[int, Gt(0)] = 100_000
+    # Tools (SPEC 15): globs over <server>__<tool> and the built-in tools; none by default, so
+    # a conversation no [[profiles]] entry matches is offered none. Then the tool loop's bounds.
+    tools: tuple[Annotated[str, rule(checks.non_empty)], ...] = ()
+    max_parallel_tools: Annotated[int, Gt(0)] = 4
+    max_tool_steps: Annotated[int, Gt(0)] = 25  # model calls per turn
+    max_turn_s: Annotated[float, Gt(0)] = 600.0
+    max_tool_result_chars: Annotated[int, Ge(100)] = 20_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,12 +410,36 @@ class Config:
     # Voice and audio (SPEC 9): an OpenAI-compatible /v1/audio/transcriptions endpoint, with
     # [model]'s shape (api_keys pool, fallbacks, retries); absent: voice is not configured.
     transcription: ModelConfig | None = None
+    # Tools (SPEC 15): the MCP servers and approvals; named model chains; the profiles.
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    models: tuple[NamedModels, ...] = ()
+    profiles: tuple[Profile, ...] = ()
     source: str = field(default="(embedded defaults)", metadata={"internal": True})
 
-    def queue_policy(self, platform: str) -> QueuePolicy:
-        """The queue mode of ``platform``'s conversations: its section's, else the gateway's."""
+    def profile(self, conversation: str) -> ResolvedProfile:
+        """The agent ``conversation`` gets: the first profile that matches it, else
+        ``[agent]`` and ``[model]`` (SPEC 15)."""
+        found = next((p for p in self.profiles if p.matches(conversation)), None)
+        agent = self.agent
+        if found is None:
+            return ResolvedProfile("", agent.system_prompt, agent.tools, None, self.model)
+        chain = self.model
+        if found.model is not None:
+            chain = next(m for m in self.models if m.name == found.model)  # cross-checked
+        return ResolvedProfile(
+            found.name,
+            agent.system_prompt if found.system_prompt is None else found.system_prompt,
+            agent.tools if found.tools is None else found.tools,
+            found.queue_mode,
+            chain,
+        )
+
+    def queue_policy(self, platform: str, conversation: str = "") -> QueuePolicy:
+        """The queue mode of a conversation of ``platform``: its profile's, else its platform
+        section's, else the gateway's."""
         section = getattr(self, platform, None)
-        mode = getattr(section, "queue_mode", None) or self.gateway.queue_mode
+        chosen_by_profile = self.profile(conversation).queue_mode if conversation else None
+        mode = chosen_by_profile or getattr(section, "queue_mode", None) or self.gateway.queue_mode
         if platform == "a2a":  # an A2A task is one turn (SPEC 12): never merged with another
             mode = "followup"
         assert mode in QUEUE_MODES  # validated
@@ -485,7 +529,7 @@ def _cross_checks(config: Config) -> list[Problem]:
         for key in ("webhook_url", "webhook_secret"):
             if not getattr(config.telegram, key):
                 problems.append((f"telegram.{key}", 'is required when mode = "webhook"'))
-    return problems
+    return problems + tool_problems(config.tools, config.models, config.profiles)
 
 
 def _peer_problems(peer: PeerConfig) -> list[Problem]:

@@ -7,8 +7,10 @@ This module imports nothing of ours: everything else may import it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 #: What whoever waits for a turn learns when ``/stop`` cancelled it before it answered.
 STOPPED_REPLY = "The turn was stopped before it answered."
@@ -168,6 +170,12 @@ class StoredMessage:
     # assistant rows: the model's token counts for the answer (None: not reported, or older)
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    # A tool step (SPEC 15): an assistant row (state "step") carries the calls the model asked
+    # for (JSON: [{"id", "name", "arguments"}]); a "tool" row is one call, its content the
+    # result once finished.
+    tool_calls: str | None = None
+    call_id: str | None = None
+    tool: str | None = None
     attachments: tuple[AttachmentRef, ...] = ()  # user rows: in the order they were sent
 
 
@@ -228,8 +236,115 @@ class AttemptFailed:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class ToolActivity:
+    """A tool call of the turn changed state (SPEC 15's progress): ``started``, ``finished``
+    (``error``: its result is an error), ``awaiting`` a person's yes, or ``denied``."""
+
+    call_id: str
+    tool: str
+    state: str
+    error: bool = False
+
+
 #: What a streaming turn hands to whoever shows its answer while the model writes it.
-StreamEvent = ReplyDelta | AttemptFailed
+StreamEvent = ReplyDelta | AttemptFailed | ToolActivity
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool as a turn may offer it to the model (SPEC 15). ``name`` is the model's name
+    for it (``<server>__<tool>``, shortened with a hash past the 64 characters providers
+    accept); ``server`` and ``tool`` are where it comes from. ``read_only`` and
+    ``idempotent`` are the server's annotations (``readOnlyHint``, ``idempotentHint``): a call
+    left ``started`` by a crash runs again only when one of them holds. ``approval``: whether
+    a call waits for a person's yes (the server's ``approval`` setting and the annotations)."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]  # a JSON Schema object
+    server: str
+    tool: str
+    read_only: bool = False
+    idempotent: bool = False
+    approval: bool = False
+
+    @property
+    def replayable(self) -> bool:
+        """Whether a call cut off mid-run (outcome unknown) may simply run again."""
+        return self.read_only or self.idempotent
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """What a tool call gave the model: text (a tool's error, its timeout or its server being
+    down are outcomes too, with ``is_error``: never a failed turn), and images for vision
+    models."""
+
+    text: str
+    is_error: bool = False
+    images: tuple[Image, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolServerStatus:
+    """An MCP server as ``/status``, ``/readyz``'s detail and the console show it."""
+
+    name: str
+    state: str  # "starting" | "up" | "down"
+    tools: int  # offered now
+    detail: str = ""  # why it is down, or what it is
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One call a model asked for in a tool step: its id (the model's), the tool's name as
+    the model knows it (``<server>__<tool>``) and the arguments (the model's JSON text)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class CallState(StrEnum):
+    """A tool call's stored state (SPEC 15): waiting for a yes, decided, running, done."""
+
+    AWAITING = "awaiting"
+    APPROVED = "approved"
+    DENIED = "denied"
+    STARTED = "started"
+    FINISHED = "finished"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCall:
+    """A tool call as stored: its row, state and (once finished) result; for an approval,
+    when it was asked (epoch seconds) and who decided."""
+
+    row_id: int
+    call_id: str
+    tool: str
+    arguments: str
+    state: str
+    result: str = ""
+    is_error: bool = False
+    requested_at: float | None = None
+    decided_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredStep:
+    """A model's tool step as stored before any of its calls ran: the text it wrote beside
+    them, the calls, and what is stored of each call so far (by call id)."""
+
+    row_id: int
+    content: str
+    calls: tuple[ToolCall, ...]
+    model: str = ""
+    stored: tuple[StoredCall, ...] = ()
+
+    def call(self, call_id: str) -> StoredCall | None:
+        return next((c for c in self.stored if c.call_id == call_id), None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,9 @@ from gateway.messages import (
     Inbound,
     StoredMessage,
     StreamEvent,
+    ToolOutcome,
+    ToolServerStatus,
+    ToolSpec,
     TurnOutcome,
     TurnResult,
 )
@@ -305,3 +308,25 @@ class PushConfigs(Protocol):
         ...
 
     async def delete(self, user_row_id: int, config_id: str) -> None: ...
+
+
+class ToolBox(Protocol):
+    """The tools the agent may call (SPEC 15): MCP servers' and the built-in ones."""
+
+    def offered(self, patterns: Sequence[str]) -> list[ToolSpec]:
+        """The tools available now whose names (``<server>__<tool>``) match one of the
+        globs; a server that is down offers none."""
+        ...
+
+    def find(self, name: str) -> ToolSpec | None:
+        """The tool the model named, if it is available now."""
+        ...
+
+    async def call(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> ToolOutcome:
+        """Run one call. A tool's own error, its timeout, its server being down or dying
+        mid-call are an outcome with ``is_error`` (the model is told), never raised."""
+        ...
+
+    def status(self) -> list[ToolServerStatus]:
+        """Every configured server's state, for ``/status``, ``/readyz`` and the console."""
+        ...

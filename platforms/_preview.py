@@ -31,7 +31,14 @@ from typing import assert_never
 import anyio
 
 from gateway.errors import GatewayError, PlatformError
-from gateway.messages import AttemptFailed, ReplyDelta, StoredMessage, StreamEvent, TurnOutcome
+from gateway.messages import (
+    AttemptFailed,
+    ReplyDelta,
+    StoredMessage,
+    StreamEvent,
+    ToolActivity,
+    TurnOutcome,
+)
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +168,7 @@ class Preview:
         self._length = length
         self._attempt = 0
         self._pieces: list[str] = []
+        self._tools: dict[str, str] = {}  # call id -> "using <tool> …", while it runs
         self._version = 0  # grows with every change of the text
         self._changed = anyio.Event()
         self._scope = anyio.CancelScope()
@@ -184,10 +192,21 @@ class Preview:
                 self._pieces.append(text)
             case AttemptFailed():
                 self._pieces = []  # void: the next attempt's text replaces what is shown
+            case ToolActivity(call_id=call_id, tool=tool, state=state):
+                # SPEC 15's progress: each tool as it runs, under what the model wrote.
+                if state in ("started", "awaiting"):
+                    verb = "using" if state == "started" else "waiting for approval of"
+                    self._tools[call_id] = f"{verb} {tool} …"
+                else:
+                    self._tools.pop(call_id, None)
             case _:
                 assert_never(event)
         self._version += 1
         self._changed.set()
+
+    def _text(self) -> str:
+        """What the preview shows: the attempt's text, then the tools running now."""
+        return "\n\n".join(p for p in ("".join(self._pieces).strip(), *self._tools.values()) if p)
 
     @property
     def binding(self) -> bool:
@@ -224,7 +243,7 @@ class Preview:
                 wait = max(next_at, self._budget.ready_at(self._keys)) - clock()
             if self._version == shown_version:
                 continue
-            text = "".join(self._pieces).strip()
+            text = self._text()
             if not text or text == shown_text:
                 continue
             if self.message_id is None and len(text) < self._min_chars:

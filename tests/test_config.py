@@ -122,7 +122,7 @@ def test_every_problem_is_reported_at_once_each_with_its_key() -> None:
         "peer.listen": "must be HOST:PORT, for example 127.0.0.1:8642",
         "surprise": (
             "unknown key (known here: a2a, agent, cluster, discord, gateway, log, model,"
-            " peer, store, telegram, transcription)"
+            " models, peer, profiles, store, telegram, tools, transcription)"
         ),
     }
     assert (err.value.path, err.value.message) == err.value.errors[0]
@@ -255,6 +255,7 @@ def test_the_example_config_names_every_key() -> None:
     from pathlib import Path
 
     from gateway import config as schema
+    from gateway import config_tools
 
     example = (Path(__file__).parent.parent / "deploy" / "botmux.example.toml").read_text()
     written = set(re.findall(r"^(?:# )?([a-z_]+) = ", example, re.MULTILINE))
@@ -262,11 +263,12 @@ def test_the_example_config_names_every_key() -> None:
     tables += [schema.PeerToken, schema.GatewayConfig, schema.ClusterConfig, schema.LogConfig]
     tables += [schema.TelegramConfig, schema.DiscordConfig]
     tables += [schema.A2aConfig, schema.A2aSkill]
+    tables += [config_tools.ToolsConfig, config_tools.McpServer, config_tools.Profile]
     missing = {
         f"{cls.__name__}.{f.name}"
         for cls in tables
         for f in dataclasses.fields(cls)
-        if f.name not in written and f.name != "fallbacks"
+        if f.name not in written and f.name not in ("fallbacks", "mcp")
     }
     assert not missing
 

@@ -51,6 +51,15 @@ from gateway.store.pairing import (
 from gateway.store.previews import PreviewOf, RecordPreview
 from gateway.store.push_configs import PushConfigsOf, SetPushConfig
 from gateway.store.sqlite import SqliteStore, open_sqlite_store
+from gateway.store.steps import (
+    CallRow,
+    DecideCall,
+    FinishCall,
+    OpenCall,
+    RecordStep,
+    StartCall,
+    TurnSteps,
+)
 from gateway.store.summaries import SaveSummary, SummaryOf
 from gateway.store.transcripts import History, Message, Transcript
 
@@ -98,20 +107,24 @@ __all__ = [
     "AttachmentBytes",
     "BacklogOf",
     "Blob",
+    "CallRow",
     "CancelTurn",
     "Conversations",
     "ConversationsWithPending",
+    "DecideCall",
     "DeleteConversation",
     "DeleteTurn",
     "ExpireChunks",
     "ExpireInFlight",
     "ExpiredConversations",
     "FailChunk",
+    "FinishCall",
     "History",
     "IsApproved",
     "MarkDelivered",
     "MarkSending",
     "Message",
+    "OpenCall",
     "OutboxChunks",
     "OutboxPending",
     "PairingCodes",
@@ -124,6 +137,7 @@ __all__ = [
     "Query",
     "RecentFailures",
     "RecordPreview",
+    "RecordStep",
     "RejectPairing",
     "ReplyTo",
     "RequestPairing",
@@ -134,10 +148,12 @@ __all__ = [
     "SearchConversations",
     "SetPushConfig",
     "SqliteStore",
+    "StartCall",
     "Store",
     "StoreStatistics",
     "SummaryOf",
     "Transcript",
+    "TurnSteps",
     "Undelivered",
     "Write",
     "describe",

@@ -173,6 +173,19 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX messages_failed ON messages (conversation, id) WHERE failure IS NOT NULL;
     CREATE INDEX messages_failed_by_id ON messages (id) WHERE failure IS NOT NULL;
     """,
+    # 9 (tools, SPEC 15): a tool step is an assistant row (state 'step') with the calls the
+    # model asked for; each call is a 'tool' row (state awaiting/approved/denied/started/
+    # finished) with its result as content, whether it is an error, and for an approval when
+    # it was asked and who decided.
+    """
+    ALTER TABLE messages ADD COLUMN tool_calls TEXT;
+    ALTER TABLE messages ADD COLUMN call_id TEXT;
+    ALTER TABLE messages ADD COLUMN tool TEXT;
+    ALTER TABLE messages ADD COLUMN is_error BOOLEAN NOT NULL DEFAULT FALSE;
+    ALTER TABLE messages ADD COLUMN requested_at DOUBLE PRECISION;
+    ALTER TABLE messages ADD COLUMN decided_by TEXT;
+    CREATE UNIQUE INDEX messages_calls ON messages (user_row_id, call_id) WHERE role = 'tool';
+    """,
 )
 
 

@@ -17,7 +17,8 @@ from gateway.messages import AttachmentRef, Inbound, MessageState, OutboxChunk, 
 
 MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
-    " user_row_id, failure, reply_target, prompt_tokens, completion_tokens"
+    " user_row_id, failure, reply_target, prompt_tokens, completion_tokens, tool_calls,"
+    " call_id, tool"
 )
 CHUNK_COLUMNS = (
     "id, conversation, platform, message_id, user_row_id, seq, text, created_at, reply_target,"

@@ -95,7 +95,7 @@ class ReplyTo(Query[StoredMessage | None]):
 
 
 _REPLY_TO = (
-    f"SELECT {MSG_COLUMNS} FROM messages WHERE role = 'assistant'"
+    f"SELECT {MSG_COLUMNS} FROM messages WHERE role = 'assistant' AND state = 'final'"
     " AND (user_row_id = ? OR id = (SELECT answered_by FROM messages WHERE id = ?))"
     " ORDER BY id LIMIT 1"
 )

@@ -105,7 +105,8 @@ _TURN_OF = (
     "SELECT COALESCE((SELECT a.user_row_id FROM messages a WHERE a.id = m.answered_by), m.id)"
     " FROM messages m WHERE m.id = ?"
 )
-_REPLIES = "SELECT id FROM messages WHERE user_row_id = ? AND role = 'assistant'"
+#: A turn's replies, its tool steps and their calls (SPEC 15), by the user row they name.
+_REPLIES = "SELECT id FROM messages WHERE user_row_id = ? AND role <> 'user'"
 
 
 # -- reads --------------------------------------------------------------------------------
@@ -198,6 +199,13 @@ def delete_turn_sqlite(tx: SqliteTx, ops: list[DeleteTurn]) -> list[bool | None]
         for r in sorted(rows):
             db.execute("DELETE FROM a2a_push_configs WHERE user_row_id = ?", (r,))
             attachments.delete_sqlite(db, "", user_row_id=r)
+        # Its tool steps and calls (keyed on the turn's first row, SPEC 15) refer to its rows.
+        marks = ", ".join("?" * len(rows))
+        db.execute(
+            f"DELETE FROM messages WHERE user_row_id IN ({marks})"
+            " AND (state = 'step' OR role = 'tool')",
+            sorted(rows),
+        )
         # One statement: a merged turn's rows and its reply refer to each other.
         gone = [*rows, *replies]
         db.execute(f"DELETE FROM messages WHERE id IN ({', '.join('?' * len(gone))})", gone)
@@ -291,6 +299,12 @@ async def _delete_turn_postgres(db: asyncpg.Connection, op: DeleteTurn) -> bool 
     for r in sorted(rows):
         await db.execute("DELETE FROM a2a_push_configs WHERE user_row_id = $1", r)
         await attachments.delete_postgres(db, "", user_row_id=r)
+    # Its tool steps and calls (keyed on the turn's first row, SPEC 15) refer to its rows.
+    await db.execute(
+        "DELETE FROM messages WHERE user_row_id = ANY($1::bigint[])"
+        " AND (state = 'step' OR role = 'tool')",
+        sorted(rows),
+    )
     # One statement: a merged turn's rows and its reply refer to each other.
     await db.execute("DELETE FROM messages WHERE id = ANY($1::bigint[])", [*rows, *replies])
     return True

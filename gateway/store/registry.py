@@ -21,6 +21,7 @@ from gateway.store import (
     pairing,
     previews,
     push_configs,
+    steps,
     summaries,
     transcripts,
 )
@@ -37,6 +38,7 @@ CONCERNS = (
     pairing,
     previews,
     push_configs,
+    steps,
     summaries,
     transcripts,
 )

@@ -45,7 +45,7 @@ _HISTORY = (
     f"SELECT {MSG_COLUMNS} FROM messages WHERE conversation = ?"
     " AND id > (SELECT reset_after FROM conversations WHERE key = ?)"
     " AND ((role = 'user' AND state = 'answered')"
-    "      OR (role = 'assistant' AND failure IS NULL))"
+    "      OR (role = 'assistant' AND state = 'final' AND failure IS NULL))"
     " ORDER BY id DESC LIMIT ?"
 )
 _TRANSCRIPT = f"SELECT {MSG_COLUMNS} FROM messages WHERE conversation = ? ORDER BY id"

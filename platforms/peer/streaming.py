@@ -24,7 +24,7 @@ import anyio
 from aiohttp import web
 
 from gateway.errors import ConversationClosed, StoreError
-from gateway.messages import AttemptFailed, ReplyDelta, StreamEvent, TurnOutcome
+from gateway.messages import AttemptFailed, ReplyDelta, StreamEvent, ToolActivity, TurnOutcome
 from gateway.ports import Watch
 from platforms.peer import convert
 
@@ -143,6 +143,8 @@ class Watched:
                 self._binding = self._binding or bool(self.replies)
             case AttemptFailed():
                 pass  # nothing reached a client yet (else the turn ends failed): nothing to undo
+            case ToolActivity():
+                pass  # the chat stream's ``event: tool`` (platforms.peer's approvals and tools)
             case _:
                 assert_never(event)
 
