@@ -34,7 +34,7 @@ _WRAP = {"strong": "*", "em": "_", "s": "~"}
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;"})
 # A formatting character where it could open a span: not after a letter or digit, and
 # before a non-space. A zero-width space before it is no word boundary to Slack.
-_OPENER = re.compile(r"(?<![0-9A-Za-z])([*_~`])(?=\S)")
+_OPENER = re.compile(r"(?<!\w)([*_~`])(?=\S)")
 _QUOTE_START = re.compile(r"^([ \t]*)(&gt;)", re.M)
 # Units a cut must not fall inside: a link or mention, an escaped character, a code span.
 ATOMS = re.compile(r"<[^<>\n]*>|&(?:amp|lt|gt);|`[^`\n]+`")
