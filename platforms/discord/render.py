@@ -1,8 +1,9 @@
 """The model's Markdown as the Markdown Discord renders, cut into messages after rendering.
 
 Why not pass the model's text through: Discord renders only part of Markdown. Tables arrive
-as rows of pipes in proportional type, headings past ``###`` as hashes, a ``\\*`` the model
-escaped may be shown differently, and a ``<@id>``-like text is markup to Discord. The text is
+as rows of pipes in proportional type, headings past ``###`` as hashes, and text the model
+meant literally can be markup to Discord (``<@id>``, ``<t:0>``, ``||``, a line starting
+``-#``). The text is
 parsed once as CommonMark (:mod:`platforms._markdown`) and written back in what Discord
 renders natively: bold, italics, strikethrough, inline code, fenced code with its language,
 ``#``-``###`` headings (deeper ones as ``###``), ``-`` and numbered lists, ``>`` quotes, masked
