@@ -6,12 +6,14 @@ sentence end, a space, and only then a hard cut; it never cuts inside a surrogat
 reopens it (with its language) at the start of the next, so every piece renders as code.
 
 ``length`` measures text the way the platform does (Discord: code points; Telegram: UTF-16
-units), so one function serves both.
+units), so one function serves both. ``atoms`` names the platform's units a cut must not
+fall inside (a link, an inline code span, an escape): a cut there moves to the unit's start.
 """
 
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -78,12 +80,19 @@ def best_cut(text: str, limit: int, length: Callable[[str], int] = len) -> int:
     return max(cut, 1)
 
 
-def split(text: str, limit: int, *, length: Callable[[str], int] = len) -> list[str]:
+def split(
+    text: str,
+    limit: int,
+    *,
+    length: Callable[[str], int] = len,
+    atoms: re.Pattern[str] | None = None,
+) -> list[str]:
     """Cut ``text`` into pieces each within ``limit``; code fences closed and reopened.
 
     Pieces of only white space are dropped: platforms refuse empty messages.
     """
-    return [p.text for p in split_marked(text, limit, length=length) if p.text.strip()]
+    pieces = split_marked(text, limit, length=length, atoms=atoms)
+    return [p.text for p in pieces if p.text.strip()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,14 +108,22 @@ class Piece:
         return self.head + self.body + self.tail
 
 
-def split_marked(text: str, limit: int, *, length: Callable[[str], int] = len) -> list[Piece]:
+def split_marked(
+    text: str,
+    limit: int,
+    *,
+    length: Callable[[str], int] = len,
+    atoms: re.Pattern[str] | None = None,
+) -> list[Piece]:
     """``split`` showing what was added: joining every ``body`` gives back ``text``."""
+    spans = [m.span() for m in atoms.finditer(text)] if atoms is not None else []
+    starts = [start for start, _ in spans]
     # Any run of backticks may start a line once the text is cut, so reserve room for the
     # longest one, not only for fences of the original text.
     markers = re.findall(r"`{3,}|~{3,}", text)
     close_room = length("\n" + max(markers, key=len)) if markers else 0
     pieces: list[Piece] = []
-    rest, reopen = text, ""
+    rest, reopen, offset = text, "", 0
     while rest:
         head = reopen + "\n" if reopen else ""
         if length(head + rest) <= limit:
@@ -116,6 +133,8 @@ def split_marked(text: str, limit: int, *, length: Callable[[str], int] = len) -
         if budget < 1:
             raise ValueError(f"limit {limit} is too small for this text's code fences")
         cut = best_cut(rest, budget, length)
+        if spans:
+            cut = _outside(spans, starts, offset, cut)
         body = rest[:cut]
         tail = ""
         fence = _open_fence_at(head + body)
@@ -126,5 +145,17 @@ def split_marked(text: str, limit: int, *, length: Callable[[str], int] = len) -
         else:
             reopen = ""
         pieces.append(Piece(head, body, tail))
-        rest = rest[cut:]
+        rest, offset = rest[cut:], offset + cut
     return pieces
+
+
+def _outside(spans: list[tuple[int, int]], starts: list[int], offset: int, cut: int) -> int:
+    """``cut`` (into the text from ``offset``) moved to the start of the atom it falls in,
+    unless that atom starts the piece (one longer than a piece is cut all the same)."""
+    at = offset + cut
+    i = bisect_right(starts, at - 1) - 1
+    if i >= 0:
+        start, end = spans[i]
+        if start < at < end and start > offset:
+            return start - offset
+    return cut

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -72,3 +74,14 @@ def test_counts_utf16_for_telegram() -> None:
     pieces = split(text, 4096, length=utf16_len)
     assert [utf16_len(p) for p in pieces] == [4096, 1904]
     assert "".join(pieces) == text
+
+
+def test_a_cut_moves_out_of_an_atom_to_its_start() -> None:
+    atoms = re.compile(r"<[^<>]*>")
+    text = "some words <https://example.com/link|a label> and more words after it"
+    pieces = split(text, 45, atoms=atoms)
+    assert "".join(pieces) == text
+    assert pieces[1].startswith("<https://") and all(p.count("<") == p.count(">") for p in pieces)
+    assert split(text, 45) != pieces  # without atoms, the best cut falls inside the link
+    # An atom longer than a piece, at a piece's start, is cut all the same: every piece fits.
+    assert all(len(p) <= 20 for p in split("<" + "x" * 50 + ">", 20, atoms=atoms))

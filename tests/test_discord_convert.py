@@ -1,4 +1,5 @@
-"""The Discord adapter's pure rules: what becomes a turn, how replies are cut and marked."""
+"""The Discord adapter's pure rules: what becomes a turn, how replies are marked (their
+rendering and cutting: test_discord_render.py)."""
 
 from __future__ import annotations
 
@@ -107,22 +108,6 @@ def test_which_chunks_reply() -> None:
     assert convert.replies(chunk(2, 1), "all")
     assert not convert.replies(chunk(1, 0), "none")
     assert not convert.replies(dataclasses.replace(chunk(1), reply_target=""), "all")
-
-
-def test_render_keeps_limits_and_fences_and_caps_lines() -> None:
-    code = "\n".join(f"x = {n}" for n in range(300))
-    text = "Intro line.\n\n```py\n" + code + "\n```\nDone."
-    plain = convert.render(text, limit=2000)
-    assert all(len(p) <= 2000 for p in plain)
-    capped = convert.render(text, limit=2000, max_lines=17)
-    assert all(len(p) <= 2000 and len(p.splitlines()) <= 17 for p in capped)
-    for pieces in (plain, capped):
-        assert all(p.count("```") % 2 == 0 for p in pieces)
-        body = [ln for p in pieces for ln in p.splitlines() if ln.startswith("x = ")]
-        assert body == code.splitlines()
-    assert len(capped) > len(plain)
-    assert convert.render("short", limit=2000, max_lines=17) == ["short"]
-    assert convert.render("   ") == []
 
 
 @pytest.mark.parametrize(

@@ -228,6 +228,22 @@ async def test_html_is_parsed_into_entities_and_bad_html_is_refused(tg: FakeTele
     assert tg.sent_messages() == ["bold & 😀 link"]
 
 
+async def test_a_code_block_with_its_language_and_a_blockquote(tg: FakeTelegram) -> None:
+    async with make_bot(tg) as bot:
+        sent = await bot.send_message(
+            42,
+            '<pre><code class="language-python">x &lt; 1</code></pre>\n'
+            "<blockquote>q <code>c</code></blockquote>",
+            "HTML",
+        )
+    assert sent.text == "x < 1\nq c"
+    assert [(e.type, e.offset, e.length, e.language) for e in sent.entities] == [
+        ("pre", 0, 5, "python"),  # one pre entity with its language, no code entity inside
+        ("blockquote", 6, 3, None),
+        ("code", 8, 1, None),
+    ]
+
+
 async def test_message_too_long_counts_utf16_units(tg: FakeTelegram) -> None:
     async with make_bot(tg) as bot:
         await bot.send_message(42, "x" * 4096)

@@ -133,7 +133,36 @@ def test_cuts_prefer_paragraphs_and_never_split_a_tag_or_entity() -> None:
     ],
 )
 def test_markdown_to_telegram_html(markdown: str, html: str) -> None:
-    assert to_html(markdown) == html
+    # Compared as Telegram shows it (text and entities): ***both*** is <i><b> in CommonMark.
+    assert shown(to_html(markdown)) == shown(html)
+
+
+def shown(html: str) -> tuple[str, list[tuple[str, int, int, str]]]:
+    text, entities = parse_html(html)
+    spans = [(e["type"], e["offset"], e["length"], e.get("url", "")) for e in entities]
+    return text, sorted(spans)
+
+
+def test_escaped_stars_are_literal_stars() -> None:
+    # The old converter sent "\<i>stars\</i>": italics with stray backslashes.
+    assert to_html(r"Use \*stars\* and \_under\_ as typed") == "Use *stars* and _under_ as typed"
+
+
+def test_a_table_is_aligned_columns_in_a_monospaced_block() -> None:
+    html = to_html("| Region | Sales |\n|:--|--:|\n| North | 120 |\n| South-East | 8 |")
+    assert html == (
+        "<pre>Region      Sales\n----------  -----\nNorth         120\nSouth-East      8</pre>"
+    )
+    text, entities = parse_html(html)
+    assert [e["type"] for e in entities] == ["pre"] and "|" not in text
+
+
+def test_a_quote_is_a_telegram_blockquote() -> None:
+    html = to_html("As the docs say:\n\n> Cut **after** rendering.\n> Never before.\n\nDone.")
+    assert html == (
+        "As the docs say:\n\n<blockquote>Cut <b>after</b> rendering.\nNever before.</blockquote>"
+        "\n\nDone."
+    )
 
 
 def test_plain_text_fallback_drops_tags_and_unescapes() -> None:

@@ -48,7 +48,7 @@ from platforms._notices import NoticeBox
 from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
-from platforms.discord import _attachments, _stream, convert
+from platforms.discord import _attachments, _stream, convert, render
 from platforms.discord._backfill import Recent, Watched, read_back
 from platforms.discord._client import (
     MENTIONS,
@@ -156,9 +156,7 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
     # -- outlet ----------------------------------------------------------------------------
 
     def render(self, text: str) -> list[str]:
-        return convert.render(
-            text, limit=self._config.chunk_chars, max_lines=self._config.max_lines
-        )
+        return render.render(text, limit=self._config.chunk_chars, max_lines=self._config.max_lines)
 
     async def deliver(self, outcome: TurnOutcome) -> None:
         channel = convert.channel_of(outcome.conversation)

@@ -2,7 +2,8 @@
 
 Everything here is a plain function of its arguments (no I/O, no client), so the rules
 that decide what becomes a turn (the loop guard, mention gating, commands) and how a reply
-is cut and sent (chunks, nonces, which chunk replies) are tested without a gateway.
+is sent (nonces, which chunk replies) are tested without a gateway; replies are rendered and
+cut by :mod:`platforms.discord.render`.
 ``seen_from`` is the only function that touches a ``discord.Message``: it reduces one to
 the facts the rules need, or to None when the message is not one Discord sends (no author,
 content that is not text): gateway events are untrusted input, and one malformed event must
@@ -22,7 +23,6 @@ from gateway.messages import COMMANDS as CONTROL_COMMANDS
 from gateway.messages import AttachmentRef, Inbound, OutboxChunk, command_named, local_part
 from gateway.messages import conversation_key as make_key
 from platforms._attachments import kind_of
-from platforms._chunking import split
 from platforms._text import clean_text, is_id
 
 PLATFORM = "discord"
@@ -259,26 +259,6 @@ def inbound(seen: Seen, text: str) -> Inbound:
         reply_target=str(seen.message_id),
         attachments=seen.attachments,
     )
-
-
-def render(text: str, *, limit: int = 2000, max_lines: int = 0) -> list[str]:
-    """Cut a reply into Discord messages: at most ``limit`` characters (code points, as
-    Discord counts) and, with a line cap, at most ``max_lines`` lines each.
-
-    The line cap rides on the shared chunker's ``length``: every line costs
-    ``limit / max_lines``, so a piece "fits" only when both its characters and its lines do.
-    The measure is subadditive, so the room the chunker reserves for closing and reopening
-    code fences stays sufficient.
-    """
-    if max_lines <= 0:
-        return split(text, limit)
-    per_line = limit / max_lines
-
-    def length(piece: str) -> int:
-        lines = piece.count("\n") + 1
-        return max(len(piece), int(lines * per_line + 0.999999))
-
-    return split(text, limit, length=length)
 
 
 def nonce(chunk: OutboxChunk) -> str:

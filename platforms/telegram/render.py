@@ -7,47 +7,34 @@ entity (``&amp;``), and an element open at a cut is closed at the end of the pie
 again at the start of the next, so a code block split in two is a code block on both sides.
 Where to cut follows the shared chunker's preferences (paragraph, line, sentence, space).
 
-Only the Markdown models write is converted: fenced code blocks, inline code, bold, italics,
-strikethrough, links (http and https only), headings (as bold) and bullets. Everything else is
-escaped, so the HTML is well-formed by construction; if Telegram still refuses a piece, the
-adapter resends it as plain text (:func:`to_plain`).
+The Markdown is parsed once, as CommonMark (:mod:`platforms._markdown`); this module says how
+Telegram's HTML parse mode shows each part: bold, italic, strikethrough, inline code, code
+blocks with their language (``<pre><code class="language-x">``), headings as bold, lists as
+text markers, quotes as ``<blockquote>``, tables as aligned columns in ``<pre>``, web links.
+All text is escaped as Telegram requires (``&lt; &gt; &amp;`` only), so the HTML is
+well-formed by construction and the model's own HTML shows as typed; if Telegram still
+refuses a piece, the adapter resends it as plain text (:func:`to_plain`).
 """
 
 from __future__ import annotations
 
 import html
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from markdown_it.token import Token
+
+from platforms import _markdown
 from platforms._chunking import Piece, best_cut, utf16_len
 
 LIMIT = 4096  # Telegram's message limit, in UTF-16 code units
-_MAX_URL = 1024  # a longer link is shown as text: a reopened <a> must fit in any piece
-
-_FENCE_OPEN = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*([^`\n]*?)[ \t]*$")
-_FENCE_CLOSE = re.compile(r"^ {0,3}(`{3,}|~{3,})[ \t]*$")
-_HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$")
-_BULLET = re.compile(r"^([ \t]*)[-*+][ \t]+(?=\S)")
-_LANGUAGE = re.compile(r"[A-Za-z0-9_+#.-]{1,32}")
-# Links the model may make: the web only. tg:// links act inside the user's app (tg://proxy
-# and tg://socks offer to route all its traffic through a stranger's server, tg://resolve
-# opens chats): from a prompt-injected reply that is a phishing tool, so they stay text.
-_SCHEMES = ("http://", "https://")
-# Shown as code, so Telegram's clients do not make a tappable link of it on their own.
+# tg:// links act inside the user's app (tg://proxy and tg://socks offer to route all its
+# traffic through a stranger's server, tg://resolve opens chats): from a prompt-injected
+# reply that is a phishing tool, so they are never links. In text they are shown as code,
+# so Telegram's clients do not make a tappable link of them on their own.
 _APP_LINK = re.compile(r"(?i)\btg://[^\s<>()\[\]]+")
-_SPAN = r"[^\n]{1,2000}?"  # bounded, so a line full of unmatched markers stays linear-ish
-_INLINE = re.compile(
-    r"(?P<code>(?P<ticks>`+)(?P<code_text>[^\n]+?)(?<!`)(?P=ticks)(?!`))"
-    r"|(?P<link>\[(?P<label>[^\[\]\n]{1,500})\]\(\s*<?(?P<url>[^\s()<>]{1,2048})>?\s*\))"
-    rf"|(?P<bolditalic>\*\*\*(?=[^\s*])(?P<bolditalic_text>{_SPAN})(?<=[^\s*])\*\*\*)"
-    rf"|(?P<bold>\*\*(?=\S)(?P<bold_text>{_SPAN})(?<=\S)\*\*)"
-    rf"|(?P<bold2>(?<!\w)__(?=\S)(?P<bold2_text>{_SPAN})(?<=\S)__(?!\w))"
-    rf"|(?P<strike>~~(?=\S)(?P<strike_text>{_SPAN})(?<=\S)~~)"
-    rf"|(?P<italic>(?<![*\w])\*(?=[^\s*])(?P<italic_text>{_SPAN})(?<=[^\s*])\*(?![*\w]))"
-    rf"|(?P<italic2>(?<!\w)_(?=[^\s_])(?P<italic2_text>{_SPAN})(?<=[^\s_])_(?!\w))"
-)
-_WRAP = {"bold": "b", "bold2": "b", "strike": "s", "italic": "i", "italic2": "i"}
+_WRAP = {"strong": "b", "em": "i", "s": "s"}
 
 
 def _escape(text: str) -> str:
@@ -56,6 +43,8 @@ def _escape(text: str) -> str:
 
 def _text(text: str) -> str:
     """Plain text as HTML, with any tg:// link in it made inert (code, not a link)."""
+    if "tg:" not in text.lower():
+        return _escape(text)
     out: list[str] = []
     pos = 0
     for match in _APP_LINK.finditer(text):
@@ -66,73 +55,83 @@ def _text(text: str) -> str:
     return "".join(out)
 
 
-def _inline(text: str) -> str:
-    """One line of Markdown as HTML: each construct is closed where it opens, so tags nest."""
+def _inline(tokens: Sequence[Token]) -> str:
+    """Inline tokens as HTML. Inside a link only bold, italic and strikethrough nest (Telegram
+    lets no other entity contain code), so code there is shown as its text."""
     out: list[str] = []
-    pos = 0
-    while match := _INLINE.search(text, pos):
-        out.append(_text(text[pos : match.start()]))
-        kind = match.lastgroup
-        if kind == "code":
-            code = match.group("code_text")
-            if len(code) > 2 and code[0] == code[-1] == " " and code.strip():
-                code = code[1:-1]
-            out.append(f"<code>{_escape(code)}</code>")
-        elif kind == "link":
-            label, url = match.group("label"), match.group("url")
-            if url.lower().startswith(_SCHEMES) and len(url) <= _MAX_URL:
-                out.append(f'<a href="{html.escape(url)}">{_inline(label)}</a>')
-            else:
-                out.append(_text(match.group(0)))
-        elif kind == "bolditalic":
-            out.append(f"<b><i>{_inline(match.group('bolditalic_text'))}</i></b>")
-        elif kind in _WRAP:
-            tag = _WRAP[kind]
-            out.append(f"<{tag}>{_inline(match.group(f'{kind}_text'))}</{tag}>")
-        pos = match.end()
-    out.append(_text(text[pos:]))
+    closers: list[str] = []  # for each open link: what ends it
+    in_link = 0
+    for token in tokens:
+        kind = token.type
+        if kind == "text":
+            out.append(_escape(token.content) if in_link else _text(token.content))
+        elif kind in ("softbreak", "hardbreak"):
+            out.append("\n")
+        elif kind == "code_inline":
+            code = _escape(token.content)
+            out.append(code if in_link else f"<code>{code}</code>")
+        elif kind.endswith("_open") and kind[:-5] in _WRAP:
+            out.append(f"<{_WRAP[kind[:-5]]}>")
+        elif kind.endswith("_close") and kind[:-6] in _WRAP:
+            out.append(f"</{_WRAP[kind[:-6]]}>")
+        elif kind == "link_open":
+            href = str(token.attrs.get("href", ""))
+            url = _markdown.web_url(href)
+            if url is not None:
+                out.append(f'<a href="{html.escape(url)}">')
+                closers.append("</a>")
+                in_link += 1
+            elif token.markup == "autolink":
+                closers.append("")
+            else:  # shown as the Markdown it was written as, the target inert
+                out.append("[")
+                closers.append(f"]({_text(href)})")
+        elif kind == "link_close":
+            closer = closers.pop()
+            in_link -= closer == "</a>"
+            out.append(closer)
+        elif kind == "image":
+            out.append(_image(token, in_link=bool(in_link)))
     return "".join(out)
 
 
-def _line(line: str) -> str:
-    if heading := _HEADING.match(line):
-        return f"<b>{_inline(heading.group(1))}</b>" if heading.group(1) else ""
-    if bullet := _BULLET.match(line):
-        return bullet.group(1) + "• " + _inline(line[bullet.end() :])
-    return _inline(line)
+def _image(token: Token, *, in_link: bool) -> str:
+    """An image is not sent inline: its description, linked to it when it is on the web."""
+    alt = _escape(_markdown.plain(token.children or ()))
+    url = _markdown.web_url(str(token.attrs.get("src", "")))
+    if url is None or in_link:
+        return alt
+    return f'<a href="{html.escape(url)}">{alt or _escape(url)}</a>'
 
 
-def _code_block(lines: list[str], info: str) -> str:
-    code = _escape("\n".join(lines))
-    language = _LANGUAGE.fullmatch(info.split()[0]) if info.split() else None
-    if language:
-        return f'<pre><code class="language-{language.group(0)}">{code}</code></pre>'
-    return f"<pre>{code}</pre>"
+@dataclass(frozen=True, slots=True)
+class _Telegram:
+    """Telegram's HTML parse mode as a :class:`platforms._markdown.Dialect`."""
+
+    bullets: tuple[str, ...] = ("\u2022", "\u25e6", "\u25aa")  # • ◦ ▪
+
+    def paragraph(self, tokens: Sequence[Token]) -> str:
+        return _inline(tokens)
+
+    def heading(self, level: int, tokens: Sequence[Token]) -> str:
+        text = _inline(tokens)
+        return f"<b>{text}</b>" if text else ""
+
+    def code(self, code: str, language: str) -> str:
+        if language:
+            return f'<pre><code class="language-{language}">{_escape(code)}</code></pre>'
+        return f"<pre>{_escape(code)}</pre>"
+
+    def quote(self, text: str) -> str:
+        return f"<blockquote>{text}</blockquote>"
+
+
+_DIALECT = _Telegram()
 
 
 def to_html(markdown: str) -> str:
     """The reply as Telegram HTML (parse_mode=HTML); always well-formed."""
-    lines = markdown.replace("\r\n", "\n").split("\n")
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        fence = _FENCE_OPEN.match(lines[i])
-        if fence is None:
-            out.append(_line(lines[i]))
-            i += 1
-            continue
-        marker, info = fence.group(1), fence.group(2)
-        body: list[str] = []
-        i += 1
-        while i < len(lines):
-            close = _FENCE_CLOSE.match(lines[i])
-            if close and close.group(1)[0] == marker[0] and len(close.group(1)) >= len(marker):
-                break
-            body.append(lines[i])
-            i += 1
-        i += 1  # the closing fence (an unclosed block runs to the end, as in Markdown)
-        out.append(_code_block(body, info))
-    return "\n".join(out)
+    return _markdown.render(markdown, _DIALECT)
 
 
 _TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)[^<>]*>")

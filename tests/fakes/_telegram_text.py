@@ -71,7 +71,8 @@ def parse_html(text: str) -> tuple[str, list[JSON]]:
             if name and name != open_name:
                 raise fail(f'Unmatched end tag, expected "</{open_name}>", found "</{name}>"', pos)
             if out16 > start:  # Telegram drops empty entities
-                entities.append({**fields, "offset": start, "length": out16 - start})
+                entity = {**fields, "offset": start, "length": out16 - start}
+                entities.append(_pre_code(entities, entity) if open_name == "pre" else entity)
         else:
             if name not in _HTML_TYPES:
                 raise fail(f'Unsupported start tag "{name}"', pos)
@@ -83,12 +84,28 @@ def parse_html(text: str) -> tuple[str, list[JSON]]:
                 fields["type"] = "expandable_blockquote"
             if name == "a":
                 fields["url"] = attrs.get("href", "")
+            if name == "code" and (attrs.get("class") or "").startswith("language-"):
+                fields["language"] = (attrs.get("class") or "")[len("language-") :]
             stack.append((name, out16, fields))
         pos = tag.end()
     if stack:
         raise fail(f'Can\'t find end tag corresponding to start tag "{stack[-1][0]}"')
+    for entity in entities:
+        if entity["type"] == "code":
+            entity.pop("language", None)  # a class counts only on the code a pre holds
     entities.sort(key=lambda e: (e["offset"], -e["length"]))
     return "".join(out), entities
+
+
+def _pre_code(entities: list[JSON], pre: JSON) -> JSON:
+    """``<pre><code class="language-x">...</code></pre>``: one pre entity with its language,
+    when the code (just closed) spans the whole pre, as the Bot API documents."""
+    if entities and entities[-1]["type"] == "code" and "language" in entities[-1]:
+        code = entities[-1]
+        if (code["offset"], code["length"]) == (pre["offset"], pre["length"]):
+            entities.pop()
+            return {**pre, "language": code["language"]}
+    return pre
 
 
 def parse_text(text: str, parse_mode: object, entities: object) -> tuple[str, list[JSON]]:
