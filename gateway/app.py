@@ -22,21 +22,25 @@ answering cannot hold the process: SIGTERM exits within ``drain_timeout_s`` plus
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
 from agent import Agent, ClientPool, CompactingRunner
+from agent.tool_loop import AgentTools
 from agent.transcribe import Transcriber
 from gateway.access import Pairing
+from gateway.approvals import Approvals
 from gateway.attachments import Attachments
 from gateway.backlog import Caps
 from gateway.config import Config
+from gateway.config_tools import ToolsConfig
 from gateway.console import ConsoleStore
 from gateway.events import Event, Observe, log_line
 from gateway.failpoints import Failpoints
@@ -46,7 +50,7 @@ from gateway.live import LiveConfig
 from gateway.messages import platform_of
 from gateway.metrics import Metrics, Snapshot
 from gateway.node_leases import NodeLeases
-from gateway.ports import Leases, Outlet, PlatformAdapter
+from gateway.ports import Leases, Outlet, PlatformAdapter, ToolBox
 from gateway.push_configs import StoredPushConfigs
 from gateway.queue import QueuePolicy
 from gateway.reload import Reloader
@@ -54,6 +58,7 @@ from gateway.resume import resume_interrupted
 from gateway.retention import sweep_retention
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
+from gateway.steps import Decisions, StoredSteps
 from gateway.store import ExpireInFlight, OutboxPending, Store, describe, open_store
 from gateway.summaries import StoredSummaries
 from gateway.timeline import Timeline
@@ -168,10 +173,10 @@ class LiveQueues(Mapping[str, QueuePolicy]):
 
 @dataclass(frozen=True, slots=True)
 class Model:
-    """The model side, built before the store opens (a reload reconfigures it in place)."""
+    """What the model side holds across the store's life: the clients (closed last), the
+    transcriber and the cap on concurrent turns (a reload changes it in place)."""
 
     clients: ClientPool
-    agent: Agent
     transcriber: Transcriber
     limiter: anyio.CapacityLimiter
 
@@ -182,6 +187,8 @@ class Parts:
 
     store: Store
     ports: StorePorts
+    agent: Agent
+    tools: ToolServers | None  # [[tools.mcp]] servers (SPEC 15)
     node_leases: NodeLeases | None  # several nodes (PostgreSQL)
     peer: PeerAdapter
     adapters: tuple[PlatformAdapter, ...]  # the chat platforms and A2A
@@ -210,6 +217,24 @@ def build(
         transcripts=StoredTranscripts(store),
         push_configs=StoredPushConfigs(store),
     )
+    decisions = Decisions()
+    box = _toolbox(config, observe, clock)
+    agent = Agent(
+        config.model,
+        config.agent,
+        model.clients,
+        observe=observe,
+        clock=clock,
+        models=config.models,
+        profile=lambda key: live.current.profile(key),
+        tools=None
+        if box is None
+        else AgentTools(
+            box,
+            StoredSteps(store, decisions),
+            approval_timeout_s=live.view(lambda c: c.tools.approval_timeout_s),
+        ),
+    )
     node_leases = None
     if store.leases is not None:  # several nodes share the store
         node_leases = NodeLeases(store.leases, heartbeat_s=config.cluster.heartbeat_s, clock=clock)
@@ -227,7 +252,7 @@ def build(
         adapters.append(_a2a(config, live, ports, peer, observe))
     outlets: dict[str, Outlet] = {"peer": peer}
     outlets.update((adapter.platform, adapter) for adapter in adapters)
-    runner = _runner(config, model.agent, store, observe)
+    runner = _runner(config, agent, store, observe)
     deps = _session_deps(config, live, store, model, runner, outlets, node_leases, observe, clock)
     router = Router(
         lambda key: SessionActor(key, deps), idle_s=config.gateway.idle_evict_s, clock=clock
@@ -264,10 +289,45 @@ def build(
         max_message_chars=config.gateway.max_message_chars,
         queues=deps.queues,
         live=live.view(lambda c: c.gateway),
+        approvals=Approvals(
+            store,
+            decisions,
+            approvers=live.view(lambda c: c.tools.approvers),
+            observe=observe,
+        ),
     )
     return Parts(
-        store, ports, node_leases, peer, tuple(adapters), outlets, runner, router, intake, cluster
+        store,
+        ports,
+        agent,
+        box,
+        node_leases,
+        peer,
+        tuple(adapters),
+        outlets,
+        runner,
+        router,
+        intake,
+        cluster,
     )
+
+
+class ToolServers(ToolBox, Protocol):
+    """The MCP servers' tools as the root starts and reconfigures them."""
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None: ...
+
+    async def reconfigure(self, tools: ToolsConfig) -> None: ...
+
+
+def _toolbox(config: Config, observe: Observe, clock: Callable[[], float]) -> ToolServers | None:
+    """The MCP servers' tools (SPEC 15); None without servers (the SDK is not imported)."""
+    if not config.tools.mcp:
+        return None
+    # The mcp SDK is imported only when tools are configured.
+    mcp = importlib.import_module("agent.tools.mcp")
+    box: ToolServers = mcp.McpToolBox(config.tools, observe=observe, clock=clock)
+    return box
 
 
 def _a2a(
@@ -407,13 +467,15 @@ class GatewayApp:
 
     async def _apply(self, old: Config, new: Config) -> None:
         """What a reload does besides swapping the LiveConfig the other parts read."""
-        model = self._model
-        if model is None:
+        model, parts = self._model, self._parts
+        if model is None or parts is None:
             return
         if new.transcription is not None and old.transcription is None:
             model.clients.load_library()  # loaded now, not at the first voice note
-        if (old.model, old.agent) != (new.model, new.agent):
-            await model.agent.reconfigure(new.model, new.agent)
+        if (old.model, old.agent, old.models) != (new.model, new.agent, new.models):
+            await parts.agent.reconfigure(new.model, new.agent, new.models)
+        if parts.tools is not None and old.tools != new.tools:
+            await parts.tools.reconfigure(new.tools)
         model.limiter.total_tokens = new.gateway.max_concurrent_turns
 
     def _build_model(self) -> Model:
@@ -423,7 +485,6 @@ class GatewayApp:
             clients.load_library()  # at start, not at the first voice note (chat needs none)
         return Model(
             clients=clients,
-            agent=Agent(config.model, config.agent, clients, observe=observe, clock=self.clock),
             transcriber=Transcriber(
                 config.transcription, clients, observe=observe, clock=self.clock
             ),
@@ -464,6 +525,8 @@ class GatewayApp:
                     router_done.set()
 
             tg.start_soon(run_router)
+            if parts.tools is not None:  # servers connect beside the start, never blocking it
+                await tg.start(parts.tools.run)
             for adapter in parts.adapters:  # A2A before the listener its routes are on
                 await tg.start(adapter.run, parts.intake)
             await tg.start(parts.peer.run, self._serving(parts))
@@ -565,7 +628,7 @@ class GatewayApp:
                 live_sessions=parts.router.statistics().live,
                 queued=self._queued(parts),
                 outbox_pending=await parts.store.read(OutboxPending()),
-                benched=self._model.agent.benched_keys(),
+                benched=parts.agent.benched_keys(),
                 leases=cluster.statistics().leases if cluster else None,
             )
         )
@@ -581,7 +644,7 @@ class GatewayApp:
             live_sessions=parts.router.statistics().live,
             queued=self._queued(parts),
             running=[key for key, stats in actors.items() if stats.running is not None],
-            benched=self._model.agent.benched_keys(),
+            benched=parts.agent.benched_keys(),
             node=cluster.node if cluster else None,
             leases=cluster.statistics().leases if cluster else None,
         )

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gateway.approvals import Approvals
 from gateway.backlog import DEFAULT_CAPS, Caps
 from gateway.config import GatewayConfig
 from gateway.errors import ConversationClosed, MailboxFull, MessageTooLong, Overloaded
@@ -79,7 +80,9 @@ class GatewayIntake:
         max_message_chars: int = 32_000,
         queues: Mapping[str, QueuePolicy] | None = None,
         live: Callable[[], GatewayConfig] | None = None,  # a reload's limits, read at use
+        approvals: Approvals | None = None,  # tool calls' approvals (SPEC 15)
     ) -> None:
+        self._approvals = approvals
         self._queues = queues or {}  # by platform, for /status
         # Several nodes: send a control command to the node running the conversation (True
         # when another node holds it and was told).
@@ -226,6 +229,16 @@ class GatewayIntake:
         if stats is not None and stats.last_fell_back:
             lines.append(f"The last turn fell back to {stats.last_model}.")
         return "\n".join(lines)
+
+    async def decide(
+        self, platform: str, call_row: int, user_id: str, approve: bool, *, owner: bool = False
+    ) -> str:
+        """A person's answer to a tool call's approval (SPEC 15): what they are told.
+        ``owner``: the caller proved it owns the conversation (a peer token's session)."""
+        if self._approvals is None:
+            return "Tools are not configured here."
+        decided = await self._approvals.decide(platform, call_row, user_id, approve, owner=owner)
+        return decided.text
 
     async def delete(self, conversation: str, *, by: str) -> int | None:
         """Remove a conversation, its rows and its outbox (``DELETE /api/sessions/{id}``):

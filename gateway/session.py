@@ -64,7 +64,7 @@ from gateway.messages import (
     TurnResult,
     platform_of,
 )
-from gateway.ports import Outlet, ReplyStream, TurnRunner, Watch
+from gateway.ports import Outlet, ReplyStream, TurnRunner, TurnTools, Watch
 from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text
 from gateway.store import AnswerTurn, CancelTurn, History, Message, PendingHeaders, Store
 from gateway.turn_plan import (
@@ -347,7 +347,7 @@ class SessionActor(Actor):
             if isinstance(step, Rerun):
                 self._stats["reruns"] += 1
                 self._deps.observe(TurnRerun(self.key, turn.row.id, step.reason))
-            state = state.ran(await self._run(asked, turn.row, turn.watch))
+            state = state.ran(await self._run(asked, turn))
         return state
 
     async def _end_turn(self, state: TurnState, turn: _Turn, asked: TurnInput | None) -> bool:
@@ -473,9 +473,12 @@ class SessionActor(Actor):
             return TurnInput.merged([TurnInput.plain(r, history) for r in rows], burst_text)
         return TurnInput.merged([await attachments.prepare(r, history) for r in rows], burst_text)
 
-    async def _run(self, asked: TurnInput, row: StoredMessage, watch: Watch | None) -> TurnResult:
-        """The model turn; a bug in it fails this turn honestly instead of the whole gateway."""
+    async def _run(self, asked: TurnInput, turn: _Turn) -> TurnResult:
+        """The model turn; a bug in it fails this turn honestly instead of the whole gateway.
+        Its tool steps (SPEC 15) hang off the turn's first row: a re-run finds them."""
+        row, watch = turn.row, turn.watch
         before_call = None if self._deps.holds_now is None else self._last_check
+        tools = TurnTools(turn.rows[0], self._outlet.asker(row))
         if asked.answer is not None:  # nothing the model could be asked (SPEC 9)
             return asked.answer
         try:
@@ -488,6 +491,7 @@ class SessionActor(Actor):
                     before_call=before_call,
                     watch=watch,
                     images=asked.images,
+                    tools=tools,
                 )
             )
         except Exception:
