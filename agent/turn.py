@@ -495,4 +495,3 @@ class Agent:
         if policy is None:
             return {"model": None}
         return {**policy.status(), "context": self._context}
-

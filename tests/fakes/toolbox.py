@@ -39,9 +39,7 @@ def tool(
     """A tool named ``<server>__<tool>`` (``name``) returning ``run(arguments)`` (default: an
     echo of the arguments)."""
     server, _, own = name.partition("__")
-    spec = ToolSpec(
-        name, f"the {own} tool", SCHEMA, server, own, read_only, idempotent, approval
-    )
+    spec = ToolSpec(name, f"the {own} tool", SCHEMA, server, own, read_only, idempotent, approval)
 
     def answer(arguments: Mapping[str, Any]) -> ToolOutcome:
         text = run(arguments) if run is not None else f"{own}({dict(arguments)})"
