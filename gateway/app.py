@@ -208,8 +208,10 @@ def build(
     observe: Observe,
     clock: Callable[[], float],
     reloader: Reloader,
+    tools: ToolServers | None = None,
 ) -> Parts:
-    """Every part of a gateway on ``store``, in dependency order; nothing starts here."""
+    """Every part of a gateway on ``store``, in dependency order; nothing starts here.
+    ``tools``: the tools the agent may call (else the ``[[tools.mcp]]`` servers')."""
     at_most_once = config.gateway.unrecorded_sends == "drop"
     ports = StorePorts(
         ledger=DeliveryLedger(store, at_most_once=at_most_once),
@@ -218,7 +220,7 @@ def build(
         push_configs=StoredPushConfigs(store),
     )
     decisions = Decisions()
-    box = _toolbox(config, observe, clock)
+    box = tools if tools is not None else _toolbox(config, observe, clock)
     agent = Agent(
         config.model,
         config.agent,
@@ -415,8 +417,12 @@ class GatewayApp:
         clock: Callable[[], float] = time.monotonic,
         failpoints: Failpoints | None = None,
         read: Callable[[], Config] | None = None,
+        tools: ToolServers | None = None,
     ) -> None:
+        """``tools``: the tools the agent may call, instead of the ``[[tools.mcp]]`` servers'
+        (tests give a toolbox of their own)."""
         self.config = config  # as started; what a reload applied is live.current
+        self._tools = tools
         self.live = LiveConfig(config)
         # What a reload re-reads: the file and environment the gateway started with.
         self._read = read or (lambda: self.live.current)
@@ -506,6 +512,7 @@ class GatewayApp:
                     observe=self.observe,
                     clock=self.clock,
                     reloader=self.reloader,
+                    tools=self._tools,
                 )
                 await self._serve(parts, task_status)
         finally:

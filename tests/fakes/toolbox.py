@@ -80,6 +80,14 @@ class RecordingToolBox:
         self.calls.append((spec.name, dict(arguments)))
         return found.run(arguments)
 
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None]) -> None:
+        """As the MCP toolbox runs beside the gateway: nothing to connect here."""
+        task_status.started()
+        await anyio.sleep_forever()
+
+    async def reconfigure(self, tools: object) -> None:
+        pass
+
     def status(self) -> list[ToolServerStatus]:
         servers = sorted({t.spec.server for t in self.tools.values()})
         return [
