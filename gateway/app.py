@@ -161,8 +161,11 @@ class LiveQueues(Mapping[str, QueuePolicy]):
     def __init__(self, current: Callable[[], Config]) -> None:
         self._current = current
 
-    def __getitem__(self, platform: str) -> QueuePolicy:
-        return self._current().queue_policy(platform)
+    def __getitem__(self, name: str) -> QueuePolicy:
+        """By conversation key (its profile's mode first) or by platform."""
+        if ":" in name:
+            return self._current().queue_policy(platform_of(name), name)
+        return self._current().queue_policy(name)
 
     def __iter__(self) -> Iterator[str]:
         return iter(f.name for f in dataclasses.fields(self._current()))
@@ -297,6 +300,8 @@ def build(
             approvers=live.view(lambda c: c.tools.approvers),
             observe=observe,
         ),
+        profile=lambda key: live.current.profile(key),
+        tool_status=box.status if box is not None else list,
     )
     return Parts(
         store,

@@ -109,7 +109,8 @@ class SessionDeps:
     holds_now: Callable[[str], bool] | None = None
     # The turn's attachment step (SPEC 9); None: rows are their text alone.
     attachments: Attachments | None = None
-    # Queue modes by platform (SPEC 10), read at each use; a platform not named: followup.
+    # Queue modes by conversation key or platform (SPEC 10, 15), read at each use; neither
+    # named: followup.
     queues: Mapping[str, QueuePolicy] = field(default_factory=dict)
     # A reload's [agent] history_messages, read at each turn (else history_messages).
     history_live: Callable[[], int] | None = None
@@ -163,8 +164,10 @@ class SessionActor(Actor):
 
     @property
     def _policy(self) -> QueuePolicy:
-        """This platform's queue mode, read at each use (a reload may change it)."""
-        return self._deps.queues.get(self.platform, QueuePolicy())
+        """This conversation's queue mode (its profile's, else its platform's), read at each
+        use (a reload may change it)."""
+        queues = self._deps.queues
+        return queues.get(self.key) or queues.get(self.platform) or QueuePolicy()
 
     def __repr__(self) -> str:
         return f"<SessionActor {self.key} queued={len(self._queue)}>"
