@@ -27,7 +27,7 @@ import itertools
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -357,63 +357,22 @@ class Agent:
         config = gen.config
         if profile is not None and profile.system_prompt != config.system_prompt:
             config = dataclasses.replace(config, system_prompt=profile.system_prompt)
-        chain, instructions = chosen.chain, watch.instructions if watch is not None else None
+        loop = self._loop(conversation, turn, profile, tools, watch, config)
+        request = _Request(
+            conversation, history, text, summary, images, config, watch, before_call, loop
+        )
         windows = [
-            self.build(e, (), text, instructions=instructions, config=config)[1] for e in chain
+            self.build(e, (), text, instructions=request.instructions, config=config)[1]
+            for e in chosen.chain
         ]
         if not any(w.fits for w in windows):
-            return self._too_long(conversation, turn, windows[0], chain[0])
-        sees = [e.sees_images for e in chain]
+            return self._too_long(conversation, turn, windows[0], chosen.chain[0])
+        sees = [e.sees_images for e in chosen.chain]
         unseen = bool(images) and not any(sees)
         usable = sees if images and not unseen else None
-        stream = watch.stream if watch is not None and config.stream else None
-        attempts = itertools.count(1)
-        loop = self._loop(conversation, turn, profile, tools, watch, config)
-
-        async def call(
-            index: int, api_key: str, *, rebuild: bool, trimmed: bool, extra: Messages
-        ) -> Completion:
-            endpoint = chain[index]
-            messages, window = self.build(
-                endpoint,
-                history,
-                text,
-                summary=summary,
-                instructions=instructions,
-                halve=trimmed,
-                config=config,
-                images=images,
-                extra=extra,
-            )
-            self._sent(conversation, window)
-            done = await self.complete(
-                endpoint,
-                api_key,
-                messages,
-                rebuild=rebuild,
-                before_call=before_call,
-                stream=stream,
-                attempt=next(attempts),
-                response_format=watch.response_format if watch is not None else None,
-                tools=loop.tools if loop is not None else (),
-            )
-            self.calibration.learn(endpoint, prompt_chars(messages), done.usage.prompt_tokens)
-            return done
-
-        async def step(extra: Messages) -> Answered:
-            answer = await chosen.policy.run(
-                conversation, partial(call, extra=extra), turn=turn, usable=usable
-            )
-            done = answer.value
-            return Answered(done.text, done.usage, done.calls, answer.model, answer.fell_back)
-
+        step = partial(self._step, chosen, request, itertools.count(1), turn, usable)
         try:
-            if loop is not None:
-                outcome = await loop.run(step)
-            else:
-                answered = await step([])
-                outcome = LoopOutcome(answered.text, answered.model, answered.usage)
-                outcome.fell_back = answered.fell_back
+            outcome = await loop.run(step) if loop is not None else await _plain(step)
         except TurnFailed as exc:
             return TurnResult(
                 reply=failure_reply(exc.failure),
@@ -428,6 +387,50 @@ class Agent:
             usage=outcome.usage,
             fell_back=outcome.fell_back,
         )
+
+    async def _step(
+        self,
+        chosen: _Chain,
+        request: _Request,
+        attempts: Iterator[int],
+        turn: int,
+        usable: Sequence[bool] | None,
+        extra: Messages,
+    ) -> Answered:
+        """One model call of the turn under the policy (retries, rotation, fallback), with
+        the tool steps so far (``extra``)."""
+
+        async def call(index: int, api_key: str, *, rebuild: bool, trimmed: bool) -> Completion:
+            endpoint = chosen.chain[index]
+            messages, window = self.build(
+                endpoint,
+                request.history,
+                request.text,
+                summary=request.summary,
+                instructions=request.instructions,
+                halve=trimmed,
+                config=request.config,
+                images=request.images,
+                extra=extra,
+            )
+            self._sent(request.conversation, window)
+            done = await self.complete(
+                endpoint,
+                api_key,
+                messages,
+                rebuild=rebuild,
+                before_call=request.before_call,
+                stream=request.stream,
+                attempt=next(attempts),
+                response_format=request.response_format,
+                tools=request.loop.tools if request.loop is not None else (),
+            )
+            self.calibration.learn(endpoint, prompt_chars(messages), done.usage.prompt_tokens)
+            return done
+
+        answer = await chosen.policy.run(request.conversation, call, turn=turn, usable=usable)
+        done = answer.value
+        return Answered(done.text, done.usage, done.calls, answer.model, answer.fell_back)
 
     def _loop(
         self,
@@ -495,3 +498,36 @@ class Agent:
         if policy is None:
             return {"model": None}
         return {**policy.status(), "context": self._context}
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What every model call of one turn sends (each endpoint gets a request built for it)."""
+
+    conversation: str
+    history: Sequence[ChatMessage]
+    text: str
+    summary: str | None
+    images: Sequence[Image]
+    config: AgentConfig
+    watch: Watch | None
+    before_call: Callable[[], None] | None
+    loop: ToolLoop | None
+
+    @property
+    def instructions(self) -> str | None:
+        return self.watch.instructions if self.watch is not None else None
+
+    @property
+    def stream(self) -> ReplyStream | None:
+        return self.watch.stream if self.watch is not None and self.config.stream else None
+
+    @property
+    def response_format(self) -> Mapping[str, Any] | None:
+        return self.watch.response_format if self.watch is not None else None
+
+
+async def _plain(step: Callable[[Messages], Awaitable[Answered]]) -> LoopOutcome:
+    """A turn without tools: one model call."""
+    answered = await step([])
+    return LoopOutcome(answered.text, answered.model, answered.usage, answered.fell_back)
