@@ -20,7 +20,7 @@ from a2a.utils.errors import TaskNotCancelableError
 from tests.fakes.openai_server import Hold, model_not_found, ok, open_fake_model, streamed
 from tests.harness import make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 A2A = '[a2a]\nname = "helper"\ndescription = "answers"\n'
 A2A += '[[a2a.skills]]\nid = "chat"\nname = "Chat"\ndescription = "talks"\n'

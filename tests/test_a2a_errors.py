@@ -63,6 +63,7 @@ CASES: list[tuple[str, bytes | dict[str, Any], dict[str, str], int, Any]] = [
 ]
 
 
+@pytest.mark.gateway
 async def test_bad_input_is_a_json_rpc_error_and_nothing_is_stored(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
     answers: dict[str, tuple[int, Any, int]] = {}
@@ -86,6 +87,7 @@ async def test_bad_input_is_a_json_rpc_error_and_nothing_is_stored(tmp_path: Pat
         assert list(conn.execute("SELECT COUNT(*) FROM messages")) == [(0,)]
 
 
+@pytest.mark.gateway
 async def test_a_task_is_its_tokens_own(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
     async with open_fake_model() as fake:

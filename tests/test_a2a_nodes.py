@@ -14,7 +14,7 @@ from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.harness import GatewayProcess, cluster_node, config_text, free_port, pg_fetch
 from tests.test_a2a import A2A, a2a_client, answer, message, send
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120), pytest.mark.process]
 
 
 async def stop(*nodes: GatewayProcess) -> None:

@@ -21,7 +21,7 @@ from tests.fakes.openai_server import Hold, open_fake_model
 from tests.harness import make_config, running_gateway
 from tests.test_a2a import A2A, a2a_client, message, send
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 @dataclass

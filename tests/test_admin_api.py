@@ -9,7 +9,6 @@ import dataclasses
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +19,8 @@ import pytest
 from gateway.config import Config, parse_config
 from platforms.peer.admin import PAGE_FILES, PAGE_ROUTES, Tickets
 from platforms.peer.openapi import build_openapi
-from tests.fakes.openai_server import Fail, FakeModel, Hold, open_fake_model
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
+from tests.fakes.openai_server import Fail, FakeModel, Hold
+from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import config_text, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -33,12 +32,6 @@ TOKENS = (
     f'[[peer.tokens]]\ntoken = "{OTHER}"\nname = "bots"\nsessions = ["bot-*"]\n'
 )
 AUTH = {"Authorization": f"Bearer {OPS}"}
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
 
 
 def config(tmp_path: Path, model: FakeModel, extra: str = TOKENS) -> Config:
@@ -76,6 +69,7 @@ async def next_event(response: aiohttp.ClientResponse) -> tuple[str, dict[str, A
             return name, json.loads(data)
 
 
+@pytest.mark.gateway
 async def test_every_admin_route_refuses_a_missing_or_wrong_token_and_the_page_holds_none(
     tmp_path: Path, model: FakeModel
 ) -> None:
@@ -118,6 +112,7 @@ async def test_every_admin_route_refuses_a_missing_or_wrong_token_and_the_page_h
         assert 'data-auth="token"' in await (await http.get(f"{url}/console/")).text()
 
 
+@pytest.mark.gateway
 async def test_conversations_are_searched_paged_and_read_with_their_transcript(
     tmp_path: Path, model: FakeModel
 ) -> None:
@@ -173,6 +168,7 @@ async def test_conversations_are_searched_paged_and_read_with_their_transcript(
         assert outbox == {"chunks": []}  # peer replies are delivered in the HTTP response
 
 
+@pytest.mark.gateway
 async def test_the_event_stream_pushes_overviews_and_tickets_are_never_logged(
     tmp_path: Path, model: FakeModel, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -219,12 +215,7 @@ def test_a_ticket_is_good_for_a_minute_and_only_from_this_process() -> None:
     assert tickets.check("") is None and tickets.check("...") is None
 
 
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
-
-
+@pytest.mark.gateway
 async def test_pairing_decisions_are_made_over_the_api_and_logged_with_the_token_name(
     tmp_path: Path, model: FakeModel, tg: FakeTelegram, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -282,6 +273,7 @@ async def test_pairing_decisions_are_made_over_the_api_and_logged_with_the_token
     assert not [r for r in caplog.records if OPS in f"{r.getMessage()} {r.__dict__}"]
 
 
+@pytest.mark.gateway
 async def test_without_tokens_the_admin_api_keeps_the_loopback_rules(
     tmp_path: Path, model: FakeModel, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -311,6 +303,7 @@ async def test_without_tokens_the_admin_api_keeps_the_loopback_rules(
     assert action.by == "loopback" and action.result == "unknown"  # type: ignore[attr-defined]
 
 
+@pytest.mark.gateway
 async def test_the_overview_shows_running_turns_benched_keys_failures_and_the_cluster(
     tmp_path: Path, model: FakeModel, postgres_url: str
 ) -> None:
@@ -370,6 +363,7 @@ async def test_the_overview_shows_running_turns_benched_keys_failures_and_the_cl
         assert broken["last_failure"] is not None
 
 
+@pytest.mark.gateway
 async def test_diagnostics_show_every_parts_statistics_and_no_secret(
     tmp_path: Path, model: FakeModel, tg: FakeTelegram
 ) -> None:

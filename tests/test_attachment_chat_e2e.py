@@ -24,19 +24,13 @@ from gateway.store import Transcript, open_store
 from tests.fakes._pdf import pdf_with_text
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, Ok, Request, open_fake_model
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
+from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 ALICE = 42
 VISION = 'input = ["text", "image"]\n'
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
 
 
 @pytest.fixture

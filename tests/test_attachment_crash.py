@@ -20,7 +20,7 @@ from tests.harness import GatewayProcess, config_text, free_port
 from tests.test_crash_matrix import assert_one_answer, crash_at, settle
 from tests.test_discord_e2e import BOB, CHANNEL_ID, discord_toml, mention, open_world
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 ALICE = 42
 POINTS = ("after_admission", "after_attachment_fetch")

@@ -17,7 +17,7 @@ from gateway.store import AdmitRow, open_sqlite_store
 from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.harness import GatewayProcess, config_text, free_port, make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 def user_rows(db: Path) -> list[tuple[str, str]]:
@@ -27,6 +27,7 @@ def user_rows(db: Path) -> list[tuple[str, str]]:
         )
 
 
+@pytest.mark.process
 @pytest.mark.timeout(180)
 async def test_a_flood_of_one_conversation_stores_the_cap_and_refuses_the_rest(
     tmp_path: Path,

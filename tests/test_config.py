@@ -172,6 +172,7 @@ def test_the_attributes_stay_frozen_dataclasses() -> None:
     assert (moved.peer.host, moved.peer.port) == ("::1", 9)
 
 
+@pytest.mark.process
 def test_check_names_three_problems_and_exits_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import subprocess
     import sys

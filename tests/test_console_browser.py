@@ -22,11 +22,11 @@ import anyio
 import pytest
 
 from gateway.config import Config, parse_config
-from tests.fakes.openai_server import FakeModel, open_fake_model
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
+from tests.fakes.openai_server import FakeModel
+from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import config_text, running_gateway
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120), pytest.mark.gateway, pytest.mark.process]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None:
@@ -42,18 +42,6 @@ OPS = "ops-console-token-0123456789"
 AUTH = {"Authorization": f"Bearer {OPS}"}
 WAIT_MS = 15_000
 HOSTILE = '<img src="/pwned" onerror="alert(1)">'  # a Telegram user's chosen name
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
 
 
 @pytest.fixture

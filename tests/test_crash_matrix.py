@@ -87,6 +87,7 @@ def assert_one_answer(db: Path) -> None:
     assert rows(db) == [("user", "answered"), ("assistant", "final")]
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("point", [p for p in POINTS if p not in CHUNK_POINTS])
 async def test_peer(tmp_path: Path, model: FakeModel, point: str) -> None:
     gateway = make_gateway(tmp_path, model)
@@ -113,6 +114,7 @@ async def test_peer(tmp_path: Path, model: FakeModel, point: str) -> None:
     ("point", "unrecorded"),
     [(p, "resend") for p in POINTS] + [("after_send_before_record", "drop")],
 )
+@pytest.mark.process
 async def test_telegram(tmp_path: Path, model: FakeModel, point: str, unrecorded: str) -> None:
     async with open_fake_telegram() as tg:
         section = (
@@ -141,6 +143,7 @@ async def test_telegram(tmp_path: Path, model: FakeModel, point: str, unrecorded
         assert len(sent) - len(set(sent)) == (1 if resent else 0)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("point", POINTS)
 async def test_discord(tmp_path: Path, model: FakeModel, point: str) -> None:
     async with open_world() as dc:

@@ -18,10 +18,10 @@ import pytest
 
 from gateway.app import GatewayApp
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
-from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
+from tests.fakes.openai_server import FakeModel, Hold, ok
 from tests.harness import ROOT, GatewayProcess, config_text, free_port, make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 TOKEN = "discord-test-token"
 BOT_ID = 990_000_000_000_000_001
@@ -102,12 +102,6 @@ def rows(db: Path) -> list[tuple[str, str, str]]:
 @pytest.fixture
 async def dc() -> AsyncIterator[FakeDiscord]:
     async with open_world() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
         yield fake
 
 
@@ -360,6 +354,7 @@ async def test_messages_sent_while_the_session_was_lost_are_backfilled_and_answe
 # -- access: allow lists and DM pairing --------------------------------------------------------
 
 
+@pytest.mark.process
 async def test_allow_lists_and_dm_pairing_approved_by_the_operator(
     tmp_path: Path, dc: FakeDiscord, model: FakeModel
 ) -> None:
@@ -474,6 +469,7 @@ async def test_a_chunk_resent_after_a_restart_is_deduplicated_by_its_nonce(
     assert len(model.requests) == 1
 
 
+@pytest.mark.process
 async def test_kill_9_between_admission_and_reply_gives_one_reply_after_restart(
     tmp_path: Path, dc: FakeDiscord, model: FakeModel
 ) -> None:

@@ -11,16 +11,15 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.fakes.openai_server import FakeModel, open_fake_model
+from tests.fakes.openai_server import FakeModel
 from tests.harness import ROOT, GatewayProcess, config_text, free_port
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 def check(config: Path) -> tuple[int, str]:
@@ -106,12 +105,6 @@ def test_a_store_readable_by_others_is_warned_about(tmp_path: Path) -> None:
     assert str(db) in warning and "chmod 600" in warning
     db.chmod(0o600)
     assert warnings(check(config)[1]) == []
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
 
 
 async def test_run_logs_what_check_warns_about_and_serves(tmp_path: Path, model: FakeModel) -> None:

@@ -28,7 +28,7 @@ from tests.fakes.openai_server import (
 )
 from tests.harness import make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\n"
 

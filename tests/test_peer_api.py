@@ -17,7 +17,7 @@ from gateway.router import RouterStatistics
 from tests.fakes.openai_server import Hold, ok, open_fake_model, unauthorized
 from tests.harness import make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 def rows(db: Path) -> list[tuple[str, str, str]]:

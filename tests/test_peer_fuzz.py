@@ -34,7 +34,7 @@ from platforms.peer.openapi import build_openapi
 from tests.fakes.openai_server import open_fake_model
 from tests.harness import make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 TOKEN = "fuzz-peer-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -160,6 +160,7 @@ async def run_schemathesis(url: str, workdir: Path) -> tuple[int, str, dict, lis
     return result.returncode, output, summary, entries
 
 
+@pytest.mark.process
 @pytest.mark.timeout(180)
 async def test_schemathesis_finds_no_5xx_every_error_is_json_and_the_gateway_keeps_serving(
     tmp_path: Path,

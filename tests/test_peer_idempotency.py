@@ -18,7 +18,7 @@ from gateway.config import PeerToken
 from tests.fakes.openai_server import ok, open_fake_model, server_error
 from tests.harness import make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 TOKEN_A = "token-a-0123456789abcdef0123"
 TOKEN_B = "token-b-fedcba9876543210fedc"

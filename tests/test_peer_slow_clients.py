@@ -20,7 +20,7 @@ import pytest
 from tests.fakes.openai_server import Hold, Sleep, ok, open_fake_model, streamed
 from tests.harness import GatewayProcess, config_text, free_port, make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 def gateway(
@@ -195,6 +195,7 @@ async def test_at_the_connection_cap_idle_ones_make_room_and_busy_ones_503(
     assert "connection cap reached" in node.log()
 
 
+@pytest.mark.gateway
 async def test_a_stream_that_goes_quiet_after_a_piece_gets_a_keepalive(tmp_path: Path) -> None:
     """The keep-alive compares the pieces written once a ``sse_keepalive_s``: a stream silent
     after its first piece gets a comment within twice that of it, and the answer completes."""
@@ -220,6 +221,7 @@ async def test_a_stream_that_goes_quiet_after_a_piece_gets_a_keepalive(tmp_path:
             assert b'"last"' in b"".join(rest) and rest[-1] == b"data: [DONE]"
 
 
+@pytest.mark.gateway
 async def test_a_long_stream_gets_keepalives_and_a_hang_up_is_no_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -19,7 +19,7 @@ import pytest
 from tests.fakes.openai_server import Usage, ok, open_fake_model, streamed
 from tests.harness import make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
 

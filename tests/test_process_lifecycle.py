@@ -18,7 +18,7 @@ from gateway.store import RequestPairing
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
 from tests.harness import GatewayProcess, config_text, free_port
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
 from tests.test_crash_matrix import ALICE, LONG, crash_at, make_gateway, settle
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 BURST = ("hello", "one more thing", "and a last one")
 # (failpoint, the pass it fires at): each a step of the merged turn.

@@ -15,7 +15,7 @@ from tests.fakes.telegram_server import open_fake_telegram
 from tests.harness import config_text, make_config, running_gateway
 from tests.test_discord_e2e import discord_toml, open_world
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 async def readyz(url: str) -> tuple[int, dict[str, Any]]:

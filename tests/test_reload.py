@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +25,12 @@ import pytest
 
 from gateway.app import GatewayApp
 from gateway.config import parse_config
-from tests.fakes.openai_server import FakeModel, open_fake_model, streamed_text
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
+from tests.fakes.openai_server import FakeModel, streamed_text
+from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import ROOT, GatewayProcess, config_text, free_port
 from tests.test_peer_streaming import sse_events
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 OLD_KEY, NEW_KEY, NEXT_KEY = "sk-old-key-0000001", "sk-new-key-0000002", "sk-next-key-000003"
 ALICE, BOB = 42, 77  # Alice is allowed from the start; Bob only after the reload
@@ -75,18 +74,6 @@ def rows(db: Path) -> list[tuple[str, str, str, str]]:
     with sqlite3.connect(db) as conn:
         query = "SELECT conversation, role, content, state FROM messages ORDER BY id"
         return list(conn.execute(query))
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
 
 
 def telegram_section(tg: FakeTelegram, users: str) -> str:
@@ -237,6 +224,7 @@ async def chat(url: str, text: str) -> str:
         return str((await r.json())["message"]["content"])
 
 
+@pytest.mark.process
 async def test_sighup_and_botmux_reload_in_a_real_process(tmp_path: Path, model: FakeModel) -> None:
     port = free_port()
     env = {"BOTMUX_RUN_DIR": str(tmp_path / "run")}

@@ -18,7 +18,7 @@ from tests.bench._seed import create, seed
 from tests.fakes.openai_server import FakeModel, Hold, Ok, Request, open_fake_model
 from tests.harness import GatewayProcess, config_text, free_port
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 PENDING = 240  # over 120 conversations: two rows each, behind one answered turn
 UNDELIVERED = 60  # replies committed before the crash, their chunk not sent

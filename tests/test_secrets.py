@@ -36,6 +36,7 @@ WEBHOOK_SECRET = "tg_webhook_secret_91c2"
 ALICE = 42
 
 
+@pytest.mark.process
 @pytest.mark.anyio
 async def test_no_secret_in_logs_store_replies_or_error_bodies(tmp_path: Path) -> None:
     seen: list[str] = []
@@ -137,6 +138,7 @@ def check(config: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
 def test_an_empty_peer_token_variable_is_refused_not_read_as_no_auth(tmp_path: Path) -> None:
     config = tmp_path / "botmux.toml"
     config.write_text('[peer]\nlisten = "0.0.0.0:8642"\ntokens = ["${BOTMUX_PEER_TOKEN}"]\n')
@@ -268,6 +270,7 @@ def test_no_repr_shows_a_secret() -> None:
     assert "name='ci'" in repr(config.peer)  # a token is named, never shown
 
 
+@pytest.mark.process
 def test_no_config_error_echoes_a_value_from_the_environment(tmp_path: Path) -> None:
     secret = "123456:SECRET-from-the-environment"
     text = (

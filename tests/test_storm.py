@@ -32,7 +32,7 @@ from tests.fakes.openai_server import (
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
 from tests.harness import config_text, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 PEER, TELEGRAM, DISCORD = 300, 100, 100  # conversations: 500 in all
 MESSAGES = 10

@@ -8,7 +8,6 @@ The last test does the same through a real gateway that is draining.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -25,12 +24,6 @@ from tests.harness import config_text, running_gateway
 pytestmark = pytest.mark.anyio
 
 ALICE = 42
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
 
 
 def adapter(tg: FakeTelegram, intake: HeldIntake) -> TelegramAdapter:
@@ -102,6 +95,7 @@ async def test_a_failed_admission_is_fetched_again_and_admitted_once(tg: FakeTel
     assert [a.text for a in intake.admitted] == ["one", "two"]
 
 
+@pytest.mark.gateway
 async def test_updates_arriving_while_draining_are_not_acknowledged(tmp_path: Path) -> None:
     async with open_fake_model() as model, open_fake_telegram() as tg:
         await _drain_then_restart(tmp_path, model, tg)

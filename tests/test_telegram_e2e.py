@@ -24,32 +24,19 @@ from platforms._typing import SETTLE_S
 from platforms.telegram import render
 from platforms.telegram._webhook import WEBHOOK_MAX_CONNECTIONS
 from platforms.telegram.convert import TEXT_ONLY
-from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
+from tests.fakes.openai_server import FakeModel, Hold, ok
 from tests.fakes.telegram_server import (
     DEFAULT_USER_ID,
     FakeTelegram,
-    open_fake_telegram,
     sticker_extra,
 )
 from tests.harness import ROOT, config_text, free_port, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 ALICE = 42  # allowed; her private chat has the same id
 GROUP = -1001234
 BOT = "botmux_test_bot"
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
 
 
 class Setup:
@@ -426,6 +413,7 @@ async def test_forum_topics_are_conversations_of_their_own(
     assert {row[0] for row in s.rows()} == {f"telegram:{GROUP}:topic:7", f"telegram:{GROUP}"}
 
 
+@pytest.mark.process
 async def test_allow_users_and_pairing(tmp_path: Path, tg: FakeTelegram, model: FakeModel) -> None:
     stranger, other = 777, 888
     s = setup(tmp_path, tg, model, keys=f"allow_users = [{ALICE}]\n")

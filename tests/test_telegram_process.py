@@ -14,25 +14,13 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
+from tests.fakes.openai_server import FakeModel, Hold, ok
+from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GatewayProcess, config_text, free_port
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 ALICE = 42
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
 
 
 @pytest.fixture
