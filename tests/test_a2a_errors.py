@@ -15,7 +15,7 @@ import pytest
 from gateway.config import parse_config
 from tests.fakes.openai_server import open_fake_model
 from tests.harness import config_text, make_config, running_gateway
-from tests.test_a2a import A2A
+from tests.support.a2a import A2A
 
 pytestmark = pytest.mark.anyio
 

@@ -22,6 +22,7 @@ from platforms.peer.openapi import build_openapi
 from tests.fakes.openai_server import Fail, FakeModel, Hold
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import config_text, running_gateway
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.anyio
 
@@ -204,13 +205,13 @@ async def test_the_event_stream_pushes_overviews_and_tickets_are_never_logged(
 
 
 def test_a_ticket_is_good_for_a_minute_and_only_from_this_process() -> None:
-    now = [1000.0]
-    tickets = Tickets(ttl_s=60, wall=lambda: now[0])
+    clock = Clock()
+    tickets = Tickets(ttl_s=60, wall=clock)
     ticket = tickets.mint("ops")
     assert tickets.check(ticket) == "ops"
     assert tickets.check(tickets.mint("")) == ""
-    assert Tickets(ttl_s=60, wall=lambda: now[0]).check(ticket) is None  # another key
-    now[0] += 61
+    assert Tickets(ttl_s=60, wall=clock).check(ticket) is None  # another key
+    clock.now += 61
     assert tickets.check(ticket) is None
     assert tickets.check("") is None and tickets.check("...") is None
 

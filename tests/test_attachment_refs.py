@@ -30,7 +30,7 @@ from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.runtime import HeldIntake
 from tests.fakes.telegram_server import FakeTelegram, sticker_extra
 from tests.harness import free_port
-from tests.test_discord_convert import seen
+from tests.support.discord_world import seen
 
 pytestmark = pytest.mark.anyio
 

@@ -14,7 +14,7 @@ import pytest
 from tests.fakes.discord_server import DISCORD_LIMITS, FakeDiscord
 from tests.fakes.openai_server import FakeModel, streamed
 from tests.harness import make_config, running_gateway
-from tests.test_discord_e2e import (
+from tests.support.discord_world import (
     ALICE,
     OPEN_CHANNEL_ID,
     discord_toml,

@@ -35,6 +35,7 @@ from tests.fakes.telegram_server import (
     open_fake_telegram,
     photo_extra,
 )
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.anyio
 
@@ -407,12 +408,12 @@ async def test_group_overall_and_draft_limits_and_the_window_reopens(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("PTB_TIMEDELTA", "true")
-    now = [1000.0]
+    clock = Clock()
     limits = TelegramLimits(
         per_chat=None, per_group=Limit(2, 60.0), overall=Limit(3, 1.0), draft_per_chat=Limit(1, 1.0)
     )
     async with open_fake_telegram(limits=limits) as tg, make_bot(tg) as bot:
-        tg.clock = lambda: now[0]
+        tg.clock = clock
         await bot.send_message(-1001, "1")
         await bot.send_message(-1001, "2")
         with pytest.raises(RetryAfter) as group:
@@ -423,12 +424,12 @@ async def test_group_overall_and_draft_limits_and_the_window_reopens(
         await bot.send_message_draft(42, 1, "d1")
         with pytest.raises(RetryAfter):
             await bot.send_message_draft(42, 1, "d2")
-        now[0] += 1.0  # the overall and draft windows have passed, the group's has not
+        clock.now += 1.0  # the overall and draft windows have passed, the group's has not
         await bot.send_message(43, "overall again")
         await bot.send_message_draft(42, 1, "d2")
         with pytest.raises(RetryAfter):
             await bot.send_message(-1001, "3")
-        now[0] += 59.0
+        clock.now += 59.0
         await bot.send_message(-1001, "3")
     assert group.value.retry_after == dt.timedelta(seconds=60)
     assert overall.value.retry_after == dt.timedelta(seconds=1)

@@ -40,9 +40,9 @@ from platforms.telegram.convert import clean_text as telegram_clean
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeModel
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.test_discord_e2e import ALICE as D_ALICE  # Discord's Alice; ALICE is Telegram's
-from tests.test_discord_e2e import BOB as D_BOB
-from tests.test_discord_e2e import (
+from tests.support.discord_world import ALICE as D_ALICE  # Discord's Alice; ALICE is Telegram's
+from tests.support.discord_world import BOB as D_BOB
+from tests.support.discord_world import (
     BOT_ID,
     CHANNEL_ID,
     DM_ID,
@@ -54,8 +54,8 @@ from tests.test_discord_e2e import (
     open_world,
     running_botmux,
 )
-from tests.test_telegram_e2e import ALICE, BOT, GROUP
-from tests.test_telegram_e2e import setup as telegram_setup
+from tests.support.telegram_world import ALICE, BOT, GROUP
+from tests.support.telegram_world import setup as telegram_setup
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 

@@ -27,19 +27,12 @@ from platforms.peer.limits import (
     token_digests,
 )
 from tests.harness import config_text, make_config, running_gateway
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.anyio
 
 RIGHT = "right-token-0123456789abcdef"
 OTHER = "other-token-fedcba9876543210"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # -- the decisions, on a clock the test moves ----------------------------------------------

@@ -20,7 +20,8 @@ import pytest
 
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.test_crash_matrix import ALICE, LONG, crash_at, make_gateway, settle
+from tests.support.crashes import LONG, crash_at, make_gateway, settle
+from tests.support.telegram_world import ALICE
 
 pytestmark = [pytest.mark.anyio, pytest.mark.process]
 

@@ -19,7 +19,7 @@ from gateway.config import parse_config
 from tests.fakes.openai_server import FakeModel, ok, streamed
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import config_text, running_gateway
-from tests.test_discord_e2e import ALICE, DM_ID, open_world, running_botmux
+from tests.support.discord_world import ALICE, DM_ID, open_world, running_botmux
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 

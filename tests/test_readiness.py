@@ -13,7 +13,7 @@ from gateway.config import parse_config
 from tests.fakes.openai_server import open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram
 from tests.harness import config_text, make_config, running_gateway
-from tests.test_discord_e2e import discord_toml, open_world
+from tests.support.discord_world import discord_toml, open_world
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 

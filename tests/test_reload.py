@@ -28,7 +28,17 @@ from gateway.config import parse_config
 from tests.fakes.openai_server import FakeModel, streamed_text
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import ROOT, GatewayProcess, config_text, free_port
-from tests.test_peer_streaming import sse_events
+from tests.support.discord_world import ALICE as DC_ALICE
+from tests.support.discord_world import (
+    DM_ID,
+    GUILD_ID,
+    OTHER_CHANNEL_ID,
+    OTHER_GUILD_ID,
+    discord_toml,
+    mention,
+    open_world,
+)
+from tests.support.sse import sse_events
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
@@ -353,19 +363,6 @@ async def test_peer_tokens_and_limits_change_live_and_the_route_names_who_asked(
 async def test_a_discord_guild_allowed_by_a_reload_is_answered(
     tmp_path: Path, model: FakeModel
 ) -> None:
-    from tests.test_discord_e2e import (
-        ALICE as DC_ALICE,
-    )
-    from tests.test_discord_e2e import (
-        DM_ID,
-        GUILD_ID,
-        OTHER_CHANNEL_ID,
-        OTHER_GUILD_ID,
-        discord_toml,
-        mention,
-        open_world,
-    )
-
     async with open_world() as dc:
         text = config_text(tmp_path / "b.db", model.base_url, extra=discord_toml(dc))
         file = ConfigFile(tmp_path / "botmux.toml", text)

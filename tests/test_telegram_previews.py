@@ -19,7 +19,8 @@ from tests.fakes.telegram_server import (
     TELEGRAM_LIMITS,
     FakeTelegram,
 )
-from tests.test_telegram_e2e import ALICE, BOT, GROUP, Setup
+from tests.support.clocks import Clock
+from tests.support.telegram_world import ALICE, BOT, GROUP, Setup
 
 pytestmark = pytest.mark.anyio
 
@@ -318,9 +319,8 @@ async def test_drafts_across_many_private_chats_keep_to_one_budget(
 
 
 def test_a_final_refused_with_a_429_pauses_the_previews_it_competes_with() -> None:
-    now = [100.0]
     budget = _stream.budget()
-    budget.clock = lambda: now[0]
+    budget.clock = Clock(100.0)
     group, other = Target(chat_id=GROUP), Target(chat_id=-1_000_999)
     _stream.yield_to(budget, group, 30.0)
     # That chat's previews wait the whole retry-after out; every chat's a second at most.

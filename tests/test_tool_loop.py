@@ -22,6 +22,7 @@ from gateway.store import FinishCall, OpenCall, RecordStep, Transcript, TurnStep
 from tests.actors import Platform, session
 from tests.fakes.openai_server import calls, ok, open_fake_model
 from tests.fakes.toolbox import RecordingToolBox, tool
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.anyio
 
@@ -170,7 +171,7 @@ async def test_an_approval_waits_for_a_yes_and_a_no_is_told_to_the_model(
 
 
 async def test_an_unanswered_approval_times_out_as_a_denial(tmp_path: Path) -> None:
-    now = [1000.0]
+    clock = Clock()
     box = RecordingToolBox().add(tool("git__push", approval=True))
     platform = Platform(asking=True)
     async with open_fake_model() as fake:
@@ -181,12 +182,12 @@ async def test_an_unanswered_approval_times_out_as_a_denial(tmp_path: Path) -> N
             toolbox=box,
             platform=platform,
             approval_timeout_s=60,
-            wall=lambda: now[0],
+            wall=clock,
         ) as world:
             await world.admit("push")
             with anyio.fail_after(10):
                 await platform.was_asked.wait()
-            now[0] += 61  # the waiting turn looks again within its poll interval
+            clock.now += 61  # the waiting turn looks again within its poll interval
             await world.delivered(1)
     assert box.executed == {}
     (result,) = tool_messages(fake.requests[1].messages)
