@@ -21,7 +21,7 @@ from platforms.peer.admin import PAGE_FILES, PAGE_ROUTES, Tickets
 from platforms.peer.openapi import build_openapi
 from tests.fakes.openai_server import Fail, FakeModel, Hold
 from tests.fakes.telegram_server import FakeTelegram
-from tests.harness import config_text, running_gateway
+from tests.harness import config_text, running_gateway, telegram_section
 from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.anyio
@@ -221,7 +221,7 @@ async def test_pairing_decisions_are_made_over_the_api_and_logged_with_the_token
     tmp_path: Path, model: FakeModel, tg: FakeTelegram, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    section = f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [42]\n'
+    section = telegram_section(tg, "allow_users = [42]\n")
     async with (
         running_gateway(config(tmp_path, model, TOKENS + section)) as (_, url),
         aiohttp.ClientSession() as http,
@@ -368,7 +368,7 @@ async def test_the_overview_shows_running_turns_benched_keys_failures_and_the_cl
 async def test_diagnostics_show_every_parts_statistics_and_no_secret(
     tmp_path: Path, model: FakeModel, tg: FakeTelegram
 ) -> None:
-    section = f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [42]\n'
+    section = telegram_section(tg, "allow_users = [42]\n")
     async with (
         running_gateway(config(tmp_path, model, TOKENS + section)) as (_, url),
         aiohttp.ClientSession() as http,

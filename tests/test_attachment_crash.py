@@ -16,6 +16,7 @@ import pytest
 
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram
+from tests.harness import telegram_section
 from tests.support.crashes import assert_one_answer, crash_at, make_gateway, settle
 from tests.support.discord_world import BOB, CHANNEL_ID, discord_toml, mention, open_world
 
@@ -37,8 +38,8 @@ async def model() -> AsyncIterator[FakeModel]:
 async def test_telegram_photo(tmp_path: Path, model: FakeModel, point: str) -> None:
     async with open_fake_telegram() as tg:
         section = (
-            f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-            f"allow_users = [{ALICE}]\npoll_timeout_s = 1\nrequest_timeout_s = 3\n"
+            telegram_section(tg)
+            + f"allow_users = [{ALICE}]\npoll_timeout_s = 1\nrequest_timeout_s = 3\n"
         )
         gateway = make_gateway(tmp_path, model, section, model_extra=VISION)
         extra = tg.files.photo(os.urandom(20_000), caption="what is this?")

@@ -37,7 +37,7 @@ from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model
 from tests.fakes.runtime import HeldIntake
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import free_port, make_config, running_gateway
+from tests.harness import free_port, make_config, running_gateway, telegram_section
 
 pytestmark = pytest.mark.anyio
 
@@ -143,8 +143,7 @@ async def telegram_gateway(
 ) -> AsyncIterator[tuple[GatewayApp, FakeTelegram]]:
     async with open_fake_telegram() as tg:
         section = (
-            f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-            f"allow_users = [{ALICE}]\ntyping_interval_s = 1\n{webhook}"
+            telegram_section(tg) + f"allow_users = [{ALICE}]\ntyping_interval_s = 1\n{webhook}"
         )
         config = make_config(tmp_path / "botmux.db", model.base_url, extra=section)
         async with running_gateway(config) as (app, _):

@@ -24,7 +24,7 @@ import pytest
 from gateway.config import Config, parse_config
 from tests.fakes.openai_server import FakeModel
 from tests.fakes.telegram_server import FakeTelegram
-from tests.harness import config_text, running_gateway
+from tests.harness import config_text, running_gateway, telegram_section
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120), pytest.mark.gateway, pytest.mark.process]
 
@@ -52,9 +52,8 @@ def shots(tmp_path: Path) -> Callable[[str], str]:
 
 
 def gateway_config(tmp_path: Path, model: FakeModel, tg: FakeTelegram) -> Config:
-    extra = (
-        f'[[peer.tokens]]\ntoken = "{OPS}"\nname = "ops"\n\n'
-        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [42]\n'
+    extra = f'[[peer.tokens]]\ntoken = "{OPS}"\nname = "ops"\n\n' + telegram_section(
+        tg, "allow_users = [42]\n"
     )
     config = parse_config(
         config_text(tmp_path / "botmux.db", model.base_url, extra=extra), source="t", env={}

@@ -43,13 +43,12 @@ from tests.fakes.openai_server import (
     rate_limited,
     server_error,
 )
-from tests.harness import make_config, running_gateway
+from tests.harness import FAST, make_config, running_gateway
 
 pytestmark = pytest.mark.anyio
 
 LIMIT = 4000  # the fake's window, and the config's context_tokens
 OUT = 500  # max_output_tokens: the prompt gets LIMIT - OUT
-FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
 
 
 def window_config(

@@ -21,6 +21,7 @@ from gateway.failpoints import EVENTS
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram
+from tests.harness import telegram_section
 from tests.support.crashes import LONG, assert_one_answer, crash_at, make_gateway, settle
 from tests.support.discord_world import BOB, CHANNEL_ID, discord_toml, mention, open_world
 
@@ -81,8 +82,8 @@ async def test_peer(tmp_path: Path, model: FakeModel, point: str) -> None:
 async def test_telegram(tmp_path: Path, model: FakeModel, point: str, unrecorded: str) -> None:
     async with open_fake_telegram() as tg:
         section = (
-            f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-            f"allow_users = [{ALICE}]\npoll_timeout_s = 1\nrequest_timeout_s = 3\n"
+            telegram_section(tg)
+            + f"allow_users = [{ALICE}]\npoll_timeout_s = 1\nrequest_timeout_s = 3\n"
         )
         keys = f'unrecorded_sends = "{unrecorded}"\n'
         gateway = make_gateway(tmp_path, model, section, keys)

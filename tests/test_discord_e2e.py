@@ -17,7 +17,7 @@ import pytest
 
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeModel, Hold, ok
-from tests.harness import ROOT, GatewayProcess, config_text, free_port
+from tests.harness import ROOT, botmux_process
 from tests.support.discord_world import (
     ALICE,
     BOB,
@@ -422,17 +422,7 @@ async def test_a_chunk_resent_after_a_restart_is_deduplicated_by_its_nonce(
 async def test_kill_9_between_admission_and_reply_gives_one_reply_after_restart(
     tmp_path: Path, dc: FakeDiscord, model: FakeModel
 ) -> None:
-    port = free_port()
-    config = tmp_path / "botmux.toml"
-    config.write_text(
-        config_text(
-            tmp_path / "botmux.db",
-            model.base_url,
-            listen=f"127.0.0.1:{port}",
-            extra=discord_toml(dc),
-        )
-    )
-    gateway = GatewayProcess(config, port, tmp_path / "botmux.log")
+    gateway = botmux_process(tmp_path, model.base_url, extra=discord_toml(dc))
     model.default = lambda r: Hold()
     try:
         await gateway.start()

@@ -26,16 +26,12 @@ from tests.fakes.openai_server import (
     server_error,
     unauthorized,
 )
-from tests.harness import make_config, running_gateway
+from tests.harness import fallback, make_config, running_gateway
 from tests.support.clocks import ShiftedClock
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\n"
-
-
-def fallback(url: str, model: str = "gpt-fallback", key: str = "sk-fallback-key-9") -> str:
-    return f'\n[[model.fallbacks]]\nbase_url = "{url}"\nmodel = "{model}"\napi_keys = ["{key}"]\n'
 
 
 async def chat(url: str, session: str, text: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from gateway.config import parse_config
 from gateway.store import ApprovePairing, PairingCodes, RejectPairing, RequestPairing
 from tests.fakes.openai_server import FakeModel
 from tests.fakes.telegram_server import FakeTelegram
-from tests.harness import ROOT, config_text, running_gateway
+from tests.harness import ROOT, config_text, running_gateway, telegram_section
 from tests.support.stores import Opener
 
 pytestmark = pytest.mark.anyio
@@ -73,7 +73,7 @@ async def test_strangers_cannot_squat_pairing_and_the_operator_rejects_one(
 ) -> None:
     assert PAIRING_MAX_PENDING >= 100
     strangers = list(range(701, 711))  # ten: three used to fill every slot
-    section = f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [42]\n'
+    section = telegram_section(tg, "allow_users = [42]\n")
     text = config_text(tmp_path / "botmux.db", model.base_url, extra=section)
     path = tmp_path / "botmux.toml"
     path.write_text(text)

@@ -15,16 +15,10 @@ import openai
 import pytest
 
 from tests.fakes.openai_server import Usage, ok, open_fake_model, streamed
-from tests.harness import make_config, running_gateway
+from tests.harness import FAST, fallback, make_config, running_gateway
 from tests.support.sse import sse_events
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
-
-FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
-
-
-def fallback(url: str) -> str:
-    return f'\n[[model.fallbacks]]\nbase_url = "{url}"\nmodel = "gpt-fallback"\napi_keys = ["sk-fb-1"]\n'
 
 
 def client(url: str) -> openai.AsyncOpenAI:

@@ -18,7 +18,7 @@ from gateway.app import GatewayApp
 from gateway.config import parse_config
 from tests.fakes.openai_server import FakeModel, ok, streamed
 from tests.fakes.telegram_server import FakeTelegram
-from tests.harness import config_text, running_gateway
+from tests.harness import config_text, running_gateway, telegram_section
 from tests.support.discord_world import ALICE, DM_ID, open_world, running_botmux
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
@@ -35,9 +35,8 @@ async def gateway(db: Path, model: FakeModel, extra: str) -> AsyncIterator[tuple
 
 
 def telegram(tg: FakeTelegram, keys: str) -> str:
-    return (
-        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\npoll_timeout_s = 1\n'
-        f'allow_chats = [{GROUP}]\ngroup_mode = "all"\n{keys}'
+    return telegram_section(
+        tg, f'poll_timeout_s = 1\nallow_chats = [{GROUP}]\ngroup_mode = "all"\n{keys}'
     )
 
 

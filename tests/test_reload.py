@@ -27,7 +27,7 @@ from gateway.app import GatewayApp
 from gateway.config import parse_config
 from tests.fakes.openai_server import FakeModel, streamed_text
 from tests.fakes.telegram_server import FakeTelegram
-from tests.harness import ROOT, GatewayProcess, config_text, free_port
+from tests.harness import ROOT, GatewayProcess, config_text, free_port, telegram_section
 from tests.support.discord_world import ALICE as DC_ALICE
 from tests.support.discord_world import (
     DM_ID,
@@ -86,10 +86,6 @@ def rows(db: Path) -> list[tuple[str, str, str, str]]:
         return list(conn.execute(query))
 
 
-def telegram_section(tg: FakeTelegram, users: str) -> str:
-    return f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [{users}]\n'
-
-
 async def queued_turns(app: GatewayApp) -> int:
     assert app.router is not None
     return sum(s.queued for s in app.router.actors().values())
@@ -99,7 +95,9 @@ async def test_reload_under_load_drops_nothing_and_the_next_turns_use_the_new_co
     tmp_path: Path, model: FakeModel, tg: FakeTelegram
 ) -> None:
     db = tmp_path / "botmux.db"
-    text = config_text(db, model.base_url, keys=(OLD_KEY,), extra=telegram_section(tg, "42"))
+    text = config_text(
+        db, model.base_url, keys=(OLD_KEY,), extra=telegram_section(tg, "allow_users = [42]\n")
+    )
     file = ConfigFile(tmp_path / "botmux.toml", text)
     # Every answer streams, and holds after its first piece until the test lets it go.
     model.default = lambda r: streamed_text(f"echo: {r.last_user}", 3, hold_after=1)

@@ -19,7 +19,7 @@ from platforms.telegram import TelegramAdapter
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
 from tests.fakes.runtime import HeldIntake
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import config_text, running_gateway
+from tests.harness import config_text, running_gateway, telegram_section
 
 pytestmark = pytest.mark.anyio
 
@@ -102,10 +102,7 @@ async def test_updates_arriving_while_draining_are_not_acknowledged(tmp_path: Pa
 
 
 async def _drain_then_restart(tmp_path: Path, model: FakeModel, tg: FakeTelegram) -> None:
-    section = (
-        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-        f"allow_users = [{ALICE}]\ntyping_interval_s = 0.05\n"
-    )
+    section = telegram_section(tg) + f"allow_users = [{ALICE}]\ntyping_interval_s = 0.05\n"
     text = config_text(tmp_path / "botmux.db", model.base_url, extra=section)
     model.default = lambda r: Hold(ok(f"answer to {r.last_user}"))
     async with running_gateway(parse_config(text, source="test", env={})) as (app, _):

@@ -19,13 +19,13 @@ from tests.fakes.telegram_server import (
     TELEGRAM_LIMITS,
     FakeTelegram,
 )
+from tests.harness import FAST
 from tests.support.clocks import Clock
 from tests.support.telegram_world import ALICE, BOT, GROUP, Setup
 
 pytestmark = pytest.mark.anyio
 
 MENTION = [{"type": "mention", "offset": 0, "length": len(BOT) + 1}]
-FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
 
 
 def setup(tmp: Path, tg: FakeTelegram, model: FakeModel, keys: str = "") -> Setup:
