@@ -8,14 +8,15 @@ gateway (``GatewayApp.run``, which ``tests.harness.running_gateway`` calls). The
 
 Marks are explicit (a module's ``pytestmark``, a test's decorator) except where the fixtures
 say it: a test using ``postgres_url`` or ``postgres_server`` is marked ``process`` here at
-collection. What a test really does is watched while it runs (from its first fixture's setup
-to its last one's teardown): every process start through Python's audit events
-(``subprocess.Popen``, ``os.posix_spawn``, ``os.fork``, ``os.exec``, ``os.system``, which
-``asyncio``'s and anyio's subprocesses go through too), every gateway run through a wrapper
-around ``GatewayApp.run`` that records and delegates, and every PostgreSQL database handed
-out by ``postgres_url`` (also when a fixture asks for it by name). A test that did one without its
-marker gets an error at teardown that says which marker to add, so a forgotten mark cannot
-quietly slow the fast lane down or leave a test out of ``-m process``.
+collection. What a test really does is watched while its fixtures are set up and while it
+runs (not at its teardown, which also ends the wider fixtures the next test does not use):
+every process start through Python's audit events (``subprocess.Popen``, ``os.posix_spawn``,
+``os.fork``, ``os.exec``, ``os.system``, which asyncio's and anyio's subprocesses go through
+too), every gateway run through a wrapper around ``GatewayApp.run`` that records and
+delegates, and every PostgreSQL database handed out by ``postgres_url`` (also to a fixture
+that asks for it by name). A test that did one without its marker gets an error at teardown
+that says which marker to add, so a forgotten mark cannot quietly slow the fast lane down or
+leave a test out of ``-m process``.
 
 Loaded by ``tests/conftest.py`` (``pytest_plugins``); the markers are registered in
 pyproject.toml. ``tests/test_layout.py`` runs this check against tests that break it.
@@ -93,7 +94,8 @@ class LaneCheck:
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_teardown(self) -> None:
         # A test's teardown also ends the wider fixtures the next test does not use (the
-        # PostgreSQL server after the session's last test): what starts there is no one's.
+        # PostgreSQL server, stopped after the session's last test): what runs there is no
+        # one test's doing.
         self.item = None
 
     @pytest.hookimpl(wrapper=True)
