@@ -49,7 +49,6 @@ from gateway.store._pg_schema import MIGRATIONS as PG_MIGRATIONS
 from gateway.store._schema import MIGRATIONS
 from gateway.store.postgres import PostgresStore, open_postgres_store
 from tests.support.stores import Opener, inbound
-from tests.support.stores import open_store as open_store  # re-exported: test_queue_modes.py
 
 pytestmark = pytest.mark.anyio
 
