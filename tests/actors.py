@@ -35,8 +35,6 @@ from gateway.store import AdmitRow, Store, Transcript, open_sqlite_store
 from tests.fakes.openai_server import FakeModel
 from tests.harness import FAST, make_config
 
-#: Quick retries, so a test of the failure policy takes milliseconds.
-
 KEY = "peer:s"
 
 
