@@ -341,11 +341,15 @@ class PeerAdapter:
 
     def _session(self, request: web.Request, session_id: str) -> str:
         """``session_id``, if the request's token may use it; else 404, as if it did not
-        exist (no existence oracle). Without tokens every session is reachable."""
+        exist (no existence oracle): a named session in the token's globs, an anonymous one
+        only if this token made it, whatever its globs. Without tokens every session is
+        reachable."""
         session_id = convert.check_session_id(session_id)
         token = request.get(_TOKEN)
-        if isinstance(token, PeerToken) and not any(
-            fnmatch.fnmatchcase(session_id, glob) for glob in token.sessions
+        if isinstance(token, PeerToken) and not (
+            convert.owns(self._anon_scope(request), session_id)
+            if convert.anonymous(session_id)
+            else any(fnmatch.fnmatchcase(session_id, glob) for glob in token.sessions)
         ):
             log.info("peer API: a session outside the token's scope", extra={"token": token.name})
             raise convert.BadRequest("no such session", status=404, code="not_found")
@@ -523,8 +527,8 @@ class PeerAdapter:
             header, parsed.user, idempotency_key=key, scope=self._anon_scope(request)
         )
         if header is not None or parsed.user is not None:
-            # An anonymous session is the token's own (a fresh id, or one derived from the
-            # token and the key); a named one must be in the token's scope.
+            # An anonymous session made here is the token's own (its id names the token); a
+            # named one must be in the token's scope, and an anon- one the token's.
             session_id = self._session(request, session_id)
         if not parsed.stream:
             outcome = await self._run_turn(
