@@ -20,6 +20,10 @@ from typing import Any
 import aiohttp
 import anyio
 import asyncpg
+import httpx
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.client.client import Client
+from a2a.types import a2a_pb2 as pb
 
 from gateway.app import GatewayApp
 from gateway.config import Config, parse_config
@@ -211,3 +215,39 @@ async def pg_fetch(url: str, sql: str) -> list[asyncpg.Record]:
         return list(await db.fetch(sql))
     finally:
         await db.close()
+
+
+# -- A2A, through the official a2a-sdk client ----------------------------------------------------
+
+A2A = '[a2a]\nname = "helper"\ndescription = "answers"\n'
+A2A += '[[a2a.skills]]\nid = "chat"\nname = "Chat"\ndescription = "talks"\n'
+
+
+@asynccontextmanager
+async def a2a_client(
+    url: str, *, streaming: bool = False, legacy: bool = False, token: str = ""
+) -> AsyncIterator[Client]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+        card = await A2ACardResolver(http, url).get_agent_card()
+        if legacy:  # only the 0.3 interface: the SDK's 0.3 transport (message/send, ...)
+            keep = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
+            del card.supported_interfaces[:]
+            card.supported_interfaces.extend(keep)
+        client = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+def a2a_message(text: str, message_id: str, context: str = "") -> pb.SendMessageRequest:
+    msg = pb.Message(message_id=message_id, role=pb.ROLE_USER, context_id=context)
+    msg.parts.add(text=text)
+    return pb.SendMessageRequest(message=msg)
+
+
+async def a2a_send(client: Client, request: pb.SendMessageRequest) -> pb.Task:
+    events = [event async for event in client.send_message(request)]
+    assert len(events) == 1 and events[0].HasField("task")
+    return events[0].task

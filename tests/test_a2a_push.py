@@ -18,7 +18,7 @@ from a2a.utils.errors import InvalidParamsError, PushNotificationNotSupportedErr
 from aiohttp import web
 
 from tests.fakes.openai_server import Hold, open_fake_model
-from tests.harness import make_config, running_gateway
+from tests.harness import free_port, make_config, running_gateway
 from tests.test_a2a import A2A, a2a_client, message, send
 
 pytestmark = pytest.mark.anyio
@@ -44,13 +44,13 @@ class Receiver:
 
 
 @asynccontextmanager
-async def receiver(failures: int) -> AsyncIterator[Receiver]:
+async def receiver(failures: int, port: int = 0) -> AsyncIterator[Receiver]:
     hook = Receiver(failures)
     app = web.Application()
     app.router.add_post("/hook", hook.handle)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     port = runner.addresses[0][1]
     hook.url = f"http://127.0.0.1:{port}/hook"
@@ -68,6 +68,11 @@ def push_request(text: str, message_id: str, url: str) -> pb.SendMessageRequest:
     return request
 
 
+def push_to(port: int) -> str:
+    """``[a2a]`` with push allowed to the receiver's address (host and port)."""
+    return A2A.replace("[[a2a.skills]]", f'push_hosts = ["127.0.0.1:{port}"]\n[[a2a.skills]]')
+
+
 def outbox(db: Path) -> list[tuple[str, str]]:
     with sqlite3.connect(db) as conn:
         return list(conn.execute("SELECT platform, state FROM outbox ORDER BY id"))
@@ -75,10 +80,11 @@ def outbox(db: Path) -> list[tuple[str, str]]:
 
 async def test_a_notification_is_retried_until_the_receiver_takes_it(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
-    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    port = free_port()
+    extra = push_to(port)
     async with (
         open_fake_model() as fake,
-        receiver(failures=2) as hook,
+        receiver(failures=2, port=port) as hook,
         running_gateway(make_config(db, fake.base_url, extra=extra)) as (_, url),
         a2a_client(url) as client,
     ):
@@ -101,7 +107,7 @@ async def test_a_notification_is_retried_until_the_receiver_takes_it(tmp_path: P
 
 async def test_push_is_refused_outside_push_hosts_and_when_off(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
-    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    extra = push_to(free_port())
     async with (
         open_fake_model() as fake,
         running_gateway(make_config(db, fake.base_url, extra=extra)) as (_, url),
@@ -128,10 +134,11 @@ async def test_push_is_refused_outside_push_hosts_and_when_off(tmp_path: Path) -
 
 
 async def test_a_cancelled_task_is_notified_too(tmp_path: Path) -> None:
-    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    port = free_port()
+    extra = push_to(port)
     async with (
         open_fake_model() as fake,
-        receiver(failures=1) as hook,
+        receiver(failures=1, port=port) as hook,
         running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=extra)) as (_, url),
         a2a_client(url) as client,
     ):

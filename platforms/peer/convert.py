@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.messages import ATTACHMENT_FAILURES, Failure, StoredMessage, Usage
+from platforms._text import text_problem
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
@@ -91,12 +92,9 @@ def parse_json(raw: bytes | bytearray | str) -> Any:
 
 
 def _clean_text(value: str, what: str) -> str:
-    if "\x00" in value:
-        raise BadRequest(f"{what} must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise BadRequest(f"{what} is not valid Unicode (lone surrogate)") from exc
+    problem = text_problem(value)
+    if problem is not None:
+        raise BadRequest(f"{what} {problem}")
     if not value.strip():
         raise BadRequest(f"{what} must not be empty")
     return value
