@@ -176,7 +176,8 @@ class AgentConfig:
 @dataclass(frozen=True, slots=True)
 class PeerToken:
     """One peer bearer token, a principal: named in logs and metrics (never shown itself),
-    limited to the sessions its globs match, with its own request rate (0: the default)."""
+    limited to the sessions its globs match, with its own request rate (0: the default) and
+    its share of the listener's connections (0: half of ``[peer] max_connections``)."""
 
     __pydantic_config__ = TABLE
 
@@ -186,6 +187,7 @@ class PeerToken:
         tuple[Annotated[str, rule(checks.non_empty)], ...], rule(checks.non_empty)
     ] = ("*",)
     requests_per_min: Annotated[int, Ge(0)] = 0
+    max_connections: Annotated[int, Ge(0)] = 0
 
     @staticmethod
     def default_name(token: str) -> str:

@@ -34,7 +34,7 @@ from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, ChunkState, Inbound, StoredMessage, TurnOutcome
 from gateway.ports import Intake, Ledger, Transcripts, Watch
 from platforms import _fetch
-from platforms._guarded import ConnectionGuard, guarded_serving
+from platforms._guarded import ConnectionGuard, GuardedHandler, guarded_serving
 from platforms.peer import convert, limits, responses, streaming
 from platforms.peer._auth import AuthHolder
 from platforms.peer._files import BodyReader, attachment_response
@@ -248,7 +248,9 @@ class PeerAdapter:
         self._metrics = serving.metrics
         if serving.admin is not None:
             tokens = lambda: self._auth.current().config.tokens  # noqa: E731
-            self.admin = Admin(serving.admin, token_of=self._token_of, tokens=tokens)
+            self.admin = Admin(
+                serving.admin, token_of=self._token_of, tokens=tokens, claim=self.claim
+            )
 
     async def run(
         self,
@@ -307,6 +309,8 @@ class PeerAdapter:
                 self._counts.rate_limited += 1
                 log.info("peer API: token rate limited", extra={"token": token.name})
                 return _too_many(verdict, "this token's request rate is used up", "rate_limited")
+            if not self.claim(request, token):
+                return self._over_share(token)
             return await handler(request)
         # An unknown route, or a method a route does not take (a CORS preflight's OPTIONS),
         # is no attempt at a credential: answered (404, 405) and not counted.
@@ -333,6 +337,28 @@ class PeerAdapter:
             )
         response = json_error(401, "a valid bearer token is required", "unauthorized")
         response.headers["WWW-Authenticate"] = 'Bearer realm="botmux"'
+        return response
+
+    def claim(self, request: web.Request, token: PeerToken) -> bool:
+        """Count the request's connection as ``token``'s: False when the token holds its
+        share (``max_connections``, else half the listener's cap) already, so that one
+        token's waiting requests and streams never take every slot from the others."""
+        protocol = request.protocol
+        if not isinstance(protocol, GuardedHandler):  # an app served without the guard
+            return True
+        return protocol.claim(token.name, token.max_connections or max(1, self._guard.cap // 2))
+
+    def _over_share(self, token: PeerToken) -> web.Response:
+        self._counts.rate_limited += 1
+        self._guard.quiet.warning(
+            "peer API: a token holds its share of the connections; refused", token=token.name
+        )
+        response = _too_many(
+            limits.Verdict(False, 1.0),
+            "this token holds its share of the open connections",
+            "too_many_connections",
+        )
+        response.force_close()  # this connection is no slot of the token's
         return response
 
     def _token_of(self, request: web.Request) -> PeerToken | None:
