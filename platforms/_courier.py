@@ -13,9 +13,9 @@ No error of one chunk leaves its lane (which would end the courier, its adapter 
 them the gateway, and again at every start while the chunk waits in the outbox): a send
 that fails in a way that is no platform refusal (a bug, a stored value the client library
 refuses) is *poisoned*: the chunk is parked (marked failed, reason ``poisoned``, logged once
-with its traceback, counted in ``botmux_deliveries``) and never tried again. A store failure
-while recording is logged and leaves the chunk as the store has it (the next start or
-takeover sends what is still pending).
+with its traceback, counted in ``botmux_delivery_attempts_total``) and never tried again. A
+store failure while recording is logged and leaves the chunk as the store has it (the next
+start or takeover sends what is still pending).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from policy.backoff import Backoff
 log = logging.getLogger(__name__)
 
 SendChunk = Callable[[OutboxChunk], Awaitable[str]]
-#: The failure reason of a parked chunk (``botmux_deliveries{outcome="failed"}``'s reason).
+#: The failure reason of a parked chunk (its ``botmux_delivery_attempts_total`` reason).
 POISONED = "poisoned"
 
 
