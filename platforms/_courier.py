@@ -9,13 +9,13 @@ backoff, and a send that may have gone through is not repeated unless the platfo
 deduplicates it. A chunk that cannot be delivered is marked failed and logged; the chunks
 after it are still sent.
 
-No error of one chunk leaves its lane (which would end the courier, its adapter and with
-them the gateway, and again at every start while the chunk waits in the outbox): a send
-that fails in a way that is no platform refusal (a bug, a stored value the client library
-refuses) is *poisoned*: the chunk is parked (marked failed, reason ``poisoned``, logged once
-with its traceback, counted in ``botmux_delivery_attempts_total``) and never tried again. A
-store failure while recording is logged and leaves the chunk as the store has it (the next
-start or takeover sends what is still pending).
+No error of one chunk leaves its lane (which would end the courier, its adapter and with them
+the gateway, and again at every start while the chunk waits in the outbox): a send that fails
+in a way that is no platform refusal (a bug, or a stored value the client library refuses:
+``Unsendable``) is *poisoned*: the chunk is parked (marked failed, reason ``poisoned``, logged
+once, a bug with its traceback, counted in ``botmux_delivery_attempts_total``) and never tried
+again. A store failure while recording is logged and leaves the chunk as the store has it (the
+next start or takeover sends what is still pending).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from gateway.errors import PlatformError, StoreError
+from gateway.errors import PlatformError, StoreError, Unsendable
 from gateway.events import ChunkRecorded, ChunkSent, Observe, SendFailed, SendRetried
 from gateway.messages import OutboxChunk, StoredMessage, TurnOutcome
 from gateway.ports import Ledger
@@ -160,13 +160,14 @@ class Courier:
             del self._lanes[conversation]
 
     async def _park(self, chunk: OutboxChunk, exc: Exception) -> None:
-        """A poisoned chunk: marked failed, never sent again; the lane goes on."""
+        """A poisoned chunk: marked failed, never sent again; the lane goes on. Logged
+        once, with the traceback unless the adapter said why (:class:`Unsendable`)."""
         self._failed += 1
         self._poisoned += 1
         log.error(
             "reply chunk parked: sending it failed in a way no retry can fix",
-            exc_info=exc,
-            extra={"chunk": chunk.id, "platform": self.platform},
+            exc_info=None if isinstance(exc, Unsendable) else exc,
+            extra={"chunk": chunk.id, "platform": self.platform, "error": str(exc)[:200]},
         )
         self._observe(
             SendFailed(

@@ -89,6 +89,14 @@ def db_of(app: GatewayApp) -> Path:
     return Path(app.config.store.path)
 
 
+async def parked(url: str) -> float:
+    """How many chunks /metrics says were parked (poisoned) on the a2a platform."""
+    line = 'botmux_delivery_attempts_total{outcome="failed",platform="a2a",reason="poisoned"}'
+    async with aiohttp.ClientSession() as http, http.get(f"{url}/metrics") as r:
+        text = await r.text()
+    return sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(line))
+
+
 async def still_serving(url: str, message_id: str) -> None:
     """The gateway answers another A2A task and a peer chat."""
     async with a2a_client(url) as client:
@@ -151,6 +159,7 @@ async def test_a_poisoned_push_config_fails_its_chunk_and_the_gateway_serves_on(
         poison_configs(db)  # stored before set-time checks existed
         fake.release()
         await chunk_failed(app, 1)
+        assert await parked(url) == 1
         await still_serving(url, "m-after")
         got = await client.get_task(pb.GetTaskRequest(id=task.id))
     assert got.status.state == pb.TASK_STATE_COMPLETED  # the answer is there to read
@@ -186,6 +195,7 @@ async def test_a_poisoned_chunk_left_in_the_outbox_does_not_stop_the_next_start(
         for start in ("m-start-1", "m-start-2"):
             async with running_gateway(config) as (app, url):
                 await chunk_failed(app, 1)
+                assert await parked(url) == (1 if start == "m-start-1" else 0)
                 await still_serving(url, start)
     assert len(hook.received) == 1  # only the first, valid attempt reached the receiver
 

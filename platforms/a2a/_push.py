@@ -12,8 +12,9 @@ Where a notification may go is checked when a config is set and again at each se
 ``https`` unless the host is loopback, and never a redirect (a receiver on an allowed host
 could send the task and its token anywhere): a 3xx is a failed delivery, retried as any. A
 config's token and credentials are checked when it is set (visible ASCII, ``convert``); one
-stored before that check, that the HTTP client refuses, fails its chunk for good instead of
-escaping the courier. A task takes at most ``MAX_CONFIGS`` configs.
+stored before that check, that the HTTP client refuses, is :class:`Unsendable`: the courier
+parks its chunk instead of the error ending the gateway. A task takes at most ``MAX_CONFIGS``
+configs.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import anyio
 from yarl import URL
 
 from gateway.config import push_host
-from gateway.errors import PlatformError
+from gateway.errors import PlatformError, Unsendable
 from gateway.messages import OutboxChunk
 from gateway.ports import PushConfigs
 from platforms.a2a.convert import Dialect, PushTarget
@@ -188,11 +189,10 @@ class Pusher:
         except (ValueError, UnicodeError) as exc:  # a stored value aiohttp will not send
             self.stats["failed"] += 1
             # Its text is not passed on: it may quote the header, and so the secret.
-            raise PlatformError(
+            raise Unsendable(
                 f"the push config cannot be sent ({type(exc).__name__}: a header or the URL"
-                " holds characters HTTP does not allow)",
-                status=400,
-            ) from exc
+                " holds characters HTTP does not allow)"
+            ) from None
         self.stats["sent"] += 1
 
 
