@@ -160,15 +160,17 @@ class Courier:
             del self._lanes[conversation]
 
     async def _park(self, chunk: OutboxChunk, exc: Exception) -> None:
-        """A poisoned chunk: marked failed, never sent again; the lane goes on. Logged
-        once, with the traceback unless the adapter said why (:class:`Unsendable`)."""
+        """A poisoned chunk: marked failed, never sent again; the lane goes on. Reported as
+        ``send_failed`` (reason ``poisoned``); a bug, not :class:`Unsendable`, also with
+        its traceback."""
         self._failed += 1
         self._poisoned += 1
-        log.error(
-            "reply chunk parked: sending it failed in a way no retry can fix",
-            exc_info=None if isinstance(exc, Unsendable) else exc,
-            extra={"chunk": chunk.id, "platform": self.platform, "error": str(exc)[:200]},
-        )
+        if not isinstance(exc, Unsendable):
+            log.error(
+                "reply chunk parked: sending it raised an unexpected error",
+                exc_info=exc,
+                extra={"chunk": chunk.id, "platform": self.platform},
+            )
         self._observe(
             SendFailed(
                 chunk.conversation,

@@ -151,6 +151,12 @@ class Pusher:
             try:
                 await self.send(OutboxChunk(0, "", "a2a", 0, row_id, 0, "", 0.0))
                 return
+            except Unsendable as exc:
+                log.warning(
+                    "a2a push: a cancelled task's notification cannot be sent",
+                    extra={"task": row_id, "error": str(exc)},
+                )
+                return
             except PlatformError as exc:
                 if attempt + 1 == attempts:
                     log.warning(
