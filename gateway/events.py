@@ -12,8 +12,8 @@ The log line keeps the shape it had when events were strings: the message is ``n
 ``extra`` fields are the event's fields in declaration order (a field of ``None`` that only
 some decisions carry is left out: see :func:`log_fields`).
 
-A leaf module, like ``messages`` and ``errors``: it imports nothing of ours, so ``policy/``
-and ``platforms/`` may import it.
+A leaf module, like ``messages`` and ``errors``: it imports nothing of ours but its own part
+(``events_tools``, the tool loop's events), so ``policy/`` and ``platforms/`` may import it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,17 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
+
+from gateway.events_tools import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalRefused,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolLoopStopped,
+    ToolStepChosen,
+    ToolStepStored,
+)
 
 # Per-operation events are counted but logged at debug level only (so are those whose emitter
 # logs a line of its own); decisions and failures show at warning level.
@@ -554,6 +565,14 @@ Event = (
     | AttachmentHandled
     | ConfigReloaded
     | AdminActed
+    | ToolStepChosen
+    | ToolStepStored
+    | ToolCallStarted
+    | ToolCallFinished
+    | ApprovalAsked
+    | ApprovalDecided
+    | ApprovalRefused
+    | ToolLoopStopped
 )
 Observe = Callable[[Event], None]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import events
+from gateway import events, events_tools
 from gateway.app import Observer
 from gateway.events import (
     AnswerCommitted,
@@ -72,8 +72,9 @@ def counted(metrics: Metrics) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 def test_the_union_holds_every_event_class_of_the_module() -> None:
     defined = {
         obj
-        for obj in vars(events).values()
-        if inspect.isclass(obj) and obj.__module__ == events.__name__
+        for module in (events, events_tools)
+        for obj in vars(module).values()
+        if inspect.isclass(obj) and obj.__module__ == module.__name__
     }
     assert defined == set(CLASSES)
     assert len({cls.name for cls in CLASSES}) == len(CLASSES)  # one log name each
