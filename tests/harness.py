@@ -78,10 +78,14 @@ def fallback(url: str, model: str = "gpt-fallback", key: str = "sk-fallback-key-
 
 @asynccontextmanager
 async def running_gateway(
-    config: Config, *, clock: Callable[[], float] = time.monotonic
+    config: Config,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    read: Callable[[], Config] | None = None,
 ) -> AsyncIterator[tuple[GatewayApp, str]]:
-    """Run a gateway in this event loop; yield it and its peer API's base URL."""
-    app = GatewayApp(config, clock=clock)
+    """Run a gateway in this event loop; yield it and its peer API's base URL. ``read``:
+    what a reload reads (else the config it runs)."""
+    app = GatewayApp(config, clock=clock, read=read)
     async with anyio.create_task_group() as tg:
         await tg.start(app.run)
         assert app.peer is not None and app.peer.port is not None

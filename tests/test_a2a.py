@@ -257,7 +257,7 @@ async def test_a_failed_turn_is_a_failed_task_with_the_reason(tmp_path: Path) ->
 
 
 async def test_push_config_methods_of_the_sdk(tmp_path: Path) -> None:
-    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1:9"]\n[[a2a.skills]]')
     async with (
         open_fake_model() as fake,
         running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=extra)) as (_, url),

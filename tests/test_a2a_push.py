@@ -12,8 +12,8 @@ from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, PushNotificationNotSupportedError
 
 from tests.fakes.openai_server import Hold, open_fake_model
-from tests.harness import make_config, running_gateway
-from tests.support.a2a import A2A, a2a_client, message, push_request, receiver, send
+from tests.harness import free_port, make_config, running_gateway
+from tests.support.a2a import A2A, a2a_client, message, push_request, push_to, receiver, send
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
@@ -25,10 +25,11 @@ def outbox(db: Path) -> list[tuple[str, str]]:
 
 async def test_a_notification_is_retried_until_the_receiver_takes_it(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
-    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    port = free_port()
+    extra = push_to(port)
     async with (
         open_fake_model() as fake,
-        receiver(failures=2) as hook,
+        receiver(failures=2, port=port) as hook,
         running_gateway(make_config(db, fake.base_url, extra=extra)) as (_, url),
         a2a_client(url) as client,
     ):
@@ -51,7 +52,7 @@ async def test_a_notification_is_retried_until_the_receiver_takes_it(tmp_path: P
 
 async def test_push_is_refused_outside_push_hosts_and_when_off(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
-    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    extra = push_to(free_port())
     async with (
         open_fake_model() as fake,
         running_gateway(make_config(db, fake.base_url, extra=extra)) as (_, url),
@@ -78,10 +79,11 @@ async def test_push_is_refused_outside_push_hosts_and_when_off(tmp_path: Path) -
 
 
 async def test_a_cancelled_task_is_notified_too(tmp_path: Path) -> None:
-    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    port = free_port()
+    extra = push_to(port)
     async with (
         open_fake_model() as fake,
-        receiver(failures=1) as hook,
+        receiver(failures=1, port=port) as hook,
         running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=extra)) as (_, url),
         a2a_client(url) as client,
     ):

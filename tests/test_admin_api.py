@@ -91,10 +91,15 @@ async def test_every_admin_route_refuses_a_missing_or_wrong_token_and_the_page_h
         ticket = (await (await http.post(f"{url}/api/admin/events/ticket", headers=AUTH)).json())[
             "ticket"
         ]
-        expiry, name, mac = ticket.split(".")
+        expiry, name, nonce, mac = ticket.split(".")
         assert app.peer is not None
         failed = app.peer.statistics().unauthorized
-        for forged in (f"{expiry}.Ym90cw.{mac}", f"{int(expiry) + 600}.{name}.{mac}", ticket + "x"):
+        for forged in (
+            f"{expiry}.Ym90cw.{nonce}.{mac}",
+            f"{int(expiry) + 600}.{name}.{nonce}.{mac}",
+            f"{expiry}.{name}.{nonce}x.{mac}",
+            ticket + "x",
+        ):
             r = await http.get(f"{url}/api/admin/events", params={"ticket": forged})
             assert r.status == 401, forged
         # An expired ticket is what a reconnecting page has: no failed authentication.
@@ -211,9 +216,52 @@ def test_a_ticket_is_good_for_a_minute_and_only_from_this_process() -> None:
     assert tickets.check(ticket) == "ops"
     assert tickets.check(tickets.mint("")) == ""
     assert Tickets(ttl_s=60, wall=clock).check(ticket) is None  # another key
+    # Redeemed (a stream opened), it opens nothing more (security review 2026-12-05, L-1).
+    assert tickets.redeem(ticket) == "ops"
+    assert tickets.redeem(ticket) is None
+    assert tickets.redeem(tickets.mint("ops")) == "ops"  # a new one does
     clock.now += 61
-    assert tickets.check(ticket) is None
+    assert tickets.check(ticket) is None and tickets.redeem(ticket) is None
     assert tickets.check("") is None and tickets.check("...") is None
+    assert tickets.redeem(tickets.mint("ops")) == "ops"
+
+
+@pytest.mark.gateway
+async def test_a_ticket_opens_one_stream_and_a_reload_ends_a_removed_tokens_streams(
+    tmp_path: Path, model: FakeModel
+) -> None:
+    """Security review 2026-12-05, L-1: a replayed ticket is refused, and a stream whose
+    token a reload removed ends at once; the other operator's stream goes on."""
+    second = "ops-second-token-0123456789"
+    running = [config(tmp_path, model, extra=TOKENS + f'[[peer.tokens]]\ntoken = "{second}"\n')]
+    events = "/api/admin/events"
+    async with (
+        running_gateway(running[0], read=lambda: running[0]) as (app, url),
+        aiohttp.ClientSession() as http,
+    ):
+
+        async def ticket(token: str) -> str:
+            headers = {"Authorization": f"Bearer {token}"}
+            r = await http.post(f"{url}/api/admin/events/ticket", headers=headers)
+            return str((await r.json())["ticket"])
+
+        mine, theirs = await ticket(OPS), await ticket(second)
+        with anyio.fail_after(10):
+            async with (
+                http.get(url + events, params={"ticket": mine}) as one,
+                http.get(url + events, params={"ticket": theirs}) as two,
+            ):
+                assert (one.status, two.status) == (200, 200)
+                assert (await next_event(one))[0] == (await next_event(two))[0] == "overview"
+                replayed = await http.get(url + events, params={"ticket": mine})
+                assert replayed.status == 401
+                running[0] = config(tmp_path, model)  # the second token removed
+                r = await http.post(f"{url}/api/admin/reload", json={}, headers=AUTH)
+                assert (await r.json())["outcome"] == "applied"
+                await two.content.read()  # its stream ended, cleanly
+                assert (await next_event(one))[0] == "overview"  # this one goes on
+                assert app.peer is not None and app.peer.admin is not None
+                assert app.peer.admin.streams == 1
 
 
 @pytest.mark.gateway

@@ -187,7 +187,13 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
     async def _notify_cancelled(self) -> None:
         async with self._to_notify:
             async for row_id in self._to_notify:
-                await self._pusher.notify(row_id)
+                try:
+                    await self._pusher.notify(row_id)
+                except Exception:  # best effort: one task's notification never ends A2A
+                    log.exception(
+                        "a2a push: a cancelled task's notification failed",
+                        extra={"task": row_id},
+                    )
 
     @property
     def connected(self) -> bool:

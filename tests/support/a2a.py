@@ -78,13 +78,13 @@ class Receiver:
 
 
 @asynccontextmanager
-async def receiver(failures: int) -> AsyncIterator[Receiver]:
+async def receiver(failures: int, port: int = 0) -> AsyncIterator[Receiver]:
     hook = Receiver(failures)
     app = web.Application()
     app.router.add_post("/hook", hook.handle)
     runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
+    site = web.TCPSite(runner, "127.0.0.1", port)
     await site.start()
     port = runner.addresses[0][1]
     hook.url = f"http://127.0.0.1:{port}/hook"
@@ -101,3 +101,8 @@ def push_request(text: str, message_id: str, url: str) -> pb.SendMessageRequest:
     config.url = url
     config.token = "client-token-1"
     return request
+
+
+def push_to(port: int) -> str:
+    """``[a2a]`` with push allowed to the receiver's address (host and port)."""
+    return A2A.replace("[[a2a.skills]]", f'push_hosts = ["127.0.0.1:{port}"]\n[[a2a.skills]]')
