@@ -12,8 +12,8 @@ The log line keeps the shape it had when events were strings: the message is ``n
 ``extra`` fields are the event's fields in declaration order (a field of ``None`` that only
 some decisions carry is left out: see :func:`log_fields`).
 
-A leaf module, like ``messages`` and ``errors``: it imports nothing of ours, so ``policy/``
-and ``platforms/`` may import it.
+A leaf module, like ``messages`` and ``errors``: it imports nothing of ours but its own part
+(``events_mcp``, the MCP servers' events), so ``policy/`` and ``platforms/`` may import it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
+
+from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
 
 # Per-operation events are counted but logged at debug level only (so are those whose emitter
 # logs a line of its own); decisions and failures show at warning level.
@@ -554,6 +556,9 @@ Event = (
     | AttachmentHandled
     | ConfigReloaded
     | AdminActed
+    | ToolServerChanged
+    | ToolsListed
+    | ToolCalled
 )
 Observe = Callable[[Event], None]
 

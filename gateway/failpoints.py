@@ -73,6 +73,7 @@ from gateway.events import (
     TurnRerun,
     TurnStarted,
 )
+from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
 
 EVENTS = {
     "after_admission": "admitted",
@@ -172,6 +173,9 @@ def place(event: Event) -> str | None:
             | AttachmentHandled()
             | ConfigReloaded()
             | AdminActed()
+            | ToolServerChanged()
+            | ToolsListed()
+            | ToolCalled()
         ):
             return None
         case _:

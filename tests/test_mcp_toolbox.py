@@ -1,0 +1,336 @@
+"""McpToolBox against real MCP servers (SPEC 15): the SDK-built test server over stdio and
+streamable HTTP, a hand-written one for what SDK servers never send, and a published server
+nobody here wrote (``mcp-server-time``, from PyPI).
+
+What is asserted is what the model and an operator see: the tools offered and their names and
+annotations, call outcomes, ``status()``, the events (which are the log lines and the
+metrics) and the log records. Waits are on the box's own events, never on time; the only
+timing is a server's ``timeout_s`` (a hung tool) and small restart backoffs.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from agent.tools import MAX_TEXT, model_name
+from agent.tools.mcp import McpToolBox
+from gateway.config_tools import McpServer, ToolsConfig
+from gateway.events import Event
+from gateway.events_mcp import ToolCalled, ToolServerChanged
+from gateway.messages import DataUrl, ToolSpec
+from policy.backoff import Backoff
+from tests.fakes.mcp_server import LONG_NAME, PIXEL, SPACED_NAME, open_http_server, stdio_command
+
+pytestmark = pytest.mark.anyio
+
+PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+FAST = Backoff(base=0.05, cap=0.2)
+
+
+def fake(name: str = "fake", **kw: Any) -> McpServer:
+    command, args = stdio_command()
+    return McpServer(name=name, command=command, args=args, **kw)
+
+
+def raw(name: str, mode: str, **kw: Any) -> McpServer:
+    return McpServer(
+        name=name, command=sys.executable, args=("-m", "tests.fakes.mcp_raw", mode), **kw
+    )
+
+
+class Seen:
+    """The box's events, and a way to wait for one (each event wakes the waiters)."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self._next = anyio.Event()
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+        self._next.set()
+        self._next = anyio.Event()
+
+    async def until(self, check: Callable[[], object], within: float = 20.0) -> None:
+        with anyio.fail_after(within):
+            while not check():
+                await self._next.wait()
+
+    def states(self, server: str) -> list[str]:
+        return [
+            e.state for e in self.events if isinstance(e, ToolServerChanged) and e.server == server
+        ]
+
+    def calls(self) -> list[tuple[str, str, str]]:
+        return [(e.server, e.tool, e.outcome) for e in self.events if isinstance(e, ToolCalled)]
+
+
+@asynccontextmanager
+async def running(
+    *servers: McpServer, backoff: Backoff = FAST
+) -> AsyncIterator[tuple[McpToolBox, Seen]]:
+    seen = Seen()
+    box = McpToolBox(ToolsConfig(mcp=servers), observe=seen, backoff=backoff)
+    async with anyio.create_task_group() as tg:
+        await tg.start(box.run)  # at once: no server has answered yet
+        yield box, seen
+        tg.cancel_scope.cancel()
+
+
+def up(box: McpToolBox, *servers: str) -> Callable[[], bool]:
+    return lambda: all(s.state == "up" for s in box.status() if s.name in servers)
+
+
+def spec(box: McpToolBox, name: str) -> ToolSpec:
+    found = box.find(name)
+    assert found is not None, (name, [s.name for s in box.offered(["*"])])
+    return found
+
+
+@contextmanager
+def no_tracebacks(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    caplog.set_level(logging.DEBUG, logger="agent.tools")
+    yield
+    ours = [r for r in caplog.records if r.name.startswith("agent.tools")]
+    assert not [r for r in ours if r.exc_info], [r.getMessage() for r in ours]
+
+
+async def test_a_stdio_server_offers_its_tools_named_and_annotated_and_runs_them() -> None:
+    async with running(fake()) as (box, seen):
+        assert box.status()[0].state == "starting" and box.offered(["*"]) == []
+        await seen.until(up(box, "fake"))
+
+        names = [s.name for s in box.offered(["fake__*"])]
+        assert "fake__echo" in names and "fake__add" in names
+        assert all(PROVIDER_NAME.match(n) for n in names)
+        assert box.offered([]) == [] and box.offered(["other__*"]) == []
+        assert [s.name for s in box.offered(["fake__ec*"])] == ["fake__echo"]
+
+        echo, add, append = (spec(box, f"fake__{t}") for t in ("echo", "add", "append"))
+        assert (echo.read_only, echo.idempotent, echo.approval) == (True, False, False)
+        assert (add.read_only, add.idempotent, add.approval) == (False, True, True)
+        # destructiveHint false is still no read-only tool: it waits for a yes
+        assert (append.read_only, append.approval) == (False, True)
+        assert echo.parameters["type"] == "object" and "text" in echo.parameters["properties"]
+        assert echo.description == "Say the text back." and echo.tool == "echo"
+
+        long_name = model_name("fake", LONG_NAME)
+        assert len(long_name) <= 64 and long_name.startswith("fake__ttt")
+        assert (await box.call(spec(box, long_name), {})).text == "long"
+        spaced = model_name("fake", SPACED_NAME)
+        assert PROVIDER_NAME.match(spaced) and spaced != "fake__with_spaces"
+        assert (await box.call(spec(box, spaced), {})).text == "spaced"
+
+        said = await box.call(echo, {"text": "hello"})
+        assert (said.text, said.is_error, said.images) == ("hello", False, ())
+        assert (await box.call(add, {"a": 2, "b": 3})).text == "5"
+        pictured = await box.call(spec(box, "fake__picture"), {})
+        assert pictured.text == "a dot"
+        (image,) = pictured.images
+        assert isinstance(image, DataUrl) and image.content_type == "image/png"
+        assert (
+            str(image) == "data:image/png;base64," + __import__("base64").b64encode(PIXEL).decode()
+        )
+        structured = await box.call(spec(box, "fake__structured"), {})
+        assert json.loads(structured.text) == {"answer": 42}
+        failed = await box.call(spec(box, "fake__fail"), {})
+        assert failed.is_error and "it broke" in failed.text
+
+        assert box.status()[0].detail == "fake-tools 1.0"
+        assert seen.states("fake") == ["starting", "up"]
+        assert ("fake", "fail", "error") in seen.calls() and ("fake", "echo", "ok") in seen.calls()
+        assert box.statistics().calls == 7
+
+
+async def test_allow_deny_and_approval_modes_shape_what_is_offered() -> None:
+    servers = (
+        fake("picky", allow=("e*", "a*"), deny=("append",), approval="never"),
+        fake("careful", allow=("echo",), approval="always"),
+    )
+    async with running(*servers) as (box, seen):
+        await seen.until(up(box, "picky", "careful"))
+        offered = {s.name: s.approval for s in box.offered(["*"])}
+        assert offered == {
+            "picky__echo": False,
+            "picky__add": False,
+            "picky__environment": False,
+            "picky__exit_now": False,
+            "careful__echo": True,  # read-only, but "always" asks
+        }
+        assert box.find("picky__append") is None  # denied: not callable by name either
+
+
+async def test_the_child_sees_only_the_sdk_defaults_and_its_env(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("BOTMUX_TEST_SECRET", "hunter2")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-gateway-only")
+    async with running(fake(env={"GIVEN": "yes"})) as (box, seen):
+        await seen.until(up(box, "fake"))
+        child = json.loads((await box.call(spec(box, "fake__environment"), {})).text)
+    assert child["GIVEN"] == "yes"
+    assert "BOTMUX_TEST_SECRET" not in child and "OPENAI_API_KEY" not in child
+    # The SDK's defaults; Python itself may add LC_CTYPE (PEP 538) in the child.
+    assert set(child) - {"LC_CTYPE"} <= {
+        "HOME",
+        "LOGNAME",
+        "PATH",
+        "SHELL",
+        "TERM",
+        "USER",
+        "GIVEN",
+    }
+
+
+async def test_a_tools_list_changed_notification_refreshes_the_offer() -> None:
+    async with running(fake()) as (box, seen):
+        await seen.until(up(box, "fake"))
+        assert box.find("fake__late") is None
+        assert (await box.call(spec(box, "fake__grow"), {})).text == "grown"
+        await seen.until(lambda: box.find("fake__late") is not None)
+        assert (await box.call(spec(box, "fake__late"), {})).text == "late"
+        assert seen.states("fake") == ["starting", "up"]  # no reconnection
+
+
+async def test_an_http_server_works_goes_away_and_comes_back() -> None:
+    async with open_http_server() as (url, server):
+        port = int(url.split(":")[2].split("/")[0])
+        probe = McpServer(name="web", url=url, headers={"X-Probe": "sesame"}, timeout_s=10)
+        async with running(probe) as (box, seen):
+            await seen.until(up(box, "web"))
+            assert (
+                await box.call(spec(box, "web__echo"), {"text": "over http"})
+            ).text == "over http"
+            heard = await box.call(spec(box, "web__header"), {"name": "X-Probe"})
+            assert heard.text == "sesame"
+            # Past the SDK's default SSE event bound (1 MiB), cut to the box's own.
+            big = await box.call(spec(box, "web__big"), {"size": 3_000_000})
+            assert not big.is_error and big.text.startswith("x" * MAX_TEXT)
+            assert big.text.endswith(f"more than {MAX_TEXT} characters]")
+
+            server.kill()
+            await server.wait()
+            gone = await box.call(spec(box, "web__echo"), {"text": "anyone?"})
+            assert gone.is_error
+            await seen.until(lambda: seen.states("web")[-1] == "down")
+            assert box.offered(["*"]) == [] and box.find("web__echo") is None
+            echo = ToolSpec("web__echo", "", {}, "web", "echo")  # as a turn started before
+            offline = await box.call(echo, {"text": "hello?"})
+            assert offline.is_error and "not available" in offline.text
+
+            async with open_http_server(port):
+                await seen.until(lambda: seen.states("web")[-1] == "up")
+                back = await box.call(echo, {"text": "back"})
+                assert back.text == "back"
+        assert seen.states("web") == ["starting", "up", "down", "up"]
+        assert ("web", "echo", "unavailable") in seen.calls()
+
+
+async def test_faults_of_one_server_stay_with_it_and_are_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    servers = (
+        fake("good"),
+        fake("slow", timeout_s=0.5),
+        McpServer(name="missing", command="/nonexistent/mcp-server"),
+        raw("garbage", "garbage"),
+        raw("odd", "odd"),
+    )
+    with no_tracebacks(caplog):
+        async with running(*servers) as (box, seen):
+            await seen.until(up(box, "good", "slow", "odd"))
+            # Two tries more each: still one line for each server that is down.
+            await seen.until(lambda: box.statistics().restarts >= 6)
+            status = {s.name: s for s in box.status()}
+            assert (
+                status["missing"].state == "down"
+                and "/nonexistent/mcp-server" in status["missing"].detail
+            )
+            assert status["garbage"].state == "down" and "malformed" in status["garbage"].detail
+            assert seen.states("missing") == ["starting", "down"]
+            assert seen.states("garbage") == ["starting", "down"]
+
+            # A listing in two pages; two tools with no object schema skipped, said once.
+            assert sorted(s.name for s in box.offered(["odd__*"])) == ["odd__good", "odd__nonsense"]
+            skipped = [r for r in caplog.records if r.getMessage() == "tool skipped"]
+            assert sorted(r.tool for r in skipped) == ["shapeless", "stringly"]  # type: ignore[attr-defined]
+            nonsense = await box.call(spec(box, "odd__nonsense"), {})
+            assert nonsense.is_error and "nonsense" in nonsense.text
+            assert (await box.call(spec(box, "odd__good"), {})).text == "fine"
+
+            hung = await box.call(spec(box, "slow__sleep"), {"seconds": 30})
+            assert hung.is_error and "0.5 s" in hung.text
+            assert (
+                await box.call(spec(box, "slow__echo"), {"text": "still here"})
+            ).text == "still here"
+
+            big = await box.call(spec(box, "good__big"), {"size": 10_000_000})
+            assert (
+                not big.is_error
+                and len(big.text) < MAX_TEXT + 100
+                and big.text.endswith("characters]")
+            )
+
+            died = await box.call(spec(box, "good__exit_now"), {})
+            assert died.is_error and "may or may not" in died.text
+            assert (await box.call(spec(box, "odd__good"), {})).text == "fine"  # others unmoved
+            await seen.until(lambda: seen.states("good")[-2:] == ["down", "up"])
+            assert (await box.call(spec(box, "good__echo"), {"text": "again"})).text == "again"
+
+    assert ("slow", "sleep", "timeout") in seen.calls()
+    assert ("good", "exit_now", "unavailable") in seen.calls()
+    assert ("odd", "nonsense", "error") in seen.calls()
+    assert seen.states("slow") == ["starting", "up"] and seen.states("odd") == ["starting", "up"]
+
+
+async def test_a_published_server_from_pypi_works_through_the_box() -> None:
+    time_server = McpServer(
+        name="time",
+        command=sys.executable,
+        args=("-m", "mcp_server_time", "--local-timezone", "UTC"),
+    )
+    async with running(time_server) as (box, seen):
+        await seen.until(up(box, "time"))
+        now = spec(box, "time__get_current_time")
+        assert now.read_only and not now.approval
+        assert {s.name for s in box.offered(["time__*"])} == {
+            "time__get_current_time",
+            "time__convert_time",
+        }
+        result = await box.call(now, {"timezone": "Europe/Paris"})
+        assert not result.is_error and json.loads(result.text)["timezone"] == "Europe/Paris"
+        wrong = await box.call(now, {"timezone": "Mars/Olympus"})
+        assert wrong.is_error
+
+
+async def test_a_reload_adds_removes_and_retunes_without_touching_calls_in_flight() -> None:
+    async with running(fake("keep"), raw("drop", "odd")) as (box, seen):
+        await seen.until(up(box, "keep", "drop"))
+        async with anyio.create_task_group() as tg:
+            results: list[str] = []
+
+            async def slow_call() -> None:
+                results.append((await box.call(spec(box, "keep__sleep"), {"seconds": 0.5})).text)
+
+            tg.start_soon(slow_call)
+            await anyio.wait_all_tasks_blocked()  # the call waits for its answer
+            await box.reconfigure(
+                ToolsConfig(mcp=(fake("keep", deny=("echo",)), raw("new", "odd")))
+            )
+            assert [s.name for s in box.status()] == ["keep", "new"]
+            assert box.find("keep__echo") is None and box.find("keep__add") is not None
+            assert box.find("drop__good") is None
+        assert results == ["slept"]
+        await seen.until(up(box, "new"))
+        assert (await box.call(spec(box, "new__good"), {})).text == "fine"
+        assert seen.states("keep") == ["starting", "up"]  # never restarted
+        assert seen.states("drop") == ["starting", "up", "removed"]
+        assert box.statistics().restarts == 0
