@@ -22,6 +22,7 @@ import anyio
 import pytest
 
 from agent.tools import MAX_TEXT, model_name
+from agent.tools._stdio import MAX_LINE
 from agent.tools.mcp import McpToolBox
 from gateway.config_tools import McpServer, ToolsConfig
 from gateway.events import Event
@@ -334,3 +335,14 @@ async def test_a_reload_adds_removes_and_retunes_without_touching_calls_in_fligh
         assert seen.states("keep") == ["starting", "up"]  # never restarted
         assert seen.states("drop") == ["starting", "up", "removed"]
         assert box.statistics().restarts == 0
+
+
+async def test_a_message_past_the_bound_ends_the_session_and_the_call_is_told() -> None:
+    async with running(fake()) as (box, seen):
+        await seen.until(up(box, "fake"))
+        over = await box.call(spec(box, "fake__big"), {"size": MAX_LINE + 1000})
+        assert over.is_error and "may or may not" in over.text
+        await seen.until(lambda: seen.states("fake")[-2:] == ["down", "up"])
+        down = next(e for e in seen.events if isinstance(e, ToolServerChanged) and e.state == "down")
+        assert down.detail == "the server sent a message over 32 MiB"
+        assert (await box.call(spec(box, "fake__echo"), {"text": "fine"})).text == "fine"

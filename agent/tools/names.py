@@ -26,12 +26,14 @@ _REFUSED = re.compile(r"[^A-Za-z0-9_-]")
 _HASH = 8  # hex digits: 32 bits, and a clash is still caught where names are indexed
 
 
-def model_name(server: str, tool: str, *, hash_digits: int = _HASH) -> str:
+def model_name(server: str, tool: str, *, clash: bool = False) -> str:
     """The model's name for ``tool`` of ``server`` (the server's name is a valid config name:
-    1-32 of ``[A-Za-z0-9_-]``, no ``__``). ``hash_digits``: longer to settle a clash."""
+    1-32 of ``[A-Za-z0-9_-]``, no ``__``). ``clash``: the name is taken by another tool of the
+    listing (one built to spell it, or a hash clash): hashed, with a longer hash."""
     plain = f"{server}{SEPARATOR}{tool}"
-    if len(plain) <= MAX_NAME and _ALLOWED.match(tool) and not server.endswith("_"):
+    if len(plain) <= MAX_NAME and _ALLOWED.match(tool) and not server.endswith("_") and not clash:
         return plain
+    hash_digits = 2 * _HASH if clash else _HASH
     digest = hashlib.sha256(f"{server}\0{tool}".encode()).hexdigest()[:hash_digits]
     room = MAX_NAME - len(server) - len(SEPARATOR) - 1 - hash_digits
     return f"{server}{SEPARATOR}{_REFUSED.sub('_', tool)[:room]}_{digest}"

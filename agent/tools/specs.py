@@ -60,7 +60,7 @@ def _schema_problem(schema: object) -> str | None:
 def tool_specs(server: McpServer, tools: Sequence[object]) -> Listing:
     """``tools`` (a listing's entries, every page) as the model is offered them: those
     ``allow`` and ``deny`` let through, each named ``<server>__<tool>`` (rewritten where a
-    provider would refuse it; two that rewrite alike keep the first listed)."""
+    provider would refuse it; of two that come out alike the later gets a longer hash)."""
     specs: list[ToolSpec] = []
     skipped: list[tuple[str, str]] = []
     taken: set[str] = set()
@@ -77,8 +77,8 @@ def tool_specs(server: McpServer, tools: Sequence[object]) -> Listing:
             skipped.append((tool, problem))
             continue
         name = model_name(server.name, tool)
-        if name in taken:  # a hash clash (or a name built to spell another's): longer hash
-            name = model_name(server.name, tool, hash_digits=16)
+        if name in taken:  # a name built to spell another's, or a hash clash
+            name = model_name(server.name, tool, clash=True)
             if name in taken:
                 skipped.append((tool, "its name clashes with another tool's"))
                 continue

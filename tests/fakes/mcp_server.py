@@ -76,7 +76,7 @@ def build() -> MCPServer:
         await anyio.sleep(seconds)
         return "slept"
 
-    @server.tool()
+    @server.tool(structured_output=False)  # the text once: a message of ``size`` bytes
     def big(size: int) -> str:
         """``size`` characters of text."""
         return "x" * size
