@@ -86,4 +86,6 @@ def test_the_mcp_sdk_loads_with_the_toolbox_module_only() -> None:
     done = subprocess.run(
         [sys.executable, "-c", TOOLS], cwd=ROOT, capture_output=True, text=True, check=True
     )
-    assert done.stdout.strip() == "mcp,mcp_types"  # the probe can see it: what the test above checks
+    assert (
+        done.stdout.strip() == "mcp,mcp_types"
+    )  # the probe can see it: what the test above checks

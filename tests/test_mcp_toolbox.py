@@ -242,6 +242,7 @@ async def test_faults_of_one_server_stay_with_it_and_are_said_once(
         fake("good"),
         fake("slow", timeout_s=0.5),
         McpServer(name="missing", command="/nonexistent/mcp-server"),
+        McpServer(name="broken", command=sys.executable, args=("-m", "no_such_mcp_module")),
         raw("garbage", "garbage"),
         raw("odd", "odd"),
     )
@@ -249,13 +250,17 @@ async def test_faults_of_one_server_stay_with_it_and_are_said_once(
         async with running(*servers) as (box, seen):
             await seen.until(up(box, "good", "slow", "odd"))
             # Two tries more each: still one line for each server that is down.
-            await seen.until(lambda: box.statistics().restarts >= 6)
+            await seen.until(lambda: box.statistics().restarts >= 9)
             status = {s.name: s for s in box.status()}
             assert (
                 status["missing"].state == "down"
                 and "/nonexistent/mcp-server" in status["missing"].detail
             )
             assert status["garbage"].state == "down" and "malformed" in status["garbage"].detail
+            # The last line the child wrote on its stderr says why it exited.
+            assert status["broken"].detail.startswith("the server's process exited with code 1: ")
+            assert "No module named no_such_mcp_module" in status["broken"].detail
+            assert seen.states("broken") == ["starting", "down"]
             assert seen.states("missing") == ["starting", "down"]
             assert seen.states("garbage") == ["starting", "down"]
 
@@ -282,6 +287,11 @@ async def test_faults_of_one_server_stay_with_it_and_are_said_once(
 
             died = await box.call(spec(box, "good__exit_now"), {})
             assert died.is_error and "may or may not" in died.text
+            await seen.until(lambda: "down" in seen.states("good"))
+            down = [
+                e for e in seen.events if isinstance(e, ToolServerChanged) and e.state == "down"
+            ]
+            assert down[-1].detail == "the server's process exited with code 3"
             assert (await box.call(spec(box, "odd__good"), {})).text == "fine"  # others unmoved
             await seen.until(lambda: seen.states("good")[-2:] == ["down", "up"])
             assert (await box.call(spec(box, "good__echo"), {"text": "again"})).text == "again"
@@ -343,6 +353,32 @@ async def test_a_message_past_the_bound_ends_the_session_and_the_call_is_told() 
         over = await box.call(spec(box, "fake__big"), {"size": MAX_LINE + 1000})
         assert over.is_error and "may or may not" in over.text
         await seen.until(lambda: seen.states("fake")[-2:] == ["down", "up"])
-        down = next(e for e in seen.events if isinstance(e, ToolServerChanged) and e.state == "down")
+        down = next(
+            e for e in seen.events if isinstance(e, ToolServerChanged) and e.state == "down"
+        )
         assert down.detail == "the server sent a message over 32 MiB"
         assert (await box.call(spec(box, "fake__echo"), {"text": "fine"})).text == "fine"
+
+
+async def test_a_bug_of_ours_is_logged_whole_once_and_the_server_retried(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An observer that fails on every listing: the failure is the gateway's, not the
+    server's; its traceback is logged once however often the server is retried."""
+    caplog.set_level(logging.DEBUG, logger="agent.tools")
+    seen = Seen()
+
+    def observe(event: Event) -> None:
+        seen(event)
+        if type(event).__name__ == "ToolsListed":
+            raise KeyError("a bug")
+
+    box = McpToolBox(ToolsConfig(mcp=(fake(),)), observe=observe, backoff=FAST)
+    async with anyio.create_task_group() as tg:
+        await tg.start(box.run)
+        await seen.until(lambda: box.statistics().restarts >= 3)
+        (status,) = box.status()
+        tg.cancel_scope.cancel()
+    assert status.state == "down" and "a failure inside the gateway (KeyError)" in status.detail
+    bugs = [r for r in caplog.records if r.exc_info]
+    assert len(bugs) == 1 and bugs[0].getMessage() == "tool server: a bug in the gateway"

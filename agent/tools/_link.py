@@ -41,7 +41,7 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from mcp.shared.message import SessionMessage
 
 from agent.tools._stdio import MAX_LINE, open_stdio
-from agent.tools.errors import explain
+from agent.tools.errors import explain, leaf
 from agent.tools.results import MalformedReply, tool_outcome
 from agent.tools.specs import tool_specs
 from gateway.config_tools import McpServer
@@ -172,7 +172,7 @@ class ServerLink:
             if text is not None:
                 return self._with_malformed(text)
             self._bug(exc)
-            return f"a failure inside the gateway ({type(exc).__name__})"
+            return f"a failure inside the gateway ({type(leaf(exc)).__name__})"
         finally:
             self._connected = None
 

@@ -8,7 +8,11 @@ What it keeps of the SDK's: the child's environment is exactly ``get_default_env
 (``PATH``, ``HOME``, ``USER``, ...) plus the config's ``env``, never the gateway's own
 variables; the child gets a process group of its own, and shutdown follows the MCP spec (stdin
 closed, then SIGTERM to the group, then SIGKILL, every wait bounded, under a shield so a
-cancelled caller leaks no process). Its stderr is the gateway's.
+cancelled caller leaks no process).
+
+What it does otherwise: the child's stderr is not the gateway's (where the gateway's JSON log
+lines go): each of its lines is logged at debug level, named by the server, and the last one
+says why a child that exited did (``ModuleNotFoundError: ...``).
 
 Reading is linear: lines are cut out of each read as it comes, and a line longer than
 :data:`MAX_LINE` ends the connection (the reply it carried is lost either way; the server is
@@ -17,7 +21,9 @@ started again). A line that is no JSON-RPC is counted and dropped, without a tra
 
 from __future__ import annotations
 
+import logging
 import signal
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 
@@ -32,6 +38,9 @@ from pydantic import ValidationError
 
 from gateway.config_tools import McpServer
 
+log = logging.getLogger(__name__)
+
+STDERR_LINE = 300  # characters of a stderr line kept
 MAX_LINE = 32 << 20  # bytes of one message (a 10 MB str result is 20 MB with its structured copy)
 EXIT_GRACE_S = 2.0  # after stdin closes, before SIGTERM (the spec's order)
 KILL_GRACE_S = 2.0  # after SIGTERM, before SIGKILL
@@ -52,7 +61,6 @@ async def open_stdio(
         [server.command, *server.args],
         env=get_default_environment() | dict(server.env),
         cwd=server.cwd or None,
-        stderr=None,  # the gateway's
         start_new_session=True,
     )
     # No await between the spawn and the task group: a cancellation there would leak it.
@@ -60,8 +68,10 @@ async def open_stdio(
     to_child, from_session = anyio.create_memory_object_stream[SessionMessage](0)
     try:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(_read, process, to_session, malformed, ended)
+            said: deque[str] = deque(maxlen=1)  # the child's last line on stderr
+            tg.start_soon(_read, process, to_session, malformed, ended, said)
             tg.start_soon(_write, process, from_session)
+            tg.start_soon(_stderr, process, server.name, said)
             try:
                 yield from_child, to_child
             finally:
@@ -78,6 +88,7 @@ async def _read(
     send: MemoryObjectSendStream[SessionMessage | Exception],
     malformed: Callable[[], None],
     ended: Callable[[str], None],
+    said: deque[str],
 ) -> None:
     assert process.stdout is not None
     line = bytearray()
@@ -103,7 +114,7 @@ async def _read(
                     line.clear()
         except (anyio.BrokenResourceError, anyio.ClosedResourceError):
             return  # the session is gone: we are shutting down
-        ended(await _exited(process))
+        ended(await _exited(process, said))
 
 
 def _parse(line: bytearray) -> SessionMessage | None:
@@ -113,17 +124,43 @@ def _parse(line: bytearray) -> SessionMessage | None:
         return None
 
 
-async def _exited(process: Process) -> str:
-    """Why the output ended, with the exit status if the child is gone already."""
-    with anyio.move_on_after(0.5):
-        while process.returncode is None:  # noqa: ASYNC110 (see _gone)
-            await anyio.sleep(_POLL_S)
+async def _exited(process: Process, said: deque[str]) -> str:
+    """Why the output ended: the exit status if the child is gone already, and the last line
+    it wrote on stderr (a moment is left for it to arrive)."""
+    await _gone(process, 0.5)
     code = process.returncode
     if code is None:
-        return "the server closed its output"
-    if code < 0:
-        return f"the server's process was killed ({signal.Signals(-code).name})"
-    return f"the server's process exited with code {code}"
+        why = "the server closed its output"
+    elif code < 0:
+        why = f"the server's process was killed ({signal.Signals(-code).name})"
+    else:
+        why = f"the server's process exited with code {code}"
+    return f"{why}: {said[-1]}" if said else why
+
+
+async def _stderr(process: Process, server: str, said: deque[str]) -> None:
+    """The child's stderr, line by line: logged at debug level, the last one kept (cut to
+    :data:`STDERR_LINE` characters: a line may be of any length, what is kept is not)."""
+    assert process.stderr is not None
+    line = bytearray()
+    with suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+        async for chunk in process.stderr:
+            start = 0
+            while (end := chunk.find(b"\n", start)) >= 0:
+                _note(server, said, line + chunk[start:end])
+                line.clear()
+                start = end + 1
+            if len(line) < STDERR_LINE:
+                line += chunk[start : start + STDERR_LINE]
+    if line:
+        _note(server, said, line)
+
+
+def _note(server: str, said: deque[str], line: bytearray) -> None:
+    text = line[:STDERR_LINE].decode(errors="replace").strip()
+    if text:
+        said.append(text)
+        log.debug("tool server stderr", extra={"server": server, "line": text})
 
 
 async def _write(process: Process, receive: MemoryObjectReceiveStream[SessionMessage]) -> None:

@@ -56,5 +56,12 @@ def explain(exc: BaseException) -> str | None:
     return None
 
 
+def leaf(exc: BaseException) -> BaseException:
+    """The first failure inside task groups' exception groups (what to name in a summary)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
 def _said(exc: BaseException) -> str:
     return (str(exc) or type(exc).__name__)[:_TEXT]

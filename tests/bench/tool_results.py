@@ -49,13 +49,20 @@ async def _measure(call: Callable[[], Awaitable[int]]) -> str:
 async def _box(path: str, size: int) -> str:
     from agent.tools.mcp import McpToolBox
     from gateway.config_tools import McpServer, ToolsConfig
+    from gateway.events_mcp import ToolServerChanged
 
     async def run(server: McpServer) -> str:
-        box = McpToolBox(ToolsConfig(mcp=(server,)), observe=lambda e: None)
+        ready = anyio.Event()
+
+        def observe(event: object) -> None:
+            if isinstance(event, ToolServerChanged) and event.state == "up":
+                ready.set()
+
+        box = McpToolBox(ToolsConfig(mcp=(server,)), observe=observe)
         async with anyio.create_task_group() as tg:
             await tg.start(box.run)
-            while (spec := box.find("s__big")) is None:
-                await anyio.sleep(0.05)
+            await ready.wait()
+            spec = box.find("s__big")
             assert spec is not None
             line = await _measure(lambda: _text(box.call(spec, {"size": size})))
             tg.cancel_scope.cancel()
@@ -97,12 +104,22 @@ def main() -> None:
     args = parser.parse_args()
     size = int(args.mb * 1_000_000)
     if args.path:  # one path, in this process
-        line = anyio.run(_sdk, size) if args.path == "sdk-stdio" else anyio.run(_box, args.path, size)
+        line = (
+            anyio.run(_sdk, size) if args.path == "sdk-stdio" else anyio.run(_box, args.path, size)
+        )
         print(f"{args.path:10} {line}")
         return
     print(f"one call returning {args.mb:g} MB of text")
     for path in PATHS:
-        cmd = [sys.executable, "-m", "tests.bench.tool_results", "--mb", str(args.mb), "--path", path]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.bench.tool_results",
+            "--mb",
+            str(args.mb),
+            "--path",
+            path,
+        ]
         subprocess.run(cmd, check=True)
 
 
