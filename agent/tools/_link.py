@@ -64,9 +64,6 @@ START_TIMEOUT_S = 30.0
 MAX_PAGES = 100  # of one tools/list: a server that pages forever is a broken one
 MAX_EVENT = MAX_LINE  # bytes of one SSE event (the SDK's default, 1 MiB, refuses big results)
 _CLIENT = types.Implementation(name="botmux", version="1")
-# What the SDK's HTTP transport answers for a session the server no longer knows (a 404:
-# the server restarted). The session is then over, though the server answered.
-_SESSION_TERMINATED = "Session terminated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,7 +229,8 @@ class ServerLink:
                     return reason
 
     async def _ping(self, connected: _Connected) -> str | None:
-        """Why the session is over, if a ping says it is (an error answer is an answer)."""
+        """Why the session is over, if a ping says it is: no answer, or an error (over HTTP, a
+        server that restarted answers "session not found"); a server without ping is alive."""
         timeout = self.config.timeout_s
         try:
             with anyio.fail_after(timeout):
@@ -240,7 +238,7 @@ class ServerLink:
         except TimeoutError:
             return f"no answer to a ping within {timeout:g} s"
         except MCPError as exc:
-            if exc.code == types.CONNECTION_CLOSED or exc.message == _SESSION_TERMINATED:
+            if exc.code != types.METHOD_NOT_FOUND:  # that one: an answer, from a server without ping
                 return explain(exc)
         return None
 
@@ -380,7 +378,9 @@ class ServerLink:
             outcome = tool_outcome(raw)
             return ("error" if outcome.is_error else "ok"), outcome
         except MCPError as exc:
-            if exc.code != types.CONNECTION_CLOSED and exc.message != _SESSION_TERMINATED:
+            if exc.code != types.CONNECTION_CLOSED:
+                if exc.code == types.INVALID_REQUEST:  # a session the server lost (restarted)?
+                    self._check()
                 return "error", _told(f"The tool's server refused the call: {explain(exc)}.")
             self._check()
             return "unavailable", _told(
