@@ -23,7 +23,7 @@ import pytest
 
 from agent.tools import MAX_TEXT, model_name
 from agent.tools._stdio import MAX_LINE
-from agent.tools.mcp import McpToolBox
+from agent.tools.mcp import McpToolBox, plan_reconfigure
 from gateway.config_tools import McpServer, ToolsConfig
 from gateway.events import Event
 from gateway.events_mcp import ToolCalled, ToolServerChanged
@@ -76,10 +76,11 @@ class Seen:
 
 @asynccontextmanager
 async def running(
-    *servers: McpServer, backoff: Backoff = FAST
+    *servers: McpServer, backoff: Backoff = FAST, ping_every: float = 30.0
 ) -> AsyncIterator[tuple[McpToolBox, Seen]]:
     seen = Seen()
-    box = McpToolBox(ToolsConfig(mcp=servers), observe=seen, backoff=backoff)
+    config = ToolsConfig(mcp=servers)
+    box = McpToolBox(config, observe=seen, backoff=backoff, ping_every=ping_every)
     async with anyio.create_task_group() as tg:
         await tg.start(box.run)  # at once: no server has answered yet
         yield box, seen
@@ -391,3 +392,28 @@ async def test_a_bug_of_ours_is_logged_whole_once_and_the_server_retried(
     assert status.state == "down" and "a failure inside the gateway (KeyError)" in status.detail
     bugs = [r for r in caplog.records if r.exc_info]
     assert len(bugs) == 1 and bugs[0].getMessage() == "tool server: a bug in the gateway"
+
+
+async def test_an_idle_http_session_is_pinged_and_a_gone_endpoint_noticed() -> None:
+    async with open_http_server() as (url, server):
+        async with running(McpServer(name="web", url=url), ping_every=0.2) as (box, seen):
+            await seen.until(up(box, "web"))
+            server.kill()
+            await server.wait()
+            await seen.until(lambda: seen.states("web")[-1] == "down")  # no call needed
+            assert box.offered(["*"]) == [] and seen.calls() == []
+
+
+def test_a_reload_restarts_only_servers_whose_connection_changed() -> None:
+    old = (fake("a"), fake("b"), McpServer(name="c", url="http://127.0.0.1:1/mcp"), fake("d"))
+    new = (
+        fake("a"),  # unchanged
+        fake("b", deny=("x",), approval="always", timeout_s=5),  # the same connection
+        McpServer(name="c", url="http://127.0.0.1:1/mcp", headers={"A": "b"}),  # headers
+        fake("e"),
+    )
+    plan = plan_reconfigure(old, new)
+    assert plan.stop == ("d", "c")
+    assert [s.name for s in plan.start] == ["c", "e"]
+    assert [s.name for s in plan.retune] == ["b"]
+    assert plan_reconfigure(new, new) == plan_reconfigure((), ())

@@ -26,6 +26,7 @@ import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Literal
 
 import anyio
@@ -52,6 +53,14 @@ from policy.backoff import Backoff
 
 log = logging.getLogger(__name__)
 
+
+def _installed(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:  # run from a source tree
+        return "0"
+
+
 State = Literal["starting", "up", "down"]
 Outcome = Literal["ok", "error", "timeout", "unavailable"]
 
@@ -63,7 +72,7 @@ PING_EVERY_S = 30.0
 START_TIMEOUT_S = 30.0
 MAX_PAGES = 100  # of one tools/list: a server that pages forever is a broken one
 MAX_EVENT = MAX_LINE  # bytes of one SSE event (the SDK's default, 1 MiB, refuses big results)
-_CLIENT = types.Implementation(name="botmux", version="1")
+_CLIENT = types.Implementation(name="botmux", version=_installed("botmux"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +95,7 @@ class ServerLink:
         clock: Callable[[], float],
         backoff: Backoff,
         on_change: Callable[[], None],
+        ping_every: float = PING_EVERY_S,
     ) -> None:
         self.config = config
         self.scope = anyio.CancelScope()
@@ -93,6 +103,7 @@ class ServerLink:
         self._observe = observe
         self._clock = clock
         self._backoff = backoff
+        self._ping_every = ping_every
         self._on_change = on_change
         self._state: State = "starting"
         self._detail = ""
@@ -160,6 +171,7 @@ class ServerLink:
         """One session, from connecting to its end: why it ended."""
         self._ended, self._relist, self._suspect, self._malformed = None, False, False, 0
         self._wake = anyio.Event()
+        self._retry_at = None  # trying now
         try:
             return await self._session()
         except Exception as exc:
@@ -208,7 +220,7 @@ class ServerLink:
         self._connected = connected
         self._went("up", connected.server, listed=listed)
         timeout = self.config.timeout_s
-        idle_ping = PING_EVERY_S if self.config.transport == "http" else math.inf
+        idle_ping = self._ping_every if self.config.transport == "http" else math.inf
         while True:
             with anyio.move_on_after(idle_ping) as idle:
                 await self._wake.wait()
@@ -236,10 +248,11 @@ class ServerLink:
             with anyio.fail_after(timeout):
                 await connected.session.send_ping()
         except TimeoutError:
-            return f"no answer to a ping within {timeout:g} s"
+            return self._ended or f"no answer to a ping within {timeout:g} s"
         except MCPError as exc:
-            if exc.code != types.METHOD_NOT_FOUND:  # that one: an answer, from a server without ping
-                return explain(exc)
+            # Method not found is an answer too, from a server without ping.
+            if exc.code != types.METHOD_NOT_FOUND:
+                return self._ended or explain(exc)
         return None
 
     @asynccontextmanager

@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from agent.tools._link import Outcome, ServerLink
+from agent.tools._link import PING_EVERY_S, Outcome, ServerLink
 from agent.tools.names import matches
 from gateway.config_tools import McpServer, ToolsConfig
 from gateway.events import Observe
@@ -80,7 +80,8 @@ class McpToolBoxStatistics:
 
 class McpToolBox:
     """``gateway.ports.ToolBox`` over the configured MCP servers (see the module docstring).
-    ``clock`` times calls and backoffs; ``backoff`` spaces a dead server's restarts."""
+    ``clock`` times calls and backoffs; ``backoff`` spaces a dead server's restarts;
+    ``ping_every``: how long an HTTP session may stay idle before it is pinged."""
 
     def __init__(
         self,
@@ -89,11 +90,13 @@ class McpToolBox:
         observe: Observe,
         clock: Callable[[], float] = time.monotonic,
         backoff: Backoff = RESTART_BACKOFF,
+        ping_every: float = PING_EVERY_S,
     ) -> None:
         self._config = config
         self._observe = observe
         self._clock = clock
         self._backoff = backoff
+        self._ping_every = ping_every
         self._links: dict[str, ServerLink] = {}
         self._index: dict[str, ToolSpec] = {}  # the model's names of the tools offered now
         self._tg: TaskGroup | None = None
@@ -152,6 +155,7 @@ class McpToolBox:
             clock=self._clock,
             backoff=self._backoff,
             on_change=self._reindex,
+            ping_every=self._ping_every,
         )
         self._links[server.name] = link
         what = f"{server.transport}: {server.command or server.url}"
