@@ -1,11 +1,12 @@
-"""What a big tool result costs the gateway: one call of the test MCP server's ``big`` tool
-(``--mb`` megabytes of text), through McpToolBox over stdio (agent/tools/_stdio.py) and over
-streamable HTTP, and, for comparison, through the SDK's own ``stdio_client`` and
+"""What tool calls cost the gateway. A big result: one call of the test MCP server's ``big``
+tool (``--mb`` megabytes of text), through McpToolBox over stdio (agent/tools/_stdio.py) and
+over streamable HTTP, and, for comparison, through the SDK's own ``stdio_client`` and
 ``ClientSession.call_tool``. Per path: the call's wall time, the gateway process's CPU time
 during it, the longest the event loop went without running a 5 ms ticker, and the resident
-memory high-water mark after it (each path in a fresh process).
+memory high-water mark after it (each path in a fresh process). Small calls: ``--calls`` calls
+of ``echo`` in a row through the box, per call: the median wall time and the gateway's CPU.
 
-    .venv/bin/python -m tests.bench.tool_results [--mb 10]
+    .venv/bin/python -m tests.bench.tool_results [--mb 10] [--calls 300]
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ async def _measure(call: Callable[[], Awaitable[int]]) -> str:
     return f"wall {wall:.2f} s  cpu {cpu:.2f} s  longest stall {gap:.0f} ms  maxrss {rss:.0f} MB  kept {kept} chars"
 
 
-async def _box(path: str, size: int) -> str:
+async def _box(path: str, size: int, calls: int = 0) -> str:
     from agent.tools.mcp import McpToolBox
     from gateway.config_tools import McpServer, ToolsConfig
     from gateway.events_mcp import ToolServerChanged
@@ -62,9 +63,20 @@ async def _box(path: str, size: int) -> str:
         async with anyio.create_task_group() as tg:
             await tg.start(box.run)
             await ready.wait()
-            spec = box.find("s__big")
-            assert spec is not None
-            line = await _measure(lambda: _text(box.call(spec, {"size": size})))
+            spec, echo = box.find("s__big"), box.find("s__echo")
+            assert spec is not None and echo is not None
+            if size:
+                line = await _measure(lambda: _text(box.call(spec, {"size": size})))
+            else:  # small calls
+                walls = []
+                cpu = time.process_time()
+                for _ in range(calls):
+                    wall = time.perf_counter()
+                    await box.call(echo, {"text": "hello"})
+                    walls.append(time.perf_counter() - wall)
+                cpu = (time.process_time() - cpu) / calls
+                walls.sort()
+                line = f"median {walls[calls // 2] * 1000:.2f} ms  cpu {cpu * 1000:.2f} ms a call"
             tg.cancel_scope.cancel()
         return line
 
@@ -100,27 +112,26 @@ async def _sdk(size: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=float, default=10.0)
+    parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--path", choices=PATHS)
     args = parser.parse_args()
     size = int(args.mb * 1_000_000)
+    if args.path and args.path.startswith("box") and args.calls and not size:
+        print(f"{args.path:10} {anyio.run(_box, args.path, 0, args.calls)}")
+        return
     if args.path:  # one path, in this process
         line = (
             anyio.run(_sdk, size) if args.path == "sdk-stdio" else anyio.run(_box, args.path, size)
         )
         print(f"{args.path:10} {line}")
         return
-    print(f"one call returning {args.mb:g} MB of text")
+    me = [sys.executable, "-m", "tests.bench.tool_results"]
+    print(f"one call returning {args.mb:g} MB of text", flush=True)
     for path in PATHS:
-        cmd = [
-            sys.executable,
-            "-m",
-            "tests.bench.tool_results",
-            "--mb",
-            str(args.mb),
-            "--path",
-            path,
-        ]
-        subprocess.run(cmd, check=True)
+        subprocess.run([*me, "--mb", str(args.mb), "--path", path], check=True)
+    print(f"{args.calls} small calls (echo) in a row", flush=True)
+    for path in PATHS[:2]:
+        subprocess.run([*me, "--mb", "0", "--calls", str(args.calls), "--path", path], check=True)
 
 
 if __name__ == "__main__":
