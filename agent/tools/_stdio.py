@@ -63,7 +63,7 @@ async def open_stdio(
         cwd=server.cwd or None,
         start_new_session=True,
     )
-    # No await between the spawn and the task group: a cancellation there would leak it.
+    # From the spawn on, the finally below stops the child, whatever happens.
     to_session, from_child = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     to_child, from_session = anyio.create_memory_object_stream[SessionMessage](0)
     try:
