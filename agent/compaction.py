@@ -41,7 +41,7 @@ from gateway.messages import (
     StoredMessage,
     TurnResult,
 )
-from gateway.ports import Watch
+from gateway.ports import TurnTools, Watch
 from policy.engine import TurnFailed
 
 #: Rows read past ``history_messages``: those leave the history by count, and are folded too.
@@ -115,6 +115,7 @@ class CompactingRunner:
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
         images: Sequence[Image] = (),
+        tools: TurnTools | None = None,
     ) -> TurnResult:
         summary: str | None = None
         if self._agent.chain and self._limit > 0:
@@ -131,6 +132,7 @@ class CompactingRunner:
             watch=watch,
             summary=summary,
             images=images,
+            tools=tools,
         )
 
     async def _prepare(
@@ -213,11 +215,11 @@ class CompactingRunner:
             nonlocal covered
             endpoint = agent.chain[index]
             messages, covered = self._request(endpoint, previous, rows, halve=trimmed)
-            reply, usage = await agent.complete(
+            done = await agent.complete(
                 endpoint, api_key, messages, rebuild=rebuild, before_call=before_call
             )
-            agent.calibration.learn(endpoint, prompt_chars(messages), usage.prompt_tokens)
-            return reply.strip()
+            agent.calibration.learn(endpoint, prompt_chars(messages), done.usage.prompt_tokens)
+            return done.text.strip()
 
         answer = await policy.run(conversation, call, turn=turn)
         return answer.value, covered

@@ -92,11 +92,18 @@ class Calibration:
 
 def prompt_chars(messages: Sequence[dict[str, Any]]) -> int:
     """The characters of text a request's messages carry (what the estimate counts); of a
-    message given as parts (SPEC 9), its text parts."""
-    return sum(
-        len(c) if isinstance(c, str) else sum(len(p.get("text", "")) for p in c)
-        for c in (m["content"] for m in messages)
-    )
+    message given as parts (SPEC 9), its text parts; of a tool step (SPEC 15), its text and
+    its calls' names and arguments."""
+    total = 0
+    for m in messages:
+        c = m.get("content")
+        if isinstance(c, str):
+            total += len(c)
+        elif c is not None:
+            total += sum(len(p.get("text", "")) for p in c)
+        for call in m.get("tool_calls") or ():
+            total += len(call["function"]["name"]) + len(call["function"]["arguments"])
+    return total
 
 
 def fit(

@@ -22,27 +22,40 @@ what they started with and the next turn uses the new ones.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import anyio
 import anyio.lowlevel
 
+from agent._completion import (
+    Completion,
+    StreamedCalls,
+    content,
+    delta_text,
+    message_calls,
+    message_text,
+    usage_of,
+)
 from agent._wire import WireClient
 from agent.clients import ClientPool
 from agent.context import SUMMARY_PREFIX, Calibration, Window, fit, prompt_budget, prompt_chars
-from gateway.config import AgentConfig, ModelConfig, ModelEndpoint
+from agent.tool_loop import AgentTools, Answered, Limits, ToolLoop
+from agent.tool_loop import Outcome as LoopOutcome
+from gateway.config import AgentConfig, ModelConfig, ModelEndpoint, NamedModels
+from gateway.config_tools import ResolvedProfile
 from gateway.errors import GatewayError, ModelNotConfigured
 from gateway.events import ModelTokensUsed, PolicyDecided
 from gateway.messages import (
     AttemptFailed,
     ChatMessage,
-    DataUrl,
     Failure,
     Image,
     ReplyDelta,
@@ -50,7 +63,7 @@ from gateway.messages import (
     Usage,
     platform_of,
 )
-from gateway.ports import ReplyStream, Watch
+from gateway.ports import ReplyStream, TurnTools, Watch
 from policy import classify, failure_reply
 from policy.backoff import Backoff
 from policy.classify import CONTEXT_OVERFLOW
@@ -65,14 +78,32 @@ IMAGES_UNSEEN = "(this model cannot see images; the image was not used)"
 
 
 @dataclass(frozen=True, slots=True)
+class _Chain:
+    """One model chain (``[model]``, or a ``[[models]]`` one) and its policy."""
+
+    model: ModelConfig
+    chain: tuple[ModelEndpoint, ...]
+    policy: ModelPolicy
+
+
+@dataclass(frozen=True, slots=True)
 class _Generation:
     """One config's model side: a turn keeps the one it started with to its end, so a reload
-    (:meth:`Agent.reconfigure`) changes the next turn and never a running one."""
+    (:meth:`Agent.reconfigure`) changes the next turn and never a running one. ``chains``:
+    by name, ``""`` being ``[model]``."""
 
     model: ModelConfig | None
     config: AgentConfig
-    chain: tuple[ModelEndpoint, ...]
-    policy: ModelPolicy | None
+    chains: Mapping[str, _Chain]
+
+    @property
+    def primary(self) -> _Chain | None:
+        return self.chains.get("")
+
+    def of(self, model: ModelConfig | None) -> _Chain | None:
+        """The chain a profile names (``[model]`` for ``model`` None or ``[model]`` itself)."""
+        name = model.name if isinstance(model, NamedModels) else ""
+        return self.chains.get(name)
 
 
 class Agent:
@@ -84,35 +115,54 @@ class Agent:
         *,
         observe: Observe = lambda event: None,
         clock: Callable[[], float] = time.monotonic,
+        models: Sequence[NamedModels] = (),
+        profile: Callable[[str], ResolvedProfile] | None = None,
+        tools: AgentTools | None = None,
     ) -> None:
+        """``models``: the named chains profiles may choose; ``profile``: which profile a
+        conversation gets (read at each turn: a reload may change it); ``tools``: what the
+        tool loop calls and where its steps go (SPEC 15)."""
         self._clients = clients
         self._observe = observe
         self._clock = clock
+        self._profile = profile
+        self._tools = tools
         self.calibration = Calibration()
         # conversation -> (estimated prompt tokens of its last request, that endpoint's window)
         self._context: OrderedDict[str, tuple[int, int]] = OrderedDict()
-        self._gen = self._generation(model, config)
+        self._gen = self._generation(model, config, models)
 
-    def _generation(self, model: ModelConfig | None, config: AgentConfig) -> _Generation:
-        chain: tuple[ModelEndpoint, ...] = model.chain if model else ()
-        policy = None
-        if model is not None:
+    def _generation(
+        self, model: ModelConfig | None, config: AgentConfig, models: Sequence[NamedModels]
+    ) -> _Generation:
+        chains: dict[str, _Chain] = {}
+        for name, chosen in [("", model), *((m.name, m) for m in models)]:
+            if chosen is None:
+                continue
             policy = ModelPolicy(
-                chain,
-                backoff=Backoff(model.backoff_base_s, model.backoff_cap_s),
-                retry_after_cap=model.retry_after_cap_s,
+                chosen.chain,
+                backoff=Backoff(chosen.backoff_base_s, chosen.backoff_cap_s),
+                retry_after_cap=chosen.retry_after_cap_s,
                 observe=self._observe,
                 clock=self._clock,
             )
-        return _Generation(model, config, chain, policy)
+            chains[name] = _Chain(chosen, chosen.chain, policy)
+        return _Generation(model, config, chains)
 
-    async def reconfigure(self, model: ModelConfig | None, config: AgentConfig) -> None:
-        """Use this model chain and agent config from the next turn on (a reload). Running
+    async def reconfigure(
+        self, model: ModelConfig | None, config: AgentConfig, models: Sequence[NamedModels] = ()
+    ) -> None:
+        """Use these model chains and agent config from the next turn on (a reload). Running
         turns finish on the chain they started with; the clients of keys no longer configured
         are closed once no call borrows them. Benched keys start unbenched (a new policy)."""
-        self._gen = self._generation(model, config)
+        self._gen = self._generation(model, config, models)
         await self._clients.retire_except(
-            {(e.base_url, key, e.timeout_s) for e in self._gen.chain for key in e.api_keys}
+            {
+                (e.base_url, key, e.timeout_s)
+                for c in self._gen.chains.values()
+                for e in c.chain
+                for key in e.api_keys
+            }
         )
 
     def __repr__(self) -> str:
@@ -121,11 +171,13 @@ class Agent:
 
     @property
     def chain(self) -> tuple[ModelEndpoint, ...]:
-        return self._gen.chain
+        primary = self._gen.primary
+        return primary.chain if primary else ()
 
     @property
     def policy(self) -> ModelPolicy | None:
-        return self._gen.policy
+        primary = self._gen.primary
+        return primary.policy if primary else None
 
     @property
     def _config(self) -> AgentConfig:
@@ -143,18 +195,20 @@ class Agent:
         share: float = 1.0,
         config: AgentConfig | None = None,
         images: Sequence[Image] = (),
+        extra: Sequence[dict[str, Any]] = (),
     ) -> tuple[Messages, Window]:
         """The request to ``endpoint``: what of ``history`` fits its window (``share`` of it:
         compaction asks what would fit in part of it), and the window as built.
         ``instructions``: this turn's extra system message (``/v1/responses``); ``config``:
         the turn's agent config (else the current one). ``images``: the new message's, sent
-        as ``image_url`` parts (with the history's resolved ones) to a model that sees them."""
+        as ``image_url`` parts (with the history's resolved ones) to a model that sees them.
+        ``extra``: the turn's tool steps so far, after the new message (SPEC 15)."""
         config = config or self._config
         vision = endpoint.sees_images
         system = config.system_prompt
         budget = prompt_budget(endpoint)
         ratio = self.calibration.ratio(endpoint)
-        fixed = len(system) + len(text) + len(instructions or "")
+        fixed = len(system) + len(text) + len(instructions or "") + prompt_chars(extra)
         fits = not budget or math.ceil(fixed / ratio) <= budget
         note = SUMMARY_PREFIX + summary if summary else None
         if note and budget and math.ceil((fixed + len(note)) / ratio) > budget:
@@ -176,13 +230,14 @@ class Agent:
             messages.append({"role": "system", "content": note})
         messages.extend(
             [
-                {"role": m.role, "content": _content(m.content, m.images)}
+                {"role": m.role, "content": content(m.content, m.images)}
                 if vision and m.images
                 else {"role": m.role, "content": m.content}
                 for m in history[len(history) - kept :]
             ]
         )
-        messages.append({"role": "user", "content": _content(text, images if vision else ())})
+        messages.append({"role": "user", "content": content(text, images if vision else ())})
+        messages.extend(extra)
         return messages, Window(kept, len(history), tokens, budget, note is not None, fits)
 
     def _sent(self, conversation: str, window: Window) -> None:
@@ -202,10 +257,12 @@ class Agent:
         stream: ReplyStream | None = None,
         attempt: int = 1,
         response_format: Mapping[str, Any] | None = None,
-    ) -> tuple[str, Usage]:
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> Completion:
         """One model call, its errors translated; no retries here. ``before_call`` runs
         last before the request is sent; if it cancelled the turn, nothing is sent. With
-        ``stream``, the model streams and each piece is put there as it arrives.
+        ``stream``, the model streams and each piece is put there as it arrives. ``tools``:
+        the functions offered (OpenAI's ``tools``), whose calls the answer may carry.
 
         The call goes through :mod:`agent._wire` (aiohttp itself, plain JSON): openai's
         ``chat.completions.create`` walks every message through its TypedDict transformer
@@ -219,18 +276,22 @@ class Agent:
         }
         if response_format is not None:
             body["response_format"] = dict(response_format)
+        if tools:
+            body["tools"] = list(tools)
         async with self._clients.wire(endpoint, api_key, rebuild=rebuild) as wire:
             if before_call is not None:
                 before_call()
                 await anyio.lowlevel.checkpoint_if_cancelled()
             if stream is not None:
-                text, usage = await self._streamed(wire, endpoint.model, body, stream, attempt)
+                done = await self._streamed(wire, endpoint.model, body, stream, attempt)
             else:
                 reply = await wire.chat(body, endpoint.model)
-                text = _message_text(reply.get("choices"))
-                usage = _usage(reply.get("usage")) or Usage()
+                choices = reply.get("choices")
+                text, usage = message_text(choices), usage_of(reply.get("usage")) or Usage()
+                done = Completion(text, usage, message_calls(choices))
+        usage = done.usage
         self._observe(ModelTokensUsed(endpoint.model, usage.prompt_tokens, usage.completion_tokens))
-        return text, usage
+        return done
 
     async def _streamed(
         self,
@@ -239,7 +300,7 @@ class Agent:
         body: dict[str, Any],
         stream: ReplyStream,
         attempt: int,
-    ) -> tuple[str, Usage]:
+    ) -> Completion:
         """A streamed call: pieces to ``stream`` as they arrive; the text and usage at the end.
         A cut stream raises ProviderUnreachable (a stall, ProviderTimeout), like any call.
 
@@ -249,23 +310,26 @@ class Agent:
         body = {**body, "stream": True, "stream_options": {"include_usage": True}}
         pieces: list[str] = []
         usage = Usage()
+        calls = StreamedCalls()
         try:
             async with wire.stream(body, model) as events:
                 async for chunks in events:
                     for chunk in chunks:  # one delta each (a peer client sees each)
                         if not isinstance(chunk, dict):
                             continue
-                        piece = _piece(chunk.get("choices"))
-                        if piece:
-                            pieces.append(piece)
-                            stream.put(ReplyDelta(piece, attempt))
-                        usage = _usage(chunk.get("usage")) or usage
+                        choices = chunk.get("choices")
+                        text = delta_text(choices)
+                        if text:
+                            pieces.append(text)
+                            stream.put(ReplyDelta(text, attempt))
+                        calls.add(choices)
+                        usage = usage_of(chunk.get("usage")) or usage
         except GatewayError as exc:
             stream.put(AttemptFailed(attempt, classify(exc).reason))
             if stream.binding:
                 raise AnswerShown(exc) from exc
             raise
-        return "".join(pieces), usage
+        return Completion("".join(pieces), usage, calls.done())
 
     async def run_turn(
         self,
@@ -278,58 +342,37 @@ class Agent:
         watch: Watch | None = None,
         summary: str | None = None,
         images: Sequence[Image] = (),
+        tools: TurnTools | None = None,
     ) -> TurnResult:
         """``summary``: the conversation's compaction summary, sent before the history.
         ``images``: a turn with images skips the models that cannot see them; when none
-        can, the text is answered and the reply says so (SPEC 9)."""
+        can, the text is answered and the reply says so (SPEC 9). ``tools``: the turn's part
+        in the tool loop (SPEC 15), when the conversation's profile offers tools."""
         gen = self._gen  # this turn's, whatever a reload does meanwhile
-        if gen.policy is None:
+        profile = self._profile(conversation) if self._profile is not None else None
+        chosen = gen.of(profile.model) if profile is not None else gen.primary
+        if chosen is None:
             failure = classify(ModelNotConfigured("no model is configured"))
             return TurnResult(reply=failure_reply(failure), failure=failure)
-        instructions = watch.instructions if watch is not None else None
+        config = gen.config
+        if profile is not None and profile.system_prompt != config.system_prompt:
+            config = dataclasses.replace(config, system_prompt=profile.system_prompt)
+        loop = self._loop(conversation, turn, profile, tools, watch, config)
+        request = _Request(
+            conversation, history, text, summary, images, config, watch, before_call, loop
+        )
         windows = [
-            self.build(e, (), text, instructions=instructions, config=gen.config)[1]
-            for e in gen.chain
+            self.build(e, (), text, instructions=request.instructions, config=config)[1]
+            for e in chosen.chain
         ]
         if not any(w.fits for w in windows):
-            return self._too_long(conversation, turn, windows[0], gen.chain[0])
-        sees = [e.sees_images for e in gen.chain]
+            return self._too_long(conversation, turn, windows[0], chosen.chain[0])
+        sees = [e.sees_images for e in chosen.chain]
         unseen = bool(images) and not any(sees)
         usable = sees if images and not unseen else None
-        stream = watch.stream if watch is not None and gen.config.stream else None
-        response_format = watch.response_format if watch is not None else None
-        attempts = itertools.count(1)
-
-        async def call(
-            index: int, api_key: str, *, rebuild: bool, trimmed: bool
-        ) -> tuple[str, Usage]:
-            endpoint = gen.chain[index]
-            messages, window = self.build(
-                endpoint,
-                history,
-                text,
-                summary=summary,
-                instructions=instructions,
-                halve=trimmed,
-                config=gen.config,
-                images=images,
-            )
-            self._sent(conversation, window)
-            reply, usage = await self.complete(
-                endpoint,
-                api_key,
-                messages,
-                rebuild=rebuild,
-                before_call=before_call,
-                stream=stream,
-                attempt=next(attempts),
-                response_format=response_format,
-            )
-            self.calibration.learn(endpoint, prompt_chars(messages), usage.prompt_tokens)
-            return reply, usage
-
+        step = partial(self._step, chosen, request, itertools.count(1), turn, usable)
         try:
-            answer = await gen.policy.run(conversation, call, turn=turn, usable=usable)
+            outcome = await loop.run(step) if loop is not None else await _plain(step)
         except TurnFailed as exc:
             return TurnResult(
                 reply=failure_reply(exc.failure),
@@ -337,13 +380,97 @@ class Agent:
                 fell_back=exc.fell_back,
                 shown=isinstance(exc.__cause__, AnswerShown),
             )
-        reply, usage = answer.value
-        reply = reply or "(the model returned an empty reply)"
+        reply = outcome.reply or "(the model returned an empty reply)"
         return TurnResult(
             reply=f"{IMAGES_UNSEEN}\n\n{reply}" if unseen else reply,
-            model=answer.model,
-            usage=usage,
-            fell_back=answer.fell_back,
+            model=outcome.model,
+            usage=outcome.usage,
+            fell_back=outcome.fell_back,
+        )
+
+    async def _step(
+        self,
+        chosen: _Chain,
+        request: _Request,
+        attempts: Iterator[int],
+        turn: int,
+        usable: Sequence[bool] | None,
+        extra: Messages,
+    ) -> Answered:
+        """One model call of the turn under the policy (retries, rotation, fallback), with
+        the tool steps so far (``extra``)."""
+
+        async def call(index: int, api_key: str, *, rebuild: bool, trimmed: bool) -> Completion:
+            endpoint = chosen.chain[index]
+            messages, window = self.build(
+                endpoint,
+                request.history,
+                request.text,
+                summary=request.summary,
+                instructions=request.instructions,
+                halve=trimmed,
+                config=request.config,
+                images=request.images,
+                extra=extra,
+            )
+            self._sent(request.conversation, window)
+            done = await self.complete(
+                endpoint,
+                api_key,
+                messages,
+                rebuild=rebuild,
+                before_call=request.before_call,
+                stream=request.stream,
+                attempt=next(attempts),
+                response_format=request.response_format,
+                tools=request.loop.tools if request.loop is not None else (),
+            )
+            self.calibration.learn(endpoint, prompt_chars(messages), done.usage.prompt_tokens)
+            return done
+
+        answer = await chosen.policy.run(request.conversation, call, turn=turn, usable=usable)
+        done = answer.value
+        return Answered(done.text, done.usage, done.calls, answer.model, answer.fell_back)
+
+    def _loop(
+        self,
+        conversation: str,
+        turn: int,
+        profile: ResolvedProfile | None,
+        tools: TurnTools | None,
+        watch: Watch | None,
+        config: AgentConfig,
+    ) -> ToolLoop | None:
+        """The turn's tool loop, when its profile offers tools that are available now (those
+        that need an approval only when someone can be asked)."""
+        agent_tools = self._tools
+        if agent_tools is None or tools is None or profile is None or not profile.tools:
+            return None
+        specs = agent_tools.box.offered(profile.tools)
+        if tools.asker is None:
+            specs = [s for s in specs if not s.approval]
+        if not specs:
+            return None
+        limits = Limits(
+            max_parallel_tools=config.max_parallel_tools,
+            max_tool_steps=config.max_tool_steps,
+            max_turn_s=config.max_turn_s,
+            max_tool_result_chars=config.max_tool_result_chars,
+            approval_timeout_s=agent_tools.approval_timeout_s(),
+        )
+        return ToolLoop(
+            conversation,
+            turn,
+            tools.first_row,
+            box=agent_tools.box,
+            ledger=agent_tools.ledger,
+            specs=specs,
+            asker=tools.asker,
+            limits=limits,
+            stream=watch.stream if watch is not None else None,
+            observe=self._observe,
+            wall=agent_tools.wall,
+            clock=self._clock,
         )
 
     def _too_long(
@@ -364,56 +491,43 @@ class Agent:
         return TurnResult(reply=too_long_reply(window.tokens, window.budget), failure=failure)
 
     def benched_keys(self) -> list[tuple[str, str, str, float]]:
-        policy = self._gen.policy
-        return policy.benched_keys() if policy else []
+        return [key for c in self._gen.chains.values() for key in c.policy.benched_keys()]
 
     def status(self) -> dict[str, Any]:
-        policy = self._gen.policy
+        policy = self.policy
         if policy is None:
             return {"model": None}
         return {**policy.status(), "context": self._context}
 
 
-def _content(text: str, images: Sequence[Image]) -> str | list[dict[str, Any]]:
-    """A message's content: its text, or with images the text part and one ``image_url``
-    part each (only resolved ones: a ``sha256:`` reference is an image not re-sent)."""
-    urls = [
-        u
-        for u in images
-        if isinstance(u, DataUrl) or u.startswith(("data:", "https://", "http://"))
-    ]
-    if not urls:
-        return text
-    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-    parts.extend({"type": "image_url", "image_url": {"url": u}} for u in urls)
-    return parts
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What every model call of one turn sends (each endpoint gets a request built for it)."""
+
+    conversation: str
+    history: Sequence[ChatMessage]
+    text: str
+    summary: str | None
+    images: Sequence[Image]
+    config: AgentConfig
+    watch: Watch | None
+    before_call: Callable[[], None] | None
+    loop: ToolLoop | None
+
+    @property
+    def instructions(self) -> str | None:
+        return self.watch.instructions if self.watch is not None else None
+
+    @property
+    def stream(self) -> ReplyStream | None:
+        return self.watch.stream if self.watch is not None and self.config.stream else None
+
+    @property
+    def response_format(self) -> Mapping[str, Any] | None:
+        return self.watch.response_format if self.watch is not None else None
 
 
-def _message_text(choices: Any) -> str:
-    """The text of a plain completion's first choice ("" when it has none)."""
-    first = choices[0] if isinstance(choices, list) and choices else None
-    message = first.get("message") if isinstance(first, dict) else None
-    content = message.get("content") if isinstance(message, dict) else None
-    return content if isinstance(content, str) else ""
-
-
-def _piece(choices: Any) -> str:
-    """The text of a streamed chunk's choices' deltas."""
-    text = ""
-    for choice in choices or ():
-        delta = choice.get("delta") if isinstance(choice, dict) else None
-        piece = delta.get("content") if isinstance(delta, dict) else None
-        if isinstance(piece, str):
-            text += piece
-    return text
-
-
-def _usage(value: Any) -> Usage | None:
-    """The usage of a reply, or of a streamed chunk (the last one, with ``include_usage``), if
-    it has one."""
-    if not isinstance(value, dict):
-        return None
-    prompt, completion = value.get("prompt_tokens"), value.get("completion_tokens")
-    if not isinstance(prompt, int) or not isinstance(completion, int):
-        return None
-    return Usage(prompt, completion)
+async def _plain(step: Callable[[Messages], Awaitable[Answered]]) -> LoopOutcome:
+    """A turn without tools: one model call."""
+    answered = await step([])
+    return LoopOutcome(answered.text, answered.model, answered.usage, answered.fell_back)

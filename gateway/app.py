@@ -1,13 +1,8 @@
-"""The composition root: the only module that imports every part and wires them together.
-
-Building is apart from serving. :func:`build` constructs every part in dependency order, each
-complete when it is made (nothing is filled in after another part captured it): the store's
-role ports first (``ledger``, ``access``, ``transcripts``, ...), then the platforms' outlets
-(the adapters), the session actors' dependencies and the router, the intake, the cluster. The
-cycle between platforms and the runtime (an adapter hands messages to the intake, whose
-session actors reply through the adapter) is closed at start: an adapter serves the intake it
-is started with (``adapter.run(intake)``), and the peer listener, which shows every part
-(readiness, metrics, the console), is started with them last.
+"""The running gateway: it opens the store, builds the parts (``gateway.assembly``: with
+this module the composition root, the only modules that import every part), starts them in
+order, serves, and drains. An adapter serves the intake it is started with
+(``adapter.run(intake)``); the peer listener, which shows every part (readiness, metrics, the
+console), is started last.
 
 Startup is ordered (store, router, adapters, the peer listener, then ready; the work a crash
 left is resumed beside the traffic, ``gateway.resume``) and shutdown is the reverse with a
@@ -21,49 +16,38 @@ answering cannot hold the process: SIGTERM exits within ``drain_timeout_s`` plus
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
 import anyio
 
-from agent import Agent, ClientPool, CompactingRunner
+from agent import ClientPool, CompactingRunner
 from agent.transcribe import Transcriber
-from gateway.access import Pairing
-from gateway.attachments import Attachments
-from gateway.backlog import Caps
 from gateway.config import Config
 from gateway.console import ConsoleStore
-from gateway.events import Event, Observe, log_line
+from gateway.events import Event, log_line
 from gateway.failpoints import Failpoints
-from gateway.intake import GatewayIntake
-from gateway.ledger import DeliveryLedger
 from gateway.live import LiveConfig
 from gateway.messages import platform_of
 from gateway.metrics import Metrics, Snapshot
-from gateway.node_leases import NodeLeases
-from gateway.ports import Leases, Outlet, PlatformAdapter
-from gateway.push_configs import StoredPushConfigs
-from gateway.queue import QueuePolicy
+from gateway.ports import PlatformAdapter
 from gateway.reload import Reloader
 from gateway.resume import resume_interrupted
 from gateway.retention import sweep_retention
 from gateway.router import Router
-from gateway.session import SessionActor, SessionDeps
-from gateway.store import ExpireInFlight, OutboxPending, Store, describe, open_store
-from gateway.summaries import StoredSummaries
+from gateway.store import ExpireInFlight, OutboxPending, describe, open_store
 from gateway.timeline import Timeline
-from gateway.transcripts import StoredTranscripts
 from platforms.peer import PeerAdapter
 from platforms.peer.adapter import Serving
 from platforms.peer.admin import AdminDeps, Live
 
 if TYPE_CHECKING:
     from gateway.cluster import Cluster
+
+from gateway.assembly import Model, Parts, ToolServers, build
 
 log = logging.getLogger("gateway")
 
@@ -97,254 +81,6 @@ class Observer:
             log.log(level, message, extra=fields)
 
 
-@dataclass(frozen=True, slots=True)
-class StorePorts:
-    """The store seen by role: what the platforms and the agent are handed instead of it."""
-
-    ledger: DeliveryLedger
-    access: Pairing
-    transcripts: StoredTranscripts
-    push_configs: StoredPushConfigs
-
-
-def build_adapters(
-    config: Config,
-    ports: StorePorts,
-    observe: Observe,
-    leases: Leases | None = None,
-    live: LiveConfig | None = None,
-) -> list[PlatformAdapter]:
-    """The chat platform adapters the config turns on (imported only when on). ``leases``:
-    several nodes share the store, so what only one node may do is leased. ``live``: the
-    adapters read their section from it at use (a reload keeps every section present)."""
-    adapters: list[PlatformAdapter] = []
-    live = live or LiveConfig(config)
-    if (telegram := config.telegram) is not None:
-        from platforms.telegram import TelegramAdapter
-
-        adapters.append(
-            TelegramAdapter(
-                telegram,
-                ledger=ports.ledger,
-                access=ports.access,
-                observe=observe,
-                leases=leases,
-                live=live.view(lambda c: c.telegram or telegram),
-                attachment_limit=live.view(lambda c: c.agent.max_attachment_bytes),
-            )
-        )
-    if (discord := config.discord) is not None:
-        from platforms.discord import DiscordAdapter
-
-        adapters.append(
-            DiscordAdapter(
-                discord,
-                ledger=ports.ledger,
-                access=ports.access,
-                observe=observe,
-                leases=leases,
-                live=live.view(lambda c: c.discord or discord),
-            )
-        )
-    return adapters
-
-
-class LiveQueues(Mapping[str, QueuePolicy]):
-    """Each platform's queue mode (SPEC 10) as the current config says (a reload may change
-    it): its section's ``queue_mode``, else ``[gateway] queue_mode``."""
-
-    def __init__(self, current: Callable[[], Config]) -> None:
-        self._current = current
-
-    def __getitem__(self, platform: str) -> QueuePolicy:
-        return self._current().queue_policy(platform)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(f.name for f in dataclasses.fields(self._current()))
-
-    def __len__(self) -> int:
-        return len(dataclasses.fields(self._current()))
-
-
-@dataclass(frozen=True, slots=True)
-class Model:
-    """The model side, built before the store opens (a reload reconfigures it in place)."""
-
-    clients: ClientPool
-    agent: Agent
-    transcriber: Transcriber
-    limiter: anyio.CapacityLimiter
-
-
-@dataclass(frozen=True, slots=True)
-class Parts:
-    """One running gateway's parts, each built complete, in this order."""
-
-    store: Store
-    ports: StorePorts
-    node_leases: NodeLeases | None  # several nodes (PostgreSQL)
-    peer: PeerAdapter
-    adapters: tuple[PlatformAdapter, ...]  # the chat platforms and A2A
-    outlets: Mapping[str, Outlet]
-    runner: Agent | CompactingRunner
-    router: Router
-    intake: GatewayIntake
-    cluster: Cluster | None
-
-
-def build(
-    config: Config,
-    live: LiveConfig,
-    store: Store,
-    model: Model,
-    *,
-    observe: Observe,
-    clock: Callable[[], float],
-    reloader: Reloader,
-) -> Parts:
-    """Every part of a gateway on ``store``, in dependency order; nothing starts here."""
-    at_most_once = config.gateway.unrecorded_sends == "drop"
-    ports = StorePorts(
-        ledger=DeliveryLedger(store, at_most_once=at_most_once),
-        access=Pairing(store),
-        transcripts=StoredTranscripts(store),
-        push_configs=StoredPushConfigs(store),
-    )
-    node_leases = None
-    if store.leases is not None:  # several nodes share the store
-        node_leases = NodeLeases(store.leases, heartbeat_s=config.cluster.heartbeat_s, clock=clock)
-    peer = PeerAdapter(
-        config.peer,
-        ledger=ports.ledger,
-        transcripts=ports.transcripts,
-        clock=clock,
-        max_attachment_bytes=config.agent.max_attachment_bytes,
-        live=live.view(lambda c: c.peer),
-        reload=lambda by, dry, text: reloader.reload(by, dry_run=dry, text=text),
-    )
-    adapters = build_adapters(config, ports, observe, node_leases, live)
-    if config.a2a is not None:  # SPEC 12: on the peer listener
-        adapters.append(_a2a(config, live, ports, peer, observe))
-    outlets: dict[str, Outlet] = {"peer": peer}
-    outlets.update((adapter.platform, adapter) for adapter in adapters)
-    runner = _runner(config, model.agent, store, observe)
-    deps = _session_deps(config, live, store, model, runner, outlets, node_leases, observe, clock)
-    router = Router(
-        lambda key: SessionActor(key, deps), idle_s=config.gateway.idle_evict_s, clock=clock
-    )
-    cluster = None
-    if node_leases is not None:
-        from gateway.cluster import Cluster  # asyncpg: only with a PostgreSQL store
-
-        cluster = Cluster(
-            store,
-            node_leases,
-            router,
-            outlets,
-            outcome=ports.transcripts.outcome,
-            heartbeat_s=config.cluster.heartbeat_s,
-            release_deadline_s=config.store.command_timeout_s,
-            claim_batch=config.cluster.claim_batch,
-            max_age_s=config.gateway.outbox_max_age_s,
-            at_most_once=at_most_once,
-            observe=observe,
-            clock=clock,
-        )
-    intake = GatewayIntake(
-        store,
-        router,
-        runner,
-        observe=observe,
-        # Several nodes: a control command for a conversation another node runs goes there.
-        elsewhere=cluster.control if cluster is not None else None,
-        caps=Caps(
-            per_conversation=config.gateway.max_pending_per_conversation,
-            total=config.gateway.max_pending_total,
-        ),
-        max_message_chars=config.gateway.max_message_chars,
-        queues=deps.queues,
-        live=live.view(lambda c: c.gateway),
-    )
-    return Parts(
-        store, ports, node_leases, peer, tuple(adapters), outlets, runner, router, intake, cluster
-    )
-
-
-def _a2a(
-    config: Config, live: LiveConfig, ports: StorePorts, peer: PeerAdapter, observe: Observe
-) -> PlatformAdapter:
-    """A2A (SPEC 12): its routes mounted on the peer listener, behind its auth and limits."""
-    from platforms.a2a import A2aAdapter
-    from platforms.a2a.openapi import a2a_paths
-
-    assert config.a2a is not None
-    a2a = A2aAdapter(
-        config.a2a,
-        transcripts=ports.transcripts,
-        push_configs=ports.push_configs,
-        ledger=ports.ledger,
-        scope=peer.token_scope,
-        base_url=lambda: f"http://{config.peer.host}:{peer.port}",
-        bearer=lambda: bool(live.current.peer.tokens),
-        observe=observe,
-    )
-    peer.mount(a2a.routes, a2a_paths())
-    return a2a
-
-
-def _runner(
-    config: Config, agent: Agent, store: Store, observe: Observe
-) -> Agent | CompactingRunner:
-    """The agent, with the rows that left the window summarised first (``compaction``)."""
-    if config.agent.compaction != "summary":
-        return agent
-    return CompactingRunner(
-        agent,
-        StoredSummaries(store),
-        config.agent.history_messages,
-        history_chars=config.agent.history_chars,
-        observe=observe,
-    )
-
-
-def _session_deps(
-    config: Config,
-    live: LiveConfig,
-    store: Store,
-    model: Model,
-    runner: Agent | CompactingRunner,
-    outlets: Mapping[str, Outlet],
-    node_leases: NodeLeases | None,
-    observe: Observe,
-    clock: Callable[[], float],
-) -> SessionDeps:
-    attachments = Attachments(
-        store,
-        outlets,
-        model.transcriber,
-        live.view(lambda c: c.agent),
-        vision=live.view(lambda c: any(e.sees_images for e in c.model.chain) if c.model else False),
-        observe=observe,
-    )
-    return SessionDeps(
-        store=store,
-        runner=runner,
-        outlets=outlets,
-        limiter=model.limiter,
-        history_messages=config.agent.history_messages,
-        history_live=live.view(lambda c: c.agent.history_messages),
-        mailbox_size=config.gateway.mailbox_size,
-        observe=observe,
-        clock=clock,
-        attachments=attachments,
-        # Queue modes (SPEC 10): per platform section, else [gateway] queue_mode.
-        queues=LiveQueues(live.view(lambda c: c)),
-        # Several nodes: session actors ask before each model call whether they may run it.
-        holds=node_leases.holds if node_leases is not None else None,
-        holds_now=node_leases.holds_now if node_leases is not None else None,
-    )
-
-
 class GatewayApp:
     """One running botmux. ``run`` serves until ``stop`` is set, then drains."""
 
@@ -355,8 +91,12 @@ class GatewayApp:
         clock: Callable[[], float] = time.monotonic,
         failpoints: Failpoints | None = None,
         read: Callable[[], Config] | None = None,
+        tools: ToolServers | None = None,
     ) -> None:
+        """``tools``: the tools the agent may call, instead of the ``[[tools.mcp]]`` servers'
+        (tests give a toolbox of their own)."""
         self.config = config  # as started; what a reload applied is live.current
+        self._tools = tools
         self.live = LiveConfig(config)
         # What a reload re-reads: the file and environment the gateway started with.
         self._read = read or (lambda: self.live.current)
@@ -407,13 +147,15 @@ class GatewayApp:
 
     async def _apply(self, old: Config, new: Config) -> None:
         """What a reload does besides swapping the LiveConfig the other parts read."""
-        model = self._model
-        if model is None:
+        model, parts = self._model, self._parts
+        if model is None or parts is None:
             return
         if new.transcription is not None and old.transcription is None:
             model.clients.load_library()  # loaded now, not at the first voice note
-        if (old.model, old.agent) != (new.model, new.agent):
-            await model.agent.reconfigure(new.model, new.agent)
+        if (old.model, old.agent, old.models) != (new.model, new.agent, new.models):
+            await parts.agent.reconfigure(new.model, new.agent, new.models)
+        if parts.tools is not None and old.tools != new.tools:
+            await parts.tools.reconfigure(new.tools)
         model.limiter.total_tokens = new.gateway.max_concurrent_turns
 
     def _build_model(self) -> Model:
@@ -423,7 +165,6 @@ class GatewayApp:
             clients.load_library()  # at start, not at the first voice note (chat needs none)
         return Model(
             clients=clients,
-            agent=Agent(config.model, config.agent, clients, observe=observe, clock=self.clock),
             transcriber=Transcriber(
                 config.transcription, clients, observe=observe, clock=self.clock
             ),
@@ -445,6 +186,7 @@ class GatewayApp:
                     observe=self.observe,
                     clock=self.clock,
                     reloader=self.reloader,
+                    tools=self._tools,
                 )
                 await self._serve(parts, task_status)
         finally:
@@ -464,6 +206,8 @@ class GatewayApp:
                     router_done.set()
 
             tg.start_soon(run_router)
+            if parts.tools is not None:  # servers connect beside the start, never blocking it
+                await tg.start(parts.tools.run)
             for adapter in parts.adapters:  # A2A before the listener its routes are on
                 await tg.start(adapter.run, parts.intake)
             await tg.start(parts.peer.run, self._serving(parts))
@@ -565,7 +309,7 @@ class GatewayApp:
                 live_sessions=parts.router.statistics().live,
                 queued=self._queued(parts),
                 outbox_pending=await parts.store.read(OutboxPending()),
-                benched=self._model.agent.benched_keys(),
+                benched=parts.agent.benched_keys(),
                 leases=cluster.statistics().leases if cluster else None,
             )
         )
@@ -581,7 +325,7 @@ class GatewayApp:
             live_sessions=parts.router.statistics().live,
             queued=self._queued(parts),
             running=[key for key, stats in actors.items() if stats.running is not None],
-            benched=self._model.agent.benched_keys(),
+            benched=parts.agent.benched_keys(),
             node=cluster.node if cluster else None,
             leases=cluster.statistics().leases if cluster else None,
         )

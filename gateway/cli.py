@@ -254,6 +254,22 @@ def _mask(secret: str) -> str:
     return "unused" if secret == "unused" else f"…{secret[-4:]}" if len(secret) > 8 else "****"
 
 
+def _check_tools(config: Config) -> None:
+    """The MCP servers, and which profile (and tools) each platform's conversations get."""
+    from gateway.config_tools import profile_lines
+
+    servers = config.tools.mcp
+    if not servers:
+        print("tools: no MCP server")
+    for server in servers:
+        where = f"stdio: {server.command}" if server.command else f"http: {server.url}"
+        print(f"tool server {server.name} ({where}), approval: {server.approval}")
+    platforms = ["peer", *(p for p in ("telegram", "discord", "a2a") if getattr(config, p))]
+    for platform in platforms:
+        for line in profile_lines(config.profiles, config.agent.tools, platform):
+            print(f"{platform} conversations: {line}")
+
+
 def _check(config: Config) -> int:
     print(f"config: {config.source}: valid")
     if config.store.shared:
@@ -297,6 +313,7 @@ def _check(config: Config) -> int:
         guilds += f" ({who})"
         mention = "mention or reply needed" if dc.require_mention else "answers everything"
         print(f"discord: via {dc.api_base}, {guilds}, {mention}")
+    _check_tools(config)
     for warning in exposure.warnings(config):
         print(f"warning: {warning}")
     return EXIT_OK

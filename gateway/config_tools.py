@@ -161,3 +161,28 @@ def tool_problems(
 
 
 _STDIO_ONLY = ("args", "env", "cwd")
+
+
+def reaches(glob: str, platform: str) -> bool:
+    """Whether a conversation-key glob can match a conversation of ``platform`` (its literal
+    part before the first wildcard is compatible with ``<platform>:``)."""
+    literal = re.split(r"[*?\[]", glob, maxsplit=1)[0]
+    prefix = f"{platform}:"
+    return literal.startswith(prefix) or prefix.startswith(literal)
+
+
+def profile_lines(
+    profiles: tuple[Profile, ...], default_tools: tuple[str, ...], platform: str
+) -> list[str]:
+    """What ``botmux check`` says of one platform's conversations: which profiles reach them
+    (first match wins) and with which tools, then what the others get (``[agent]``)."""
+    lines = []
+    for profile in profiles:
+        globs = [g for g in profile.conversations if reaches(g, platform)]
+        if globs:
+            tools = profile.tools if profile.tools is not None else default_tools
+            lines.append(
+                f"{', '.join(globs)}: profile {profile.name}, tools: {', '.join(tools) or 'none'}"
+            )
+    lines.append(f"others: [agent], tools: {', '.join(default_tools) or 'none'}")
+    return lines

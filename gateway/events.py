@@ -13,7 +13,8 @@ The log line keeps the shape it had when events were strings: the message is ``n
 some decisions carry is left out: see :func:`log_fields`).
 
 A leaf module, like ``messages`` and ``errors``: it imports nothing of ours but its own part
-(``events_mcp``, the MCP servers' events), so ``policy/`` and ``platforms/`` may import it.
+(``events_tools``, the tool loop's events; ``events_mcp``, the MCP servers'), so ``policy/``
+and ``platforms/`` may import it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
+from gateway.events_tools import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalRefused,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolLoopStopped,
+    ToolStepChosen,
+    ToolStepStored,
+)
 
 # Per-operation events are counted but logged at debug level only (so are those whose emitter
 # logs a line of its own); decisions and failures show at warning level.
@@ -556,6 +567,14 @@ Event = (
     | AttachmentHandled
     | ConfigReloaded
     | AdminActed
+    | ToolStepChosen
+    | ToolStepStored
+    | ToolCallStarted
+    | ToolCallFinished
+    | ApprovalAsked
+    | ApprovalDecided
+    | ApprovalRefused
+    | ToolLoopStopped
     | ToolServerChanged
     | ToolsListed
     | ToolCalled

@@ -21,6 +21,12 @@ a failpoint can be armed at.
 | ``after_send_before_record`` | ``chunk_sent`` | the platform took a chunk, not yet recorded |
 | ``between_chunks`` | ``chunk_recorded`` | one chunk recorded delivered, the next not sent |
 | ``after_attachment_fetch`` | ``attachment_fetched`` | a file's bytes stored, no model call |
+| ``before_step_stored`` | ``tool_step_chosen`` | the model chose tool calls, not stored |
+| ``after_step_stored`` | ``tool_step_stored`` | a tool step committed, no call run |
+| ``after_call_started`` | ``tool_call_started`` | a call committed started, not run |
+| ``after_call_finished`` | ``tool_call_finished`` | a call's result committed |
+| ``awaiting_approval`` | ``approval_asked`` | an approval asked and committed |
+| ``after_approval_stored`` | ``approval_decided`` | the decision committed, the call not run |
 """
 
 from __future__ import annotations
@@ -74,6 +80,16 @@ from gateway.events import (
     TurnStarted,
 )
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
+from gateway.events_tools import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalRefused,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolLoopStopped,
+    ToolStepChosen,
+    ToolStepStored,
+)
 
 EVENTS = {
     "after_admission": "admitted",
@@ -83,6 +99,12 @@ EVENTS = {
     "after_send_before_record": "chunk_sent",
     "between_chunks": "chunk_recorded",
     "after_attachment_fetch": "attachment_fetched",
+    "before_step_stored": "tool_step_chosen",
+    "after_step_stored": "tool_step_stored",
+    "after_call_started": "tool_call_started",
+    "after_call_finished": "tool_call_finished",
+    "awaiting_approval": "approval_asked",
+    "after_approval_stored": "approval_decided",
 }
 ENV = "BOTMUX_FAILPOINT"
 _SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
@@ -137,6 +159,12 @@ def place(event: Event) -> str | None:
             | ChunkSent()
             | ChunkRecorded()
             | AttachmentFetched()
+            | ToolStepChosen()
+            | ToolStepStored()
+            | ToolCallStarted()
+            | ToolCallFinished()
+            | ApprovalAsked()
+            | ApprovalDecided()
         ):
             return event.name
         case ModelCalled(outcome=outcome):
@@ -173,6 +201,8 @@ def place(event: Event) -> str | None:
             | AttachmentHandled()
             | ConfigReloaded()
             | AdminActed()
+            | ApprovalRefused()
+            | ToolLoopStopped()
             | ToolServerChanged()
             | ToolsListed()
             | ToolCalled()

@@ -19,8 +19,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from gateway.approvals import Approvals
 from gateway.backlog import DEFAULT_CAPS, Caps
 from gateway.config import GatewayConfig
+from gateway.config_tools import ResolvedProfile
 from gateway.errors import ConversationClosed, MailboxFull, MessageTooLong, Overloaded
 from gateway.events import DuplicateIgnored, MessageAdmitted, MessageRefused, Observe
 from gateway.mailbox import ResetContext, StopTurn
@@ -28,6 +30,7 @@ from gateway.messages import (
     COMMANDS,
     Admission,
     Inbound,
+    ToolServerStatus,
     command_named,
     platform_of,
 )
@@ -79,7 +82,13 @@ class GatewayIntake:
         max_message_chars: int = 32_000,
         queues: Mapping[str, QueuePolicy] | None = None,
         live: Callable[[], GatewayConfig] | None = None,  # a reload's limits, read at use
+        approvals: Approvals | None = None,  # tool calls' approvals (SPEC 15)
+        profile: Callable[[str], ResolvedProfile] | None = None,  # for /status
+        tool_status: Callable[[], list[ToolServerStatus]] = list,
     ) -> None:
+        self._approvals = approvals
+        self._profile = profile
+        self._tool_status = tool_status
         self._queues = queues or {}  # by platform, for /status
         # Several nodes: send a control command to the node running the conversation (True
         # when another node holds it and was told).
@@ -220,12 +229,42 @@ class GatewayIntake:
         for line in status.get("lines", []):
             lines.append(str(line))
         lines.append(f"Queued turns here: {queued}")
-        policy = self._queues.get(platform_of(conversation), QueuePolicy())
+        policy = (
+            self._queues.get(conversation)
+            or self._queues.get(platform_of(conversation))
+            or QueuePolicy()
+        )
         lines.append(f"Queue mode: {policy.mode} ({queued} message(s) waiting or running)")
+        lines.extend(self._tool_lines(conversation))
         lines.append(_context_line(status.get("context", {}).get(conversation)))
         if stats is not None and stats.last_fell_back:
             lines.append(f"The last turn fell back to {stats.last_model}.")
         return "\n".join(lines)
+
+    def _tool_lines(self, conversation: str) -> list[str]:
+        """The conversation's profile and its tools, and the tool servers' states (SPEC 15)."""
+        if self._profile is None:
+            return []
+        profile = self._profile(conversation)
+        name = profile.name or "default ([agent])"
+        tools = ", ".join(profile.tools) if profile.tools else "none"
+        lines = [f"Profile: {name}; tools: {tools}"]
+        for server in self._tool_status():
+            detail = f" ({server.detail})" if server.detail and server.state != "up" else ""
+            lines.append(
+                f"Tool server {server.name}: {server.state}, {server.tools} tool(s){detail}"
+            )
+        return lines
+
+    async def decide(
+        self, platform: str, call_row: int, user_id: str, approve: bool, *, owner: bool = False
+    ) -> str:
+        """A person's answer to a tool call's approval (SPEC 15): what they are told.
+        ``owner``: the caller proved it owns the conversation (a peer token's session)."""
+        if self._approvals is None:
+            return "Tools are not configured here."
+        decided = await self._approvals.decide(platform, call_row, user_id, approve, owner=owner)
+        return decided.text
 
     async def delete(self, conversation: str, *, by: str) -> int | None:
         """Remove a conversation, its rows and its outbox (``DELETE /api/sessions/{id}``):

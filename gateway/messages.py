@@ -176,6 +176,7 @@ class StoredMessage:
     tool_calls: str | None = None
     call_id: str | None = None
     tool: str | None = None
+    sender: str | None = None  # user rows: the platform's id of who sent it ("": a peer)
     attachments: tuple[AttachmentRef, ...] = ()  # user rows: in the order they were sent
 
 

@@ -58,6 +58,16 @@ from gateway.events import (
     TurnStarted,
 )
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
+from gateway.events_tools import (
+    ApprovalAsked,
+    ApprovalDecided,
+    ApprovalRefused,
+    ToolCallFinished,
+    ToolCallStarted,
+    ToolLoopStopped,
+    ToolStepChosen,
+    ToolStepStored,
+)
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _FAST = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
@@ -211,6 +221,38 @@ class Metrics:
             ["action", "result"],
             registry=r,
         )
+        self.tool_steps = Counter(
+            "botmux_tool_steps",
+            "Tool steps of turns' tool loops: chosen by the model, then stored",
+            ["stage"],
+            registry=r,
+        )
+        self.tool_calls_started = Counter(
+            "botmux_tool_calls_started",
+            "Tool calls started by the tool's model name (replayed: run again after a crash"
+            " cut one off, its tool being read-only or idempotent)",
+            ["tool", "replayed"],
+            registry=r,
+        )
+        self.tool_results = Counter(
+            "botmux_tool_results",
+            "Tool calls of turns' tool loops by the tool's model name and what the model was"
+            " given (ok, error, unknown: cut off by a crash, denied)",
+            ["tool", "outcome"],
+            registry=r,
+        )
+        self.approvals = Counter(
+            "botmux_approvals",
+            "Approvals of tool calls: asked, decided (approved, denied, timeout), refused clicks",
+            ["decision"],
+            registry=r,
+        )
+        self.tool_loops_stopped = Counter(
+            "botmux_tool_loops_stopped",
+            "Tool loops stopped before the model answered (steps, time, repeat)",
+            ["reason"],
+            registry=r,
+        )
         self.discord_backfilled = Counter(
             "botmux_discord_backfilled_messages",
             "Discord: messages read back by backfills",
@@ -336,6 +378,22 @@ class Metrics:
                 self._child(self.config_reloads, result).inc()
             case AdminActed(action=action, result=result):
                 self._child(self.admin_actions, action, result).inc()
+            case ToolCallFinished(tool=tool, outcome=outcome):
+                self._child(self.tool_results, tool, outcome).inc()
+            case ApprovalDecided(decision=decision):
+                self._child(self.approvals, decision).inc()
+            case ApprovalRefused(reason=reason):
+                self._child(self.approvals, f"refused_{reason}").inc()
+            case ToolLoopStopped(reason=reason):
+                self._child(self.tool_loops_stopped, reason).inc()
+            case ToolStepChosen():
+                self._child(self.tool_steps, "chosen").inc()
+            case ToolStepStored():
+                self._child(self.tool_steps, "stored").inc()
+            case ToolCallStarted(tool=tool, replayed=replayed):
+                self._child(self.tool_calls_started, tool, str(replayed).lower()).inc()
+            case ApprovalAsked():
+                self._child(self.approvals, "asked").inc()
             case ToolCalled(server=server, tool=tool, outcome=outcome, seconds=seconds):
                 self._child(self.tool_calls, server, tool, outcome).inc()
                 self._child(self.tool_call_seconds, server).observe(seconds)

@@ -13,12 +13,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import anyio
 
 from gateway.errors import StoreError
 from gateway.lease_plan import LeaseClock
-from gateway.store.leases import PgLeases
+
+if TYPE_CHECKING:  # asyncpg: only with a PostgreSQL store
+    from gateway.store.leases import PgLeases
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,11 @@ from gateway.messages import (
     Failure,
     Image,
     Inbound,
+    StoredCall,
     StoredMessage,
+    StoredStep,
     StreamEvent,
+    ToolCall,
     ToolOutcome,
     ToolServerStatus,
     ToolSpec,
@@ -91,9 +94,11 @@ class TurnRunner(Protocol):
         before_call: Callable[[], None] | None = None,
         watch: Watch | None = None,
         images: Sequence[Image] = (),
+        tools: TurnTools | None = None,
     ) -> TurnResult:
         """``turn`` is the user row's id, for the log lines of the turn's decisions.
         ``images``: image URLs (data or https) sent beside ``text`` to models that see them.
+        ``tools``: the turn's part in the tool loop (SPEC 15): its steps' row, its asker.
         ``before_call`` runs right before each model request leaves, with no await between
         it and the request; it may cancel the turn (the request is then never sent).
         ``watch``: who waits for the answer now; with a stream, the model streams into it."""
@@ -131,6 +136,11 @@ class Outlet(Protocol):
     def watching(self, row: StoredMessage) -> Watch | None:
         """Who waits for the turn of ``row`` now, asked as the turn starts; None: nobody
         beyond the final delivery (the chat platforms, until they show previews)."""
+        ...
+
+    def asker(self, row: StoredMessage) -> Asker | None:
+        """Who can be asked to approve a tool call in the turn of ``row`` (SPEC 15), and how;
+        None: nobody (tools that need an approval are not offered to that turn)."""
         ...
 
     async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
@@ -236,6 +246,14 @@ class Intake(Protocol):
         ``by``): True; False while it is pending (nothing removed); None: no such row."""
         ...
 
+    async def decide(
+        self, platform: str, call_row: int, user_id: str, approve: bool, *, owner: bool = False
+    ) -> str:
+        """A person's answer to a tool call's approval (SPEC 15): what they are told. Only the
+        turn's own user or a ``[tools] approvers`` entry may answer; ``owner``: the caller
+        proved it owns the conversation (a peer token's session)."""
+        ...
+
 
 class Ledger(Protocol):
     """The delivery ledger: what became of each reply chunk a platform was handed, and the
@@ -330,3 +348,68 @@ class ToolBox(Protocol):
     def status(self) -> list[ToolServerStatus]:
         """Every configured server's state, for ``/status``, ``/readyz`` and the console."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRequest:
+    """A call waiting for a person's yes, as a platform shows it (SPEC 15): the tool and its
+    arguments (cut to 500 characters: the arguments approved are the ones stored), and the
+    call's row, which a decision names."""
+
+    call_row: int
+    call_id: str
+    tool: str
+    arguments: str
+    conversation: str
+    timeout_s: float
+
+
+class Asker(Protocol):
+    """Who can be asked for an approval in a turn, and how (buttons in a chat, an event on a
+    peer stream, an A2A task's ``input-required``)."""
+
+    async def ask(self, request: ApprovalRequest) -> None:
+        """Show the request; the answer comes back through ``Intake.decide``."""
+        ...
+
+
+class StepLedger(Protocol):
+    """A turn's durable tool steps (SPEC 15), kept under the turn's first user row: each step
+    stored before any of its calls runs, each call started and finished in commits of its
+    own, so a re-run replays them."""
+
+    async def steps(self, first_row: StoredMessage) -> list[StoredStep]: ...
+
+    async def record_step(
+        self, first_row: StoredMessage, content: str, calls: Sequence[ToolCall], model: str
+    ) -> int:
+        """The step's row id."""
+        ...
+
+    async def open_call(
+        self, first_row: StoredMessage, call: ToolCall, *, awaiting: bool
+    ) -> StoredCall:
+        """The call's row: ``started`` (about to run), or ``awaiting`` a yes (asked now);
+        opened once (a replay gets the stored one)."""
+        ...
+
+    async def start_call(self, call_row: int) -> None:
+        """An approved call is about to run."""
+        ...
+
+    async def finish_call(self, call_row: int, result: str, *, is_error: bool) -> None: ...
+
+    async def decision(self, call_row: int, *, deadline: float) -> StoredCall:
+        """Wait until an awaiting call is approved or denied, or until ``deadline`` (epoch
+        seconds): the call as stored then (still ``awaiting``: nobody answered in time)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnTools:
+    """A turn's part in the tool loop: its first user row (its steps hang off it, so a re-run
+    of the turn, merged with later rows or not, finds them), and who can be asked for an
+    approval now (None: nobody, and tools that need one are not offered)."""
+
+    first_row: StoredMessage
+    asker: Asker | None = None

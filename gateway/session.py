@@ -64,7 +64,7 @@ from gateway.messages import (
     TurnResult,
     platform_of,
 )
-from gateway.ports import Outlet, ReplyStream, TurnRunner, Watch
+from gateway.ports import Outlet, ReplyStream, TurnRunner, TurnTools, Watch
 from gateway.queue import QueuePolicy, TakeBurst, WaitForMore, burst_text
 from gateway.store import AnswerTurn, CancelTurn, History, Message, PendingHeaders, Store
 from gateway.turn_plan import (
@@ -109,7 +109,8 @@ class SessionDeps:
     holds_now: Callable[[str], bool] | None = None
     # The turn's attachment step (SPEC 9); None: rows are their text alone.
     attachments: Attachments | None = None
-    # Queue modes by platform (SPEC 10), read at each use; a platform not named: followup.
+    # Queue modes by conversation key or platform (SPEC 10, 15), read at each use; neither
+    # named: followup.
     queues: Mapping[str, QueuePolicy] = field(default_factory=dict)
     # A reload's [agent] history_messages, read at each turn (else history_messages).
     history_live: Callable[[], int] | None = None
@@ -163,8 +164,10 @@ class SessionActor(Actor):
 
     @property
     def _policy(self) -> QueuePolicy:
-        """This platform's queue mode, read at each use (a reload may change it)."""
-        return self._deps.queues.get(self.platform, QueuePolicy())
+        """This conversation's queue mode (its profile's, else its platform's), read at each
+        use (a reload may change it)."""
+        queues = self._deps.queues
+        return queues.get(self.key) or queues.get(self.platform) or QueuePolicy()
 
     def __repr__(self) -> str:
         return f"<SessionActor {self.key} queued={len(self._queue)}>"
@@ -347,7 +350,7 @@ class SessionActor(Actor):
             if isinstance(step, Rerun):
                 self._stats["reruns"] += 1
                 self._deps.observe(TurnRerun(self.key, turn.row.id, step.reason))
-            state = state.ran(await self._run(asked, turn.row, turn.watch))
+            state = state.ran(await self._run(asked, turn))
         return state
 
     async def _end_turn(self, state: TurnState, turn: _Turn, asked: TurnInput | None) -> bool:
@@ -473,9 +476,12 @@ class SessionActor(Actor):
             return TurnInput.merged([TurnInput.plain(r, history) for r in rows], burst_text)
         return TurnInput.merged([await attachments.prepare(r, history) for r in rows], burst_text)
 
-    async def _run(self, asked: TurnInput, row: StoredMessage, watch: Watch | None) -> TurnResult:
-        """The model turn; a bug in it fails this turn honestly instead of the whole gateway."""
+    async def _run(self, asked: TurnInput, turn: _Turn) -> TurnResult:
+        """The model turn; a bug in it fails this turn honestly instead of the whole gateway.
+        Its tool steps (SPEC 15) hang off the turn's first row: a re-run finds them."""
+        row, watch = turn.row, turn.watch
         before_call = None if self._deps.holds_now is None else self._last_check
+        tools = TurnTools(turn.rows[0], self._outlet.asker(row))
         if asked.answer is not None:  # nothing the model could be asked (SPEC 9)
             return asked.answer
         try:
@@ -488,6 +494,7 @@ class SessionActor(Actor):
                     before_call=before_call,
                     watch=watch,
                     images=asked.images,
+                    tools=tools,
                 )
             )
         except Exception:

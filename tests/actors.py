@@ -19,14 +19,18 @@ from pathlib import Path
 import anyio
 
 from agent import Agent, ClientPool
+from agent.tool_loop import AgentTools
+from gateway.approvals import Approvals
+from gateway.config_tools import ResolvedProfile
 from gateway.errors import PlatformError
 from gateway.events import Event
 from gateway.mailbox import TurnAdmitted
 from gateway.messages import AttachmentRef, Inbound, StoredMessage, TurnOutcome
-from gateway.ports import TurnRunner, Watch
+from gateway.ports import ApprovalRequest, Asker, ToolBox, TurnRunner, Watch
 from gateway.queue import QueuePolicy
 from gateway.router import Router
 from gateway.session import SessionActor, SessionDeps
+from gateway.steps import Decisions, StoredSteps
 from gateway.store import AdmitRow, Store, Transcript, open_sqlite_store
 from tests.fakes.openai_server import FakeModel
 from tests.harness import make_config
@@ -44,6 +48,9 @@ class Platform:
     delivered: list[TurnOutcome] = field(default_factory=list)
     typing: int = 0
     arrived: anyio.Event = field(default_factory=anyio.Event)
+    asking: bool = False  # approvals can be asked here (SPEC 15): ``asked`` records them
+    asked: list[ApprovalRequest] = field(default_factory=list)
+    was_asked: anyio.Event = field(default_factory=anyio.Event)
 
     def render(self, text: str) -> list[str]:
         return [text]
@@ -62,6 +69,13 @@ class Platform:
 
     def watching(self, row: StoredMessage) -> Watch | None:
         return None
+
+    def asker(self, row: StoredMessage) -> Asker | None:
+        return self if self.asking else None
+
+    async def ask(self, request: ApprovalRequest) -> None:
+        self.asked.append(request)
+        self.was_asked.set()
 
     async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
         raise PlatformError(f"no bytes for {ref.name}", status=404)
@@ -98,6 +112,12 @@ class Session:
     admitter: Admitter
     queues: dict[str, QueuePolicy]
     ended: anyio.Event  # the actor's run returned
+    approvals: Approvals  # a person's answer to a tool call's approval
+
+    async def decide(self, request: ApprovalRequest, approve: bool, user: str = "") -> str:
+        """Answer an approval as its turn's owner (the peer client)."""
+        decided = await self.approvals.decide("peer", request.call_row, user, approve, owner=True)
+        return decided.text
 
     async def admit(self, text: str) -> StoredMessage:
         """Store a row and hand it to the actor, as the intake does."""
@@ -124,22 +144,48 @@ async def session(
     platform: Platform | None = None,
     holds: Callable[[str], Awaitable[bool]] | None = None,
     model_extra: str = FAST,
+    toolbox: ToolBox | None = None,
+    tools: tuple[str, ...] = ("*",),
+    agent_extra: str = "",
+    approval_timeout_s: float = 600.0,
+    wall: Callable[[], float] = time.time,
 ) -> AsyncIterator[Session]:
     """An actor of ``peer:s`` on a fresh store. ``model``: the fake model (the real agent
     calls it) or a stand-in runner. ``preload``: rows admitted before the actor starts (as
-    after a restart); ``policy``: the queue mode."""
+    after a restart); ``policy``: the queue mode. ``toolbox``: the tools the agent may call
+    (its profile offers ``tools``), their steps stored in the same store (SPEC 15)."""
     clients = ClientPool()
-    runner: TurnRunner
-    if isinstance(model, FakeModel):
-        config = make_config(tmp_path / "b.db", model.base_url, model_extra=model_extra)
-        runner = Agent(config.model, config.agent, clients)
-    else:
-        runner = model
     platform = platform or Platform()
     events: list[Event] = []
     queues = {"peer": policy} if policy is not None else {}
+    decisions = Decisions()
     try:
         async with open_sqlite_store(str(tmp_path / "b.db")) as store:
+            approvals = Approvals(store, decisions, approvers=tuple, observe=events.append)
+            runner: TurnRunner
+            if isinstance(model, FakeModel):
+                extra = f"\n[agent]\n{agent_extra}\n" if agent_extra else ""
+                config = make_config(
+                    tmp_path / "b.db", model.base_url, model_extra=model_extra, extra=extra
+                )
+                agent_tools = None
+                if toolbox is not None:
+                    steps = StoredSteps(store, decisions, wall=wall, poll_s=0.05)
+                    agent_tools = AgentTools(toolbox, steps, lambda: approval_timeout_s, wall)
+                resolved = ResolvedProfile(
+                    "test", config.agent.system_prompt, tools, None, config.model
+                )
+                runner = Agent(
+                    config.model,
+                    config.agent,
+                    clients,
+                    # The tool loop's events with the actor's (the model's decisions are not).
+                    observe=events.append if toolbox is not None else lambda event: None,
+                    profile=lambda key: resolved,
+                    tools=agent_tools,
+                )
+            else:
+                runner = model
             admitter = Admitter(store)
             for text in preload:
                 await admitter.stored(text)
@@ -164,7 +210,9 @@ async def session(
             async with anyio.create_task_group() as tg:
                 await tg.start(run)
                 try:
-                    yield Session(actor, platform, events, store, admitter, queues, ended)
+                    yield Session(
+                        actor, platform, events, store, admitter, queues, ended, approvals
+                    )
                 finally:
                     actor.close()
     finally:

@@ -63,6 +63,9 @@ class Files:
     def watching(self, row: StoredMessage) -> Watch | None:
         return None
 
+    def asker(self, row: StoredMessage) -> None:
+        return None
+
     async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
         self.fetches.append(ref.source)
         if self.failures.get(ref.source):

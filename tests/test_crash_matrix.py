@@ -35,7 +35,16 @@ LONG = ("Lorem ipsum dolor sit amet. " * 90 + "\n\n") * 2 + "The end."
 # A text message never fetches a file: the attachment failpoint has its own tests, with files
 # (the chat platforms', whose files are fetched; a peer's arrive inline and are never fetched).
 ATTACHMENT_POINTS = ("after_attachment_fetch",)
-POINTS = [p for p in EVENTS if p not in ATTACHMENT_POINTS]
+#: The tool loop's (SPEC 15): tests/test_tool_crash.py crashes at each of them.
+TOOL_POINTS = (
+    "before_step_stored",
+    "after_step_stored",
+    "after_call_started",
+    "after_call_finished",
+    "awaiting_approval",
+    "after_approval_stored",
+)
+POINTS = [p for p in EVENTS if p not in ATTACHMENT_POINTS and p not in TOOL_POINTS]
 CHUNK_POINTS = ("after_send_before_record", "between_chunks")
 
 
@@ -169,5 +178,6 @@ def assert_delivered(sent: list[str], *, duplicates_allowed: int) -> None:
 
 
 def test_every_failpoint_is_in_the_matrix() -> None:
-    assert set(POINTS) | set(ATTACHMENT_POINTS) == set(EVENTS) and len(POINTS) == 6
+    assert set(POINTS) | set(ATTACHMENT_POINTS) | set(TOOL_POINTS) == set(EVENTS)
+    assert len(POINTS) == 6
     assert os.environ.get("BOTMUX_FAILPOINT") in (None, "")

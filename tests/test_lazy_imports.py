@@ -1,6 +1,7 @@
 """Libraries a gateway may not need are not imported at start (issue 20: idle memory).
 
-openai (with httpx2, ~48 MB resident) loads at start only when transcription is configured:
+openai (with httpx2, ~48 MB resident) loads at start only when transcription is configured
+(asyncpg only with a PostgreSQL store, markdown-it only with a chat platform):
 chat calls, plain and streamed, go on aiohttp itself (agent/_wire.py); pypdf (with cryptography, ~12 MB) at the first PDF; the chat platforms' libraries
 only with their platform; the MCP SDK (with pydantic models of every protocol version, starlette,
 httpx2) only when ``[[tools.mcp]]`` lists a server (``agent.tools.mcp``). Checked in a fresh
@@ -20,7 +21,9 @@ import sys
 import gateway.app, gateway.cli
 import agent.tools
 from agent.clients import ClientPool
-heavy = ("openai", "httpx2", "pypdf", "telegram", "discord", "cryptography", "mcp", "mcp_types")
+heavy = ("openai", "httpx2", "pypdf", "telegram", "discord", "cryptography", "asyncpg")
+heavy += ("markdown_it",)
+heavy += ("mcp", "mcp_types")
 print(",".join(m for m in heavy if m in sys.modules))
 ClientPool.load_library()
 print("openai" in sys.modules)

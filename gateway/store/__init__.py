@@ -52,6 +52,7 @@ from gateway.store.previews import PreviewOf, RecordPreview
 from gateway.store.push_configs import PushConfigsOf, SetPushConfig
 from gateway.store.sqlite import SqliteStore, open_sqlite_store
 from gateway.store.steps import (
+    AwaitingCall,
     CallRow,
     DecideCall,
     FinishCall,
@@ -105,6 +106,7 @@ __all__ = [
     "ApprovePairing",
     "ApprovedUsers",
     "AttachmentBytes",
+    "AwaitingCall",
     "BacklogOf",
     "Blob",
     "CallRow",

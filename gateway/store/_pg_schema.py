@@ -178,6 +178,9 @@ MIGRATIONS: tuple[str, ...] = (
     # finished) with its result as content, whether it is an error, and for an approval when
     # it was asked and who decided.
     """
+    ALTER TABLE messages DROP CONSTRAINT messages_role_check;
+    ALTER TABLE messages ADD CONSTRAINT messages_role_check
+        CHECK (role IN ('user', 'assistant', 'tool'));
     ALTER TABLE messages ADD COLUMN tool_calls TEXT;
     ALTER TABLE messages ADD COLUMN call_id TEXT;
     ALTER TABLE messages ADD COLUMN tool TEXT;

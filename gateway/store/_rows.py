@@ -18,7 +18,7 @@ from gateway.messages import AttachmentRef, Inbound, MessageState, OutboxChunk, 
 MSG_COLUMNS = (
     "id, conversation, role, content, state, created_at, platform, platform_message_id,"
     " user_row_id, failure, reply_target, prompt_tokens, completion_tokens, tool_calls,"
-    " call_id, tool"
+    " call_id, tool, sender"
 )
 CHUNK_COLUMNS = (
     "id, conversation, platform, message_id, user_row_id, seq, text, created_at, reply_target,"
@@ -63,6 +63,7 @@ def admitted(m: Inbound, row_id: int, now: float) -> StoredMessage:
         platform=m.platform,
         platform_message_id=m.platform_message_id,
         reply_target=m.reply_target,
+        sender=m.sender,
     )
 
 

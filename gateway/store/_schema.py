@@ -153,7 +153,17 @@ MIGRATIONS: tuple[str, ...] = (
     # 10 (tools, SPEC 15): a tool step is an assistant row (state 'step') with the calls the
     # model asked for; each call is a 'tool' row (state awaiting/approved/denied/started/
     # finished) with its result as content, whether it is an error, and for an approval when
-    # it was asked and who decided.
+    # it was asked and who decided. First the role's CHECK admits 'tool': SQLite's documented
+    # way to loosen a constraint, rewriting the table's text in the schema (the migration then
+    # bumps schema_version, so every connection reads the new text).
+    """
+    PRAGMA writable_schema = ON;
+    UPDATE sqlite_master SET sql = replace(sql, 'CHECK (role IN (''user'', ''assistant''))',
+        'CHECK (role IN (''user'', ''assistant'', ''tool''))')
+        WHERE type = 'table' AND name = 'messages';
+    PRAGMA writable_schema = OFF
+    """,
+    # 11 (tools): the columns of a step and of a call.
     """
     ALTER TABLE messages ADD COLUMN tool_calls TEXT;
     ALTER TABLE messages ADD COLUMN call_id TEXT;
@@ -181,6 +191,9 @@ async def migrate(db: aiosqlite.Connection) -> None:
         try:
             for statement in statements:
                 await db.execute(statement)
+            if "sqlite_master" in script:  # the schema's text was rewritten: reread it
+                ((schema,),) = await db.execute_fetchall("PRAGMA schema_version")
+                await db.execute(f"PRAGMA schema_version = {int(schema) + 1}")
             await db.execute(f"PRAGMA user_version = {number}")
             await db.execute("COMMIT")
         except BaseException:

@@ -92,6 +92,15 @@ class CallRow(Query[tuple[StoredCall, StoredMessage] | None]):
     call_row: int
 
 
+@dataclass(frozen=True, slots=True)
+class AwaitingCall(Query[int | None]):
+    """The row of the newest call of ``conversation`` with the model's id ``call_id`` that
+    still awaits an approval (a peer client answers by call id; ids repeat across turns)."""
+
+    conversation: str
+    call_id: str
+
+
 _CALL_COLUMNS = "id, call_id, tool, content, state, is_error, requested_at, decided_by"
 _STEPS = (
     "SELECT id, role, content, state, model, tool_calls, call_id, tool, is_error,"
@@ -116,6 +125,10 @@ _START = "UPDATE messages SET state = 'started' WHERE id = ? AND role = 'tool'"
 _FINISH = (
     "UPDATE messages SET state = 'finished', content = ?, is_error = ? WHERE id = ?"
     " AND role = 'tool'"
+)
+_AWAITING = (
+    "SELECT id FROM messages WHERE conversation = ? AND call_id = ? AND role = 'tool'"
+    " AND state = 'awaiting' ORDER BY id DESC LIMIT 1"
 )
 _CALL_ROW = f"SELECT {_CALL_COLUMNS}, user_row_id FROM messages WHERE id = ? AND role = 'tool'"
 
@@ -220,6 +233,11 @@ def call_row_sqlite(db: sqlite3.Connection, q: CallRow) -> tuple[StoredCall, Sto
     return _with_arguments(_stored_call(rows[0]), steps_sqlite(db, TurnSteps(turn.id))), turn
 
 
+def awaiting_sqlite(db: sqlite3.Connection, q: AwaitingCall) -> int | None:
+    rows = db.execute(_AWAITING, (q.conversation, q.call_id)).fetchall()
+    return int(rows[0][0]) if rows else None
+
+
 # -- PostgreSQL ---------------------------------------------------------------------------
 
 
@@ -282,6 +300,11 @@ async def call_row_postgres(db: PgConn, q: CallRow) -> tuple[StoredCall, StoredM
     return _with_arguments(_stored_call(row), steps), turn
 
 
+async def awaiting_postgres(db: PgConn, q: AwaitingCall) -> int | None:
+    found = await db.fetchval(numbered(_AWAITING), q.conversation, q.call_id)
+    return None if found is None else int(found)
+
+
 def _decision(op: DecideCall) -> str:
     return str(CallState.APPROVED if op.approve else CallState.DENIED)
 
@@ -303,6 +326,7 @@ HANDLERS = (
     WriteHandler[StartCall, None](StartCall, start_sqlite, start_postgres),
     WriteHandler[FinishCall, None](FinishCall, finish_sqlite, finish_postgres),
     QueryHandler[TurnSteps, list[StoredStep]](TurnSteps, steps_sqlite, steps_postgres),
+    QueryHandler[AwaitingCall, int | None](AwaitingCall, awaiting_sqlite, awaiting_postgres),
     QueryHandler[CallRow, tuple[StoredCall, StoredMessage] | None](
         CallRow, call_row_sqlite, call_row_postgres
     ),

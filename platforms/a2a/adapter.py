@@ -40,7 +40,7 @@ from gateway.messages import (
     conversation_key,
     local_part,
 )
-from gateway.ports import Intake, Ledger, PushConfigs, Transcripts, Watch
+from gateway.ports import Asker, Intake, Ledger, PushConfigs, Transcripts, Watch
 from platforms import _fetch
 from platforms._courier import Courier, CourierStatistics, SentByCourier
 from platforms.a2a import _push, _stream, convert
@@ -219,6 +219,9 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
         yield
+
+    def asker(self, row: StoredMessage) -> Asker | None:
+        return None  # approvals are not offered on this platform yet (SPEC 15)
 
     def watching(self, row: StoredMessage) -> Watch | None:
         self._running[row.conversation] = row.id

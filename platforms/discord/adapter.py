@@ -40,7 +40,7 @@ from gateway.config import DiscordConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
 from gateway.events import DiscordBackfilled, Observe
 from gateway.messages import OutboxChunk, StoredMessage, TurnOutcome
-from gateway.ports import Access, Intake, Leases, Ledger, Watch
+from gateway.ports import Access, Asker, Intake, Leases, Ledger, Watch
 from platforms._access import check_access
 from platforms._courier import Courier, SentByCourier
 from platforms._live import LiveSection
@@ -167,6 +167,9 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
     async def wait_delivered(self) -> None:
         await self._courier.wait_idle()
         await self._notices.wait_idle()
+
+    def asker(self, row: StoredMessage) -> Asker | None:
+        return None  # approvals are not offered on this platform yet (SPEC 15)
 
     def watching(self, row: StoredMessage) -> Watch | None:
         """A preview message of the answer while the model writes it (``_stream``)."""

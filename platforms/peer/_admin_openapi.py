@@ -123,11 +123,24 @@ ADMIN_SCHEMAS: dict[str, Any] = {
                 "items": _object(
                     {
                         "id": {"type": "integer"},
-                        "role": {"enum": ["user", "assistant"]},
+                        "role": {"enum": ["user", "assistant", "tool"]},
                         "content": {"type": "string"},
                         "state": {"type": "string"},
                         "created_at": _NUMBER,
                         "failure": _MAYBE_STRING,
+                        "tool_calls": {
+                            "type": ["array", "null"],
+                            "description": "A tool step's calls (SPEC 15).",
+                            "items": _object(
+                                {
+                                    "id": {"type": "string"},
+                                    "name": {"type": "string"},
+                                    "arguments": {"type": "string"},
+                                }
+                            ),
+                        },
+                        "call_id": _MAYBE_STRING,
+                        "tool": _MAYBE_STRING,
                         "attachments": {
                             "type": "array",
                             "items": _object(

@@ -185,13 +185,40 @@ SCHEMAS: dict[str, Any] = {
                     "additionalProperties": False,
                     "properties": {
                         "id": {"type": "integer"},
-                        "role": {"type": "string", "enum": ["user", "assistant"]},
+                        "role": {
+                            "type": "string",
+                            "enum": ["user", "assistant", "tool"],
+                            "description": "tool: one tool call of a step, its content the"
+                            " result once finished (SPEC 15).",
+                        },
                         "content": {"type": "string"},
                         "created_at": {"type": "string", "format": "date-time"},
                         "state": {
                             "type": "string",
-                            "enum": ["pending", "answered", "failed", "cancelled", "final"],
+                            "enum": [
+                                *("pending", "answered", "failed", "cancelled", "final"),
+                                *("step", "awaiting", "approved", "denied", "started"),
+                                "finished",
+                            ],
+                            "description": "An assistant row's 'step' is a tool step (its"
+                            " calls in tool_calls); a tool row's is its call's state.",
                         },
+                        "tool_calls": {
+                            "type": "array",
+                            "description": "A tool step's calls, as the model asked for them.",
+                            "items": {
+                                "type": "object",
+                                "required": ["id", "name", "arguments"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "id": {"type": "string"},
+                                    "name": {"type": "string"},
+                                    "arguments": {"type": "string"},
+                                },
+                            },
+                        },
+                        "call_id": {"type": "string", "description": "A tool row's call."},
+                        "tool": {"type": "string", "description": "A tool row's tool."},
                         "failure": {"type": "string", "enum": [*REASONS, *ATTACHMENT_FAILURES]},
                         "usage": ref("schemas", "Usage"),
                         "attachments": {

@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from gateway.config import PeerConfig, PeerToken
 from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, ChunkState, Inbound, StoredMessage, TurnOutcome
-from gateway.ports import Intake, Ledger, Transcripts, Watch
+from gateway.ports import Asker, Intake, Ledger, Transcripts, Watch
 from platforms import _fetch
 from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.peer import convert, limits, responses, streaming
@@ -191,6 +191,9 @@ class PeerAdapter:
     # Peer bytes arrive inline and are stored at admission; https image URLs go to the model
     # as they are: nothing of the peer API is ever fetched.
     fetch = _fetch.unsupported
+
+    def asker(self, row: StoredMessage) -> Asker | None:
+        return None  # approvals are not offered on this platform yet (SPEC 15)
 
     def watching(self, row: StoredMessage) -> Watch | None:
         watched = self._watched.get(row.platform_message_id or "")

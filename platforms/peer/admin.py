@@ -25,6 +25,7 @@ import base64
 import dataclasses
 import hashlib
 import hmac
+import json
 import math
 import re
 import secrets
@@ -224,6 +225,10 @@ def message_json(row: StoredMessage) -> dict[str, Any]:
         "created_at": row.created_at,
         "failure": row.failure,
         "attachments": [attachment_json(a) for a in attachments],
+        # A tool step's calls; a tool row's call and tool (SPEC 15).
+        "tool_calls": json.loads(row.tool_calls) if row.tool_calls else None,
+        "call_id": row.call_id,
+        "tool": row.tool,
     }
 
 

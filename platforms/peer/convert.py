@@ -284,14 +284,32 @@ def transcript_json(rows: list[StoredMessage]) -> dict[str, Any]:
                 "role": r.role,
                 "content": r.content,
                 "created_at": _iso(r.created_at),
-                "state": ("failed" if r.failure else "final") if r.role == "assistant" else r.state,
+                "state": _state(r),
                 **({"failure": r.failure} if r.failure else {}),
+                **_tool_fields(r),
                 **_usage_field(r),
                 **attachments_json(r),
             }
             for r in rows
         ]
     }
+
+
+def _state(row: StoredMessage) -> str:
+    """A row's state as the transcript shows it: an answer is final or failed, a tool step is
+    a step, a user or tool row says its own."""
+    if row.role == "assistant" and row.state != "step":
+        return "failed" if row.failure else "final"
+    return row.state
+
+
+def _tool_fields(row: StoredMessage) -> dict[str, Any]:
+    """A tool step's calls, or a tool row's call and tool (SPEC 15)."""
+    if row.tool_calls is not None:
+        return {"tool_calls": json.loads(row.tool_calls)}
+    if row.role == "tool":
+        return {"call_id": row.call_id or "", "tool": row.tool or ""}
+    return {}
 
 
 def attachments_json(row: StoredMessage) -> dict[str, Any]:

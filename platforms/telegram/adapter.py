@@ -50,7 +50,7 @@ from gateway.messages import (
     StoredMessage,
     TurnOutcome,
 )
-from gateway.ports import Access, Intake, Leases, Ledger, Watch
+from gateway.ports import Access, Asker, Intake, Leases, Ledger, Watch
 from platforms._access import check_access
 from platforms._attachments import MAX_DOWNLOADS
 from platforms._courier import Courier, SentByCourier
@@ -167,6 +167,9 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
     async def wait_delivered(self) -> None:
         await self._courier.wait_idle()
         await self._notices.wait_idle()
+
+    def asker(self, row: StoredMessage) -> Asker | None:
+        return None  # approvals are not offered on this platform yet (SPEC 15)
 
     def watching(self, row: StoredMessage) -> Watch | None:
         """A preview of the answer while the model writes it (``_stream``), where shown."""

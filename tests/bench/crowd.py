@@ -158,6 +158,9 @@ class _Platform:
     def watching(self, row: StoredMessage) -> Watch | None:
         return None
 
+    def asker(self, row: StoredMessage) -> None:
+        return None
+
     async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
         raise NotImplementedError
 

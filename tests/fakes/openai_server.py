@@ -140,7 +140,30 @@ class Stream:
         return "".join(self.chunks)
 
 
-Outcome = Ok | Fail | Sleep | Drop | Hold | Stream
+@dataclass(frozen=True)
+class Calls:
+    """A tool step (SPEC 15): the model asks for these calls ((name, arguments as JSON text,
+    call id), in order) and writes ``text`` beside them; ``finish_reason`` is "tool_calls".
+    Streamed as OpenAI streams it: the text's pieces, then each call's id and name in one
+    delta and its arguments in pieces of 8 characters."""
+
+    calls: tuple[tuple[str, str, str], ...]
+    text: str = ""
+    usage: Usage | None = None
+
+
+Outcome = Ok | Fail | Sleep | Drop | Hold | Stream | Calls
+
+
+def calls(*called: tuple[str, dict[str, Any]], text: str = "", ids: str = "call") -> Calls:
+    """A step calling each (tool name, arguments) in order; call ids ``<ids>_1``, ... ."""
+    return Calls(
+        tuple(
+            (name, json.dumps(arguments), f"{ids}_{i}")
+            for i, (name, arguments) in enumerate(called, 1)
+        ),
+        text,
+    )
 
 
 def ok(text: str, *, usage: Usage | None = None) -> Ok:
@@ -542,6 +565,11 @@ class FakeModel:
                     pieces = tuple(text[i : i + 16] for i in range(0, len(text), 16)) or ("",)
                     return await self._stream(http, request, Stream(pieces, usage=usage))
                 return web.json_response(_completion(request.model, text, usage))
+            case Calls(calls=called, text=text, usage=usage):
+                usage = usage or self.usage_of(request, text)
+                if request.stream:
+                    return await self._stream_calls(http, request, called, text, usage)
+                return web.json_response(_completion(request.model, text, usage, called))
             case Stream() as stream:
                 if request.stream:
                     return await self._stream(http, request, stream)
@@ -595,6 +623,37 @@ class FakeModel:
         self.streams_done.append(number)
         return response
 
+    async def _stream_calls(
+        self,
+        http: web.Request,
+        request: Request,
+        called: tuple[tuple[str, str, str], ...],
+        text: str,
+        usage: Usage,
+    ) -> web.StreamResponse:
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(http)
+
+        async def write(choices: list[dict[str, Any]], **extra: Any) -> None:
+            chunk = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0}
+            chunk |= {"model": request.model, "choices": choices, **extra}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        await write([{"index": 0, "delta": {"role": "assistant", "content": text or None}}])
+        for i, (name, arguments, call_id) in enumerate(called):
+            head = {"index": i, "id": call_id, "type": "function"}
+            head["function"] = {"name": name, "arguments": ""}
+            await write([{"index": 0, "delta": {"tool_calls": [head]}}])
+            for at in range(0, len(arguments), 8):
+                piece = {"index": i, "function": {"arguments": arguments[at : at + 8]}}
+                await write([{"index": 0, "delta": {"tool_calls": [piece]}}])
+        await write([{"index": 0, "delta": {}, "finish_reason": "tool_calls"}])
+        if request.include_usage:
+            await write([], usage=usage.as_json())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
     async def handle_streams(self, http: web.Request) -> web.Response:
         """``GET /v1/fake/streams``, for benchmarks with the model in its own process: each
         request's last user text and the monotonic times of its first and last chunk."""
@@ -616,14 +675,29 @@ class FakeModel:
         )
 
 
-def _completion(model: str, text: str, usage: Usage = DEFAULT_USAGE) -> dict[str, Any]:
+def _completion(
+    model: str,
+    text: str,
+    usage: Usage = DEFAULT_USAGE,
+    called: tuple[tuple[str, str, str], ...] = (),
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text or (None if called else "")}
+    if called:
+        message["tool_calls"] = [
+            {"id": call_id, "type": "function", "function": {"name": n, "arguments": a}}
+            for n, a, call_id in called
+        ]
     return {
         "id": "chatcmpl-fake",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if called else "stop",
+            }
         ],
         "usage": usage.as_json(),
     }
