@@ -16,6 +16,7 @@ import re
 import sys
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,7 +30,9 @@ from gateway.events import Event
 from gateway.events_mcp import ToolCalled, ToolServerChanged
 from gateway.messages import DataUrl, ToolSpec
 from policy.backoff import Backoff
+from tests.actors import session
 from tests.fakes.mcp_server import LONG_NAME, PIXEL, SPACED_NAME, open_http_server, stdio_command
+from tests.fakes.openai_server import calls, ok, open_fake_model
 
 pytestmark = pytest.mark.anyio
 
@@ -419,3 +422,22 @@ def test_a_reload_restarts_only_servers_whose_connection_changed() -> None:
     assert [s.name for s in plan.start] == ["c", "e"]
     assert [s.name for s in plan.retune] == ["b"]
     assert plan_reconfigure(new, new) == plan_reconfigure((), ())
+
+
+async def test_a_turn_calls_a_real_servers_tool_through_the_box(tmp_path: Path) -> None:
+    """The agent's tool loop on a session actor (tests.actors), the box in between."""
+    async with running(fake()) as (box, seen), open_fake_model() as model:
+        await seen.until(up(box, "fake"))
+        model.script(calls(("fake__echo", {"text": "said by the tool"})), ok("the tool spoke"))
+        async with session(tmp_path, model, toolbox=box, tools=("fake__ec*",)) as world:
+            await world.admit("use the tool")
+            await world.delivered(1)
+    (outcome,) = world.platform.delivered
+    assert outcome.reply == "the tool spoke"
+    first, second = model.requests
+    (offered,) = first.tools or []
+    assert offered["function"]["name"] == "fake__echo"
+    assert offered["function"]["parameters"]["properties"]["text"]["type"] == "string"
+    results = [m for m in second.messages if m.get("role") == "tool"]
+    assert [(m["tool_call_id"], m["content"]) for m in results] == [("call_1", "said by the tool")]
+    assert ("fake", "echo", "ok") in seen.calls()
