@@ -33,6 +33,7 @@ from policy.backoff import Backoff
 from tests.actors import session
 from tests.fakes.mcp_server import LONG_NAME, PIXEL, SPACED_NAME, open_http_server, stdio_command
 from tests.fakes.openai_server import calls, ok, open_fake_model
+from tests.harness import free_port
 
 pytestmark = pytest.mark.anyio
 
@@ -441,3 +442,13 @@ async def test_a_turn_calls_a_real_servers_tool_through_the_box(tmp_path: Path) 
     results = [m for m in second.messages if m.get("role") == "tool"]
     assert [(m["tool_call_id"], m["content"]) for m in results] == [("call_1", "said by the tool")]
     assert ("fake", "echo", "ok") in seen.calls()
+
+
+async def test_what_is_said_of_an_http_server_shows_no_credentials_of_its_url() -> None:
+    port = free_port()  # nobody listens there
+    url = f"http://someone:hunter2@127.0.0.1:{port}/mcp?key=sesame"
+    async with running(McpServer(name="web", url=url)) as (_, seen):
+        await seen.until(lambda: seen.states("web") == ["starting", "down"])
+    said = [e.detail for e in seen.events if isinstance(e, ToolServerChanged)]
+    assert said[0] == f"http: http://127.0.0.1:{port}/mcp"
+    assert not [d for d in said if "hunter2" in d or "sesame" in d or "someone" in d]

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -37,6 +38,15 @@ log = logging.getLogger(__name__)
 #: Restarts of a dead server: 1 s, 2 s, ... up to a minute between tries (with jitter).
 RESTART_BACKOFF = Backoff(base=1.0, cap=60.0)
 _CONNECTION = ("command", "args", "env", "cwd", "url", "headers")
+
+
+def _shown(url: str) -> str:
+    """``url`` as a log line may show it: no user, password or query (they may be secrets)."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    host = f"[{host}]" if ":" in host else host
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path, "", ""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +168,7 @@ class McpToolBox:
             ping_every=self._ping_every,
         )
         self._links[server.name] = link
-        what = f"{server.transport}: {server.command or server.url}"
+        what = f"{server.transport}: {server.command or _shown(server.url)}"
         self._observe(ToolServerChanged(server.name, "starting", what, 0))
         self._tg.start_soon(link.run, name=f"mcp server {server.name}")
 
