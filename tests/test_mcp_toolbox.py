@@ -35,7 +35,7 @@ from tests.fakes.mcp_server import LONG_NAME, PIXEL, SPACED_NAME, open_http_serv
 from tests.fakes.openai_server import calls, ok, open_fake_model
 from tests.harness import free_port
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 PROVIDER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 FAST = Backoff(base=0.05, cap=0.2)
