@@ -6,6 +6,7 @@ model provider, the chat platforms) is replaced by loopback fakes.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -22,6 +23,7 @@ import anyio
 import asyncpg
 
 from gateway.app import GatewayApp
+from gateway.assembly import ToolServers
 from gateway.config import Config, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,12 +61,30 @@ def make_config(store: Path, model_url: str | None, **kw: Any) -> Config:
     return parse_config(config_text(store, model_url, **kw), source="test", env={})
 
 
+async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
+    """(event name, data) of each server-sent event of a peer API stream; comments are
+    skipped."""
+    name, data = "message", ""
+    async for raw in response.content:
+        line = raw.decode().rstrip("\r\n")
+        if line.startswith(":"):
+            continue
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            data = line[6:]
+        elif not line and data:
+            yield name, (data if data == "[DONE]" else json.loads(data))
+            name, data = "message", ""
+
+
 @asynccontextmanager
 async def running_gateway(
-    config: Config, *, clock: Callable[[], float] = time.monotonic
+    config: Config, *, clock: Callable[[], float] = time.monotonic, tools: ToolServers | None = None
 ) -> AsyncIterator[tuple[GatewayApp, str]]:
-    """Run a gateway in this event loop; yield it and its peer API's base URL."""
-    app = GatewayApp(config, clock=clock)
+    """Run a gateway in this event loop; yield it and its peer API's base URL. ``tools``: the
+    agent's tools instead of ``[[tools.mcp]]`` servers' (tests/fakes/toolbox.py)."""
+    app = GatewayApp(config, clock=clock, tools=tools)
     async with anyio.create_task_group() as tg:
         await tg.start(app.run)
         assert app.peer is not None and app.peer.port is not None

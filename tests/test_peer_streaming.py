@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import anyio
@@ -17,7 +15,7 @@ import openai
 import pytest
 
 from tests.fakes.openai_server import Usage, ok, open_fake_model, streamed
-from tests.harness import make_config, running_gateway
+from tests.harness import make_config, running_gateway, sse_events
 
 pytestmark = pytest.mark.anyio
 
@@ -30,22 +28,6 @@ def fallback(url: str) -> str:
 
 def client(url: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
-
-
-async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
-    """(event name, data) of each server-sent event; comments are skipped."""
-    name, data = "message", ""
-    async for raw in response.content:
-        line = raw.decode().rstrip("\r\n")
-        if line.startswith(":"):
-            continue
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            data = line[6:]
-        elif not line and data:
-            yield name, (data if data == "[DONE]" else json.loads(data))
-            name, data = "message", ""
 
 
 def rows(db: Path) -> list[tuple[str, str, str, str | None]]:

@@ -28,8 +28,7 @@ from gateway.app import GatewayApp
 from gateway.config import parse_config
 from tests.fakes.openai_server import FakeModel, open_fake_model, streamed_text
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import ROOT, GatewayProcess, config_text, free_port
-from tests.test_peer_streaming import sse_events
+from tests.harness import ROOT, GatewayProcess, config_text, free_port, sse_events
 
 pytestmark = pytest.mark.anyio
 
