@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import anyio
@@ -25,6 +25,10 @@ import asyncpg
 from gateway.app import GatewayApp
 from gateway.assembly import ToolServers
 from gateway.config import Config, parse_config
+
+if TYPE_CHECKING:  # the a2a-sdk is imported by the A2A tests only
+    from a2a.client.client import Client
+    from a2a.types import a2a_pb2 as pb
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -231,3 +235,39 @@ async def pg_fetch(url: str, sql: str) -> list[asyncpg.Record]:
         return list(await db.fetch(sql))
     finally:
         await db.close()
+
+
+@asynccontextmanager
+async def a2a_client(
+    url: str, *, streaming: bool = False, legacy: bool = False, token: str = ""
+) -> AsyncIterator[Client]:
+    """The official a2a-sdk client of the gateway at ``url``, from its agent card; ``legacy``:
+    only the card's 0.3 interface (the SDK's 0.3 transport: ``message/send``, ...)."""
+    import httpx
+    from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
+        card = await A2ACardResolver(http, url).get_agent_card()
+        if legacy:
+            keep = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
+            del card.supported_interfaces[:]
+            card.supported_interfaces.extend(keep)
+        client = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+def a2a_message(
+    text: str, message_id: str, context: str = "", task: str = ""
+) -> pb.SendMessageRequest:
+    """A user's text message for SendMessage; ``task``: the task it continues (an answer)."""
+    from a2a.types import a2a_pb2
+
+    msg = a2a_pb2.Message(
+        message_id=message_id, role=a2a_pb2.ROLE_USER, context_id=context, task_id=task
+    )
+    msg.parts.add(text=text)
+    return a2a_pb2.SendMessageRequest(message=msg)

@@ -7,6 +7,8 @@ the chunk delivered only when all of them took it. A failed POST is a
 undelivered chunk is handed back and sent again. So a notification is never lost, and may
 repeat (every config is notified again on a retry), as the spec allows. Only hosts in
 ``[a2a] push_hosts`` are ever sent to, checked when a config is set and again at each send.
+The config methods (:func:`config_call`) store a task's configs through the ``PushConfigs``
+port.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from yarl import URL
 from gateway.errors import PlatformError
 from gateway.messages import OutboxChunk
 from gateway.ports import PushConfigs
-from platforms.a2a.convert import Dialect, PushTarget
-from platforms.a2a.errors import INVALID_PARAMS, PUSH_NOT_SUPPORTED, RpcError
+from platforms.a2a import convert
+from platforms.a2a.convert import Dialect, Envelope, Op, PushTarget
+from platforms.a2a.errors import INVALID_PARAMS, PUSH_NOT_SUPPORTED, TASK_NOT_FOUND, RpcError
 from policy.backoff import Backoff
 
 log = logging.getLogger(__name__)
@@ -60,6 +63,11 @@ class Pusher:
                 yield
             finally:
                 self._http = None
+
+    @property
+    def on(self) -> bool:
+        """Whether push notifications go anywhere at all (``[a2a] push_hosts`` is set)."""
+        return bool(self._hosts)
 
     def allowed(self, url: str) -> bool:
         host = URL(url).host
@@ -153,3 +161,33 @@ def _decode(text: str) -> PushTarget:
     fields = json.loads(text)
     fields["dialect"] = Dialect(fields.get("dialect", Dialect.V1))
     return PushTarget(**fields)
+
+
+async def config_call(pusher: Pusher, row_id: int, env: Envelope) -> Any:
+    """A push-notification-config method (set, get, list, delete) on the task of ``row_id``
+    (the caller found it in the token's scope): its JSON-RPC result."""
+    dialect, params = env.dialect, env.params
+    v1 = dialect is Dialect.V1
+    match env.op:
+        case Op.PUSH_SET:
+            body = params if v1 else convert.object_param(params, "pushNotificationConfig")
+            target = convert.push_target(body, dialect)
+            pusher.check(target)
+            saved = await pusher.save(row_id, target)
+            return convert.push_json(str(row_id), saved, dialect)
+        case Op.PUSH_GET:
+            wanted = convert.optional_id(params, "id" if v1 else "pushNotificationConfigId")
+            for target in await pusher.configs(row_id):
+                if wanted is None or target.id == wanted:
+                    return convert.push_json(str(row_id), target, dialect)
+            raise RpcError(TASK_NOT_FOUND, "no such push notification config")
+        case Op.PUSH_LIST:
+            configs = [
+                convert.push_json(str(row_id), target, dialect)
+                for target in await pusher.configs(row_id)
+            ]
+            return {"configs": configs, "nextPageToken": ""} if v1 else configs
+        case _:
+            wanted = convert.optional_id(params, "id" if v1 else "pushNotificationConfigId")
+            await pusher.delete(row_id, wanted or "")
+            return None
