@@ -244,3 +244,30 @@ async def test_push_configs_hear_of_the_question_and_of_the_end(tmp_path: Path) 
         notified = await hook.wait_for(2)
     assert done.status.state == pb.TASK_STATE_COMPLETED
     assert notified[-1]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+
+
+async def test_a_task_that_asks_can_be_cancelled_and_then_takes_no_answer(
+    tmp_path: Path,
+) -> None:
+    tools = box()
+    async with (
+        open_fake_model() as fake,
+        running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=A2A), tools=tools) as (
+            _,
+            url,
+        ),
+        a2a_client(url) as client,
+    ):
+        fake.script(calls(("git__push", {"text": "main"})), ok("never"))
+        task = await send(client, a2a_message("push main", "m-1", "ctx-5"))
+        assert task.status.state == pb.TASK_STATE_INPUT_REQUIRED
+        waiting = await client.list_tasks(
+            pb.ListTasksRequest(context_id="ctx-5", status=pb.TASK_STATE_INPUT_REQUIRED)
+        )
+        assert [t.id for t in waiting.tasks] == [task.id]
+        canceled = await client.cancel_task(pb.CancelTaskRequest(id=task.id))
+        with pytest.raises(UnsupportedOperationError):
+            await send(client, a2a_message("yes", "m-2", "ctx-5", task.id))
+        got = await client.get_task(pb.GetTaskRequest(id=task.id))
+    assert canceled.status.state == got.status.state == pb.TASK_STATE_CANCELED
+    assert tools.executed == {} and len(fake.requests) == 1
