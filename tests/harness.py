@@ -23,6 +23,7 @@ import anyio
 import asyncpg
 
 from gateway.app import GatewayApp
+from gateway.assembly import ToolServers
 from gateway.config import Config, parse_config
 
 if TYPE_CHECKING:
@@ -82,10 +83,12 @@ async def running_gateway(
     *,
     clock: Callable[[], float] = time.monotonic,
     read: Callable[[], Config] | None = None,
+    tools: ToolServers | None = None,
 ) -> AsyncIterator[tuple[GatewayApp, str]]:
     """Run a gateway in this event loop; yield it and its peer API's base URL. ``read``:
-    what a reload reads (else the config it runs)."""
-    app = GatewayApp(config, clock=clock, read=read)
+    what a reload reads (else the config it runs); ``tools``: the agent's tools instead of
+    ``[[tools.mcp]]`` servers' (tests/fakes/toolbox.py)."""
+    app = GatewayApp(config, clock=clock, read=read, tools=tools)
     async with anyio.create_task_group() as tg:
         await tg.start(app.run)
         assert app.peer is not None and app.peer.port is not None

@@ -96,6 +96,7 @@ async def test_the_document_is_valid_openapi_and_names_exactly_the_served_routes
                 concrete = path.replace("{session_id}", "s").replace("{model_id}", "botmux")
                 concrete = concrete.replace("{sha256}", "0" * 64)
                 concrete = concrete.replace("{response_id}", "resp_1")
+                concrete = concrete.replace("{call_id}", "call_1")
                 r = await http.request(method.upper(), url + concrete)
                 assert r.status == (401 if needs_token else 200), (method, path)
                 # Every status a route answers is documented, with an Error body for errors.

@@ -14,7 +14,8 @@ could send the task and its token anywhere): a 3xx is a failed delivery, retried
 config's token and credentials are checked when it is set (visible ASCII, ``convert``); one
 stored before that check, that the HTTP client refuses, is :class:`Unsendable`: the courier
 parks its chunk instead of the error ending the gateway. A task takes at most ``MAX_CONFIGS``
-configs.
+configs, which the config methods (:func:`config_call`) store through the ``PushConfigs``
+port.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from gateway.config import push_host
 from gateway.errors import PlatformError, Unsendable
 from gateway.messages import OutboxChunk
 from gateway.ports import PushConfigs
-from platforms.a2a.convert import Dialect, PushTarget
+from platforms.a2a import convert
+from platforms.a2a.convert import Dialect, Envelope, Op, PushTarget
 from platforms.a2a.errors import INVALID_PARAMS, PUSH_NOT_SUPPORTED, TASK_NOT_FOUND, RpcError
 from policy.backoff import Backoff
 
@@ -73,6 +75,11 @@ class Pusher:
                 yield
             finally:
                 self._http = None
+
+    @property
+    def on(self) -> bool:
+        """Whether push notifications go anywhere at all (``[a2a] push_hosts`` is set)."""
+        return bool(self._hosts)
 
     def refusal(self, url: str) -> str | None:
         """Why a notification may not go to ``url``, or None."""
@@ -220,3 +227,33 @@ def _decode(text: str) -> PushTarget:
     fields = json.loads(text)
     fields["dialect"] = Dialect(fields.get("dialect", Dialect.V1))
     return PushTarget(**fields)
+
+
+async def config_call(pusher: Pusher, row_id: int, env: Envelope) -> Any:
+    """A push-notification-config method (set, get, list, delete) on the task of ``row_id``
+    (the caller found it in the token's scope): its JSON-RPC result."""
+    dialect, params = env.dialect, env.params
+    v1 = dialect is Dialect.V1
+    match env.op:
+        case Op.PUSH_SET:
+            body = params if v1 else convert.object_param(params, "pushNotificationConfig")
+            target = convert.push_target(body, dialect)
+            pusher.check(target)
+            saved = await pusher.save(row_id, target)
+            return convert.push_json(str(row_id), saved, dialect)
+        case Op.PUSH_GET:
+            wanted = convert.optional_id(params, "id" if v1 else "pushNotificationConfigId")
+            for target in await pusher.configs(row_id):
+                if wanted is None or target.id == wanted:
+                    return convert.push_json(str(row_id), target, dialect)
+            raise RpcError(TASK_NOT_FOUND, "no such push notification config")
+        case Op.PUSH_LIST:
+            configs = [
+                convert.push_json(str(row_id), target, dialect)
+                for target in await pusher.configs(row_id)
+            ]
+            return {"configs": configs, "nextPageToken": ""} if v1 else configs
+        case _:
+            wanted = convert.optional_id(params, "id" if v1 else "pushNotificationConfigId")
+            await pusher.delete(row_id, wanted or "")
+            return None

@@ -86,6 +86,7 @@ METHODS: dict[str, tuple[Op, Dialect]] = {
 class TaskState(StrEnum):
     SUBMITTED = "submitted"
     WORKING = "working"
+    INPUT_REQUIRED = "input-required"  # a tool call waits for a yes (SPEC 15)
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELED = "canceled"
@@ -94,8 +95,14 @@ class TaskState(StrEnum):
     def final(self) -> bool:
         return self in (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED)
 
+    @property
+    def ends_stream(self) -> bool:
+        """Final, or interrupted (input-required): a stream ends with it, and a blocking
+        send returns it, as the spec says; the task's next message carries on."""
+        return self.final or self is TaskState.INPUT_REQUIRED
 
-_V1_STATES = {state: f"TASK_STATE_{state.upper()}" for state in TaskState}
+
+_V1_STATES = {state: f"TASK_STATE_{state.upper().replace('-', '_')}" for state in TaskState}
 _STATE_OF_V1 = {wire: state for state, wire in _V1_STATES.items()}
 
 
@@ -144,6 +151,7 @@ class TaskView:
     created_at: float
     reply: str | None = None
     reply_at: float | None = None
+    question: str | None = None  # input-required: what the task asks (SPEC 15)
 
 
 def request_id(body: Any) -> str | int | None:
@@ -427,6 +435,9 @@ def status_json(view: TaskView, dialect: Dialect, state: TaskState | None = None
     }
     if state in (TaskState.FAILED, TaskState.CANCELED) and view.reply:
         status["message"] = message_json("agent", f"{view.id}-status", view.reply, view, dialect)
+    if state is TaskState.INPUT_REQUIRED and view.question:
+        asking = message_json("agent", f"{view.id}-question", view.question, view, dialect)
+        status["message"] = asking
     return status
 
 
@@ -464,7 +475,19 @@ def status_event(
     }
     if dialect is Dialect.V1:
         return {"statusUpdate": event}
-    return {**event, "kind": "status-update", "final": state.final}
+    return {**event, "kind": "status-update", "final": state.ends_stream}
+
+
+def progress_event(
+    view: TaskView, dialect: Dialect, text: str, message_id: str, at: float
+) -> dict[str, Any]:
+    """A ``working`` status update whose message says what the task does now (a tool call's
+    progress, SPEC 15)."""
+    event = status_event(view, dialect, TaskState.WORKING)
+    body = event["statusUpdate"] if dialect is Dialect.V1 else event
+    body["status"]["message"] = message_json("agent", message_id, text, view, dialect)
+    body["status"]["timestamp"] = timestamp(at)
+    return event
 
 
 def artifact_event(

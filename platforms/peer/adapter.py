@@ -36,6 +36,7 @@ from gateway.ports import Asker, Intake, Ledger, Transcripts, Watch
 from platforms import _fetch
 from platforms._guarded import ConnectionGuard, GuardedHandler, guarded_serving
 from platforms.peer import convert, limits, responses, streaming
+from platforms.peer._approvals import add_approvals_route
 from platforms.peer._auth import AuthHolder
 from platforms.peer._files import BodyReader, attachment_response
 from platforms.peer._loopback import not_local
@@ -193,7 +194,10 @@ class PeerAdapter:
     fetch = _fetch.unsupported
 
     def asker(self, row: StoredMessage) -> Asker | None:
-        return None  # approvals are not offered on this platform yet (SPEC 15)
+        # Only a streaming chat request can be asked (SPEC 15): a plain chat, a completion
+        # or a response cannot, and its turn is offered no tool that needs a yes.
+        watched = self._watched.get(row.platform_message_id or "")
+        return watched if watched is not None and watched.asking else None
 
     def watching(self, row: StoredMessage) -> Watch | None:
         watched = self._watched.get(row.platform_message_id or "")
@@ -220,6 +224,7 @@ class PeerAdapter:
         app.router.add_get("/api/sessions/{session_id}/messages", self._messages)
         app.router.add_delete("/api/sessions/{session_id}", self._delete)
         app.router.add_get("/api/sessions/{session_id}/attachments/{sha256}", self._attachment)
+        add_approvals_route(app, self, who=_token_name)
         app.router.add_post("/v1/chat/completions", self._completions)
         responses.add_routes(app.router, self)
         app.router.add_get("/v1/models", self._models)
@@ -632,7 +637,12 @@ def _too_many(verdict: limits.Verdict, message: str, code: str) -> web.Response:
     return response
 
 
+def _token_name(request: web.Request) -> str:
+    """The name of the request's token ("" without tokens): who answered an approval."""
+    token = request.get(_TOKEN)
+    return token.name if isinstance(token, PeerToken) else ""
+
+
 def _who(request: web.Request) -> str:
     """Who a request is, for the log: its token's name (never the token), else loopback."""
-    token = request.get(_TOKEN)
-    return token.name if isinstance(token, PeerToken) else "loopback"
+    return _token_name(request) or "loopback"

@@ -39,8 +39,9 @@ async def a2a_client(
             await client.close()
 
 
-def message(text: str, message_id: str, context: str = "") -> pb.SendMessageRequest:
-    msg = pb.Message(message_id=message_id, role=pb.ROLE_USER, context_id=context)
+def message(text: str, message_id: str, context: str = "", task: str = "") -> pb.SendMessageRequest:
+    """A user's text message for SendMessage; ``task``: the task it continues (an answer)."""
+    msg = pb.Message(message_id=message_id, role=pb.ROLE_USER, context_id=context, task_id=task)
     msg.parts.add(text=text)
     return pb.SendMessageRequest(message=msg)
 
