@@ -22,6 +22,7 @@ import anyio
 import asyncpg
 
 from gateway.app import GatewayApp
+from gateway.assembly import ToolServers
 from gateway.config import Config, parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,10 +62,11 @@ def make_config(store: Path, model_url: str | None, **kw: Any) -> Config:
 
 @asynccontextmanager
 async def running_gateway(
-    config: Config, *, clock: Callable[[], float] = time.monotonic
+    config: Config, *, clock: Callable[[], float] = time.monotonic, tools: ToolServers | None = None
 ) -> AsyncIterator[tuple[GatewayApp, str]]:
-    """Run a gateway in this event loop; yield it and its peer API's base URL."""
-    app = GatewayApp(config, clock=clock)
+    """Run a gateway in this event loop; yield it and its peer API's base URL. ``tools``: the
+    agent's tools instead of ``[[tools.mcp]]`` servers' (tests/fakes/toolbox.py)."""
+    app = GatewayApp(config, clock=clock, tools=tools)
     async with anyio.create_task_group() as tg:
         await tg.start(app.run)
         assert app.peer is not None and app.peer.port is not None
