@@ -262,11 +262,19 @@ class World:
 
 
 @asynccontextmanager
-async def world(tmp_path: Path, kind: str, timeout_s: float = 600) -> AsyncIterator[World]:
-    box = RecordingToolBox().add(tool("git__push", approval=True))
+async def world(
+    tmp_path: Path,
+    kind: str,
+    timeout_s: float = 600,
+    *,
+    box: RecordingToolBox | None = None,
+    section: str = "",
+) -> AsyncIterator[World]:
+    """``section``: more of the platform's section."""
+    box = box or RecordingToolBox().add(tool("git__push", approval=True))
     async with open_chat(kind) as chat, open_fake_model() as model:
         extra = (
-            chat.section(tmp_path) + '\n[agent]\ntools = ["*"]\n\n[tools]\n'
+            chat.section(tmp_path) + section + '\n[agent]\ntools = ["*"]\n\n[tools]\n'
             f'approvers = ["telegram:{T_CAROL}", "discord:{D_CAROL}"]\n'
             f"approval_timeout_s = {timeout_s}\n\n[gateway]\ndrain_timeout_s = 0\n"
         )
@@ -425,3 +433,34 @@ async def test_a_restart_while_waiting_keeps_the_wait_and_the_button_resumes_it(
     assert w.tool_rows() == [("call_1", "finished")]
     with anyio.fail_after(1):
         assert (await w.chat.asked()).message_id == asked.message_id  # asked once, not again
+
+
+async def test_a_preview_above_the_question_is_not_edited_into_the_answer(tmp_path: Path) -> None:
+    """A group's preview message shown before the approval was asked would sit above the
+    question: the answer edited into it would appear there, notifying nobody. It is deleted
+    and the answer sent below the question instead."""
+    status = tool("git__status", lambda a: "on main", read_only=True)
+    status.hold = anyio.Event()
+    box = RecordingToolBox().add(status, tool("git__push", approval=True))
+    async with world(tmp_path, "telegram", box=box, section="stream_interval_s = 0.05\n") as w:
+        assert isinstance(w.chat, TelegramChat)
+        tg = w.chat.tg
+        w.model.script(
+            calls(("git__status", {}), text="Let me look at the branch first, then push it."),
+            calls(("git__push", {"text": "main"}), ids="push"),
+            ok("pushed main"),
+        )
+        async with w.gateway():
+            with anyio.fail_after(20):
+                await w.chat.say("push main", group=True)
+                await tg.wait_until(lambda: bool(tg.bot_messages(T_GROUP)))  # the preview
+                (preview,) = tg.bot_messages(T_GROUP)
+                status.hold.set()
+                asked = await w.chat.asked(group=True)
+                await w.chat.click(asked, True, "alice", group=True)
+                await tg.wait_until(lambda: "pushed main" in tg.visible_messages(T_GROUP))
+    assert "using git__status" in str(preview["text"])
+    assert tg.deleted_messages(T_GROUP) == [(T_GROUP, preview["message_id"])]
+    done = w.chat.now(asked, group=True)
+    assert tg.visible_messages(T_GROUP) == [done.text, "pushed main"]  # the answer below
+    assert w.box.executed == {"git__status": 1, "git__push": 1}
