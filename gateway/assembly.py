@@ -150,6 +150,7 @@ class Parts:
     router: Router
     intake: GatewayIntake
     cluster: Cluster | None
+    decisions: Decisions  # turns waiting for an approval (a drain need not wait for them)
 
 
 def build(
@@ -222,7 +223,7 @@ def build(
         tool_status=box.status if box is not None else list,
     )
     parts = (node_leases, peer, tuple(adapters), outlets, runner, router, intake, cluster)
-    return Parts(store, ports, agent, box, *parts)
+    return Parts(store, ports, agent, box, *parts, decisions)
 
 
 def _agent(

@@ -342,19 +342,22 @@ async def test_a_restart_while_a_call_waits_keeps_the_wait_and_the_answer_resume
 ) -> None:
     db = tmp_path / "b.db"
     tools = box()
-    quick_drain = TOOLS + "[gateway]\ndrain_timeout_s = 0.2\n"
+    # A drain does not wait for a turn that waits for a yes (the wait is stored): the stop
+    # takes far less than this deadline.
+    long_drain = TOOLS + "[gateway]\ndrain_timeout_s = 600\n"
     key = {"Idempotency-Key": "push-1"}
     async with open_fake_model() as fake:
-        config = make_config(db, fake.base_url, extra=quick_drain)
+        config = make_config(db, fake.base_url, extra=long_drain)
         fake.script(calls(("git__push", {"text": "main"})), ok("pushed after the restart"))
-        async with (
-            running_gateway(config, tools=tools) as (_, url),
-            aiohttp.ClientSession() as http,
-            http.post(
-                f"{url}/api/sessions/s1/chat", json={"message": "push", **STREAM}, headers=key
-            ) as r,
-        ):
-            await until(sse_events(r), "approval")
+        with anyio.fail_after(30):
+            async with (
+                running_gateway(config, tools=tools) as (_, url),
+                aiohttp.ClientSession() as http,
+                http.post(
+                    f"{url}/api/sessions/s1/chat", json={"message": "push", **STREAM}, headers=key
+                ) as r,
+            ):
+                await until(sse_events(r), "approval")
         # The first gateway stopped with the call waiting: nothing ran, nothing was answered.
         assert tools.executed == {} and len(fake.requests) == 1
         assert tool_rows(db) == [("call_1", "awaiting", None)]
