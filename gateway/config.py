@@ -416,7 +416,7 @@ class Config:
     models: tuple[NamedModels, ...] = ()
     profiles: tuple[Profile, ...] = ()
     # Scheduled messages (SPEC 16): the settings, and the config's own schedules.
-    scheduler: SchedulerConfig = SchedulerConfig()
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     schedules: tuple[ScheduleEntry, ...] = ()
     source: str = field(default="(embedded defaults)", metadata={"internal": True})
 

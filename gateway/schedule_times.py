@@ -18,6 +18,7 @@ wait until the next.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass
@@ -123,7 +124,7 @@ def min_gap(when: When, after: float) -> float | None:
                     break
                 times.append(nxt)
                 t = nxt
-            gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+            gaps = [b - a for a, b in itertools.pairwise(times)]
             return min(gaps) if gaps else None
 
 
@@ -217,6 +218,7 @@ class Done:
 
 
 Plan = Fire | Skip | Wait | Done
+_DAWN = 0.0  # 1970: before any at a schedule can name
 
 
 def plan(
@@ -233,16 +235,14 @@ def plan(
     or ``every`` schedule's first due time is after it; an ``at`` already past then is a missed
     due time). A single due time less than ``grace_s`` late fires whatever ``catch_up`` says:
     that is the loop's own lateness, not downtime."""
-    if cursor is not None:
-        base = cursor
-    else:
-        base = -math.inf if when.kind == "at" else first_seen
-    first = next_due(when, base if base != -math.inf else -1e12)
+    # An ``at`` counts from the beginning of time: one past when first seen was missed.
+    base = cursor if cursor is not None else _DAWN if when.kind == "at" else first_seen
+    first = next_due(when, base)
     if first is None:
         return Done()
     if first > now:
         return Wait(first)
-    count, latest = due_between(when, base if base != -math.inf else -1e12, now)
+    count, latest = due_between(when, base, now)
     assert latest is not None and count >= 1
     if count == 1 and now - latest <= grace_s:
         return Fire(latest)
