@@ -38,7 +38,9 @@ from gateway.reload import Reloader
 from gateway.resume import resume_interrupted
 from gateway.retention import sweep_retention
 from gateway.router import Router
+from gateway.scheduler import Clock
 from gateway.store import ExpireInFlight, OutboxPending, describe, open_store
+from gateway.store.schedules import UndeliveredFirings
 from gateway.timeline import Timeline
 from platforms.peer import PeerAdapter
 from platforms.peer.adapter import Serving
@@ -92,11 +94,14 @@ class GatewayApp:
         failpoints: Failpoints | None = None,
         read: Callable[[], Config] | None = None,
         tools: ToolServers | None = None,
+        schedule_clock: Clock | None = None,
     ) -> None:
         """``tools``: the tools the agent may call, instead of the ``[[tools.mcp]]`` servers'
-        (tests give a toolbox of their own)."""
+        (tests give a toolbox of their own); ``schedule_clock``: the scheduler's wall clock
+        (tests move one by hand)."""
         self.config = config  # as started; what a reload applied is live.current
         self._tools = tools
+        self._schedule_clock = schedule_clock
         self.live = LiveConfig(config)
         # What a reload re-reads: the file and environment the gateway started with.
         self._read = read or (lambda: self.live.current)
@@ -156,6 +161,8 @@ class GatewayApp:
             await parts.agent.reconfigure(new.model, new.agent, new.models)
         if parts.tools is not None and old.tools != new.tools:
             await parts.tools.reconfigure(new.tools)
+        if (old.schedules, old.scheduler) != (new.schedules, new.scheduler):
+            parts.scheduler.wake(resync=True)  # the config's schedules stored again
         model.limiter.total_tokens = new.gateway.max_concurrent_turns
 
     def _build_model(self) -> Model:
@@ -187,6 +194,7 @@ class GatewayApp:
                     clock=self.clock,
                     reloader=self.reloader,
                     tools=self._tools,
+                    schedule_clock=self._schedule_clock,
                 )
                 await self._serve(parts, task_status)
         finally:
@@ -219,6 +227,8 @@ class GatewayApp:
             else:
                 await self._resume(tg, parts)
             self._ready["accepting"] = True
+            # Due firings are admissions: only once the intake accepts (SPEC 16).
+            await tg.start(parts.scheduler.run, parts.intake.fire)
             tg.start_soon(sweep_retention, parts.store, parts.router, self.config.store)
             fields = {"config": self.config.source, "store": describe(self.config)}
             if parts.cluster is not None:
@@ -304,6 +314,7 @@ class GatewayApp:
     async def _render_metrics(self, parts: Parts) -> bytes:
         assert self._model is not None
         cluster = parts.cluster
+        undelivered: int = await parts.store.read(UndeliveredFirings())
         self.metrics.update(
             Snapshot(
                 live_sessions=parts.router.statistics().live,
@@ -311,6 +322,7 @@ class GatewayApp:
                 outbox_pending=await parts.store.read(OutboxPending()),
                 benched=parts.agent.benched_keys(),
                 leases=cluster.statistics().leases if cluster else None,
+                schedules_undelivered=undelivered,
             )
         )
         return self.metrics.render()
@@ -340,6 +352,7 @@ class GatewayApp:
             "peer": parts.peer.statistics(),
             "reload": self.reloader.statistics(),
             "model_clients": self._model.clients.statistics(),
+            "scheduler": parts.scheduler.statistics(),
         }
         if isinstance(parts.runner, CompactingRunner):
             found["compaction"] = parts.runner.statistics()

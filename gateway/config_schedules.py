@@ -146,3 +146,10 @@ def schedule_problems(
         if found is not None:
             problems.append((f"{key}.conversation", found))
     return problems
+
+
+def configured(
+    entries: tuple[ScheduleEntry, ...], scheduler: SchedulerConfig
+) -> tuple[Schedule, ...]:
+    """The config's schedules as the store keeps them."""
+    return tuple(entry.schedule(scheduler.timezone) for entry in entries)

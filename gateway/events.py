@@ -12,8 +12,9 @@ The log line keeps the shape it had when events were strings: the message is ``n
 ``extra`` fields are the event's fields in declaration order (a field of ``None`` that only
 some decisions carry is left out: see :func:`log_fields`).
 
-A leaf module, like ``messages`` and ``errors``: it imports nothing of ours but its own part
-(``events_tools``, the tool loop's events), so ``policy/`` and ``platforms/`` may import it.
+A leaf module, like ``messages`` and ``errors``: it imports nothing of ours but its own parts
+(``events_tools``, the tool loop's events; ``events_schedules``, the scheduler's), so
+``policy/`` and ``platforms/`` may import it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from gateway.events_schedules import ScheduleEvent
 from gateway.events_tools import (
     ApprovalAsked,
     ApprovalDecided,
@@ -573,6 +575,7 @@ Event = (
     | ApprovalDecided
     | ApprovalRefused
     | ToolLoopStopped
+    | ScheduleEvent
 )
 Observe = Callable[[Event], None]
 

@@ -50,6 +50,7 @@ class ControlCommand:
     description: str
     skips_queue: bool = True
     alias_of: str | None = None
+    argument: str = ""  # what follows the name, if it takes something (``/unschedule ID``)
 
 
 COMMANDS = (
@@ -58,6 +59,8 @@ COMMANDS = (
     ControlCommand("new", "Start a fresh conversation context"),
     ControlCommand("status", "Show the model in use and the queue"),
     ControlCommand("stop", "Stop the reply being written"),
+    ControlCommand("schedules", "List this conversation's scheduled messages"),
+    ControlCommand("unschedule", "Remove a scheduled message: /unschedule ID", argument="id"),
 )
 
 #: Control commands: answered at once by the runtime, never queued as turns (SPEC section 2).

@@ -80,6 +80,8 @@ LIVE_KEYS: tuple[str, ...] = (
     "discord.typing_deadline_s",
     "discord.streaming",
     "discord.stream_interval_s",
+    "scheduler.*",  # SPEC 16: the scheduler, the book and the tools read it at each use
+    "schedules",  # the config's schedules: stored again by the scheduler (app.py's apply)
 )
 
 

@@ -28,6 +28,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from gateway.messages import Schedule
+
 WhenKind = Literal["cron", "every", "at"]
 CatchUp = Literal["latest", "skip"]
 
@@ -57,6 +59,18 @@ class When:
                 return f"every {self.spec}"
             case "at":
                 return f"at {self.spec}"
+
+
+def when_of(schedule: Schedule) -> When:
+    """When a stored schedule is due (its kind was validated when it was stored)."""
+    kind: WhenKind = (
+        "at" if schedule.kind == "at" else "every" if schedule.kind == "every" else "cron"
+    )
+    return When(kind, schedule.spec, schedule.timezone)
+
+
+def catch_up_of(schedule: Schedule) -> CatchUp:
+    return "skip" if schedule.catch_up == "skip" else "latest"
 
 
 def every_seconds(text: str) -> int:
