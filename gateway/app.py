@@ -66,15 +66,22 @@ class Observer:
     """
 
     def __init__(
-        self, metrics: Metrics, failpoints: Failpoints, timeline: Timeline | None = None
+        self,
+        metrics: Metrics,
+        failpoints: Failpoints,
+        timeline: Timeline | None = None,
+        tap: Callable[[Event], None] | None = None,
     ) -> None:
         self._metrics = metrics
         self._failpoints = failpoints
         self._timeline = timeline
+        self._tap = tap  # tests: told of every event, to wait on what has no reply to wait for
 
     def __call__(self, event: Event) -> None:
         if self._failpoints:
             self._failpoints.passed(event)
+        if self._tap is not None:
+            self._tap(event)
         self._metrics.observe(event)
         if self._timeline is not None:
             self._timeline.observe(event)
@@ -95,10 +102,11 @@ class GatewayApp:
         read: Callable[[], Config] | None = None,
         tools: ToolServers | None = None,
         schedule_clock: Clock | None = None,
+        tap: Callable[[Event], None] | None = None,
     ) -> None:
         """``tools``: the tools the agent may call, instead of the ``[[tools.mcp]]`` servers'
         (tests give a toolbox of their own); ``schedule_clock``: the scheduler's wall clock
-        (tests move one by hand)."""
+        (tests move one by hand); ``tap``: also told of every event (tests)."""
         self.config = config  # as started; what a reload applied is live.current
         self._tools = tools
         self._schedule_clock = schedule_clock
@@ -109,7 +117,7 @@ class GatewayApp:
         self.failpoints = failpoints or Failpoints()
         self.metrics = Metrics()
         self.timeline = Timeline()  # the console's chart and its live updates
-        self.observe = Observer(self.metrics, self.failpoints, self.timeline)
+        self.observe = Observer(self.metrics, self.failpoints, self.timeline, tap)
         self.stop = anyio.Event()
         self.reloader = Reloader(self.live, self._read, self._apply, observe=self.observe)
         self._model: Model | None = None

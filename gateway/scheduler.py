@@ -234,8 +234,13 @@ class Scheduler:
         self._heap = kept
 
     def _next_look(self, s: Schedule, now: float) -> float:
-        """When ``s`` is next worth deciding about (now, if a due time has passed)."""
-        decided = self._plan(s, now)
+        """When ``s`` is next worth deciding about (now, if a due time has passed); never, for
+        one whose times cannot be read (stored by a botmux that read them otherwise)."""
+        try:
+            decided = self._plan(s, now)
+        except ValueError as exc:
+            log.error("schedule not read", extra={"schedule": s.id, "error": str(exc)})
+            return math.inf
         if isinstance(decided, Wait):
             return decided.until
         if isinstance(decided, Done):
@@ -265,9 +270,8 @@ class Scheduler:
         async with anyio.create_task_group() as tg:
 
             async def until_deadline() -> None:
-                if deadline != math.inf:
-                    await self._clock.sleep_until(deadline)
-                    tg.cancel_scope.cancel()
+                await self._clock.sleep_until(deadline)  # inf: a nap at a time, or a wake
+                tg.cancel_scope.cancel()
 
             tg.start_soon(until_deadline)
             await wake.wait()

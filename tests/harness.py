@@ -15,7 +15,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import anyio
@@ -23,6 +23,10 @@ import asyncpg
 
 from gateway.app import GatewayApp
 from gateway.config import Config, parse_config
+from gateway.events import Event
+from gateway.scheduler import Clock
+
+E = TypeVar("E")
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -61,10 +65,22 @@ def make_config(store: Path, model_url: str | None, **kw: Any) -> Config:
 
 @asynccontextmanager
 async def running_gateway(
-    config: Config, *, clock: Callable[[], float] = time.monotonic
+    config: Config,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    schedule_clock: Clock | None = None,
+    events: Events | None = None,
+    read: Callable[[], Config] | None = None,
 ) -> AsyncIterator[tuple[GatewayApp, str]]:
-    """Run a gateway in this event loop; yield it and its peer API's base URL."""
-    app = GatewayApp(config, clock=clock)
+    """Run a gateway in this event loop; yield it and its peer API's base URL. ``events``:
+    records every event the gateway reports; ``read``: what a reload reads."""
+    app = GatewayApp(
+        config,
+        clock=clock,
+        read=read,
+        schedule_clock=schedule_clock,
+        tap=events.record if events is not None else None,
+    )
     async with anyio.create_task_group() as tg:
         await tg.start(app.run)
         assert app.peer is not None and app.peer.port is not None
@@ -72,6 +88,35 @@ async def running_gateway(
             yield app, f"http://127.0.0.1:{app.peer.port}"
         finally:
             app.stop.set()
+
+
+class Events:
+    """Every event an in-process gateway reported, for tests to wait on what has no reply to
+    wait for (a schedule's firing, a turn nobody waits for)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Event] = []
+        self._changed = anyio.Event()
+
+    def record(self, event: Event) -> None:
+        self.seen.append(event)
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    def of(self, kind: type[E]) -> list[E]:
+        return [e for e in self.seen if isinstance(e, kind)]
+
+    async def wait_for(self, kind: type[E], count: int = 1, **fields: object) -> list[E]:
+        """At least ``count`` events of ``kind`` whose fields have these values."""
+
+        def matching() -> list[E]:
+            found = self.of(kind)
+            return [e for e in found if all(getattr(e, k) == v for k, v in fields.items())]
+
+        with anyio.fail_after(20):
+            while len(matching()) < count:
+                await self._changed.wait()
+        return matching()
 
 
 class GatewayProcess:

@@ -134,6 +134,7 @@ _COLUMNS = (
     "id, conversation, kind, spec, action, body, timezone, catch_up, enabled, origin,"
     " created_by, version, first_seen, cursor"
 )
+#: A definition's columns, in _REDEFINE's order.
 _DEFINITION = ("conversation", "kind", "spec", "timezone", "action", "body", "catch_up")
 
 
@@ -180,8 +181,8 @@ _INSERT = (
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
 )
 _REDEFINE = (
-    "UPDATE schedules SET conversation = ?, kind = ?, spec = ?, action = ?, body = ?,"
-    " timezone = ?, catch_up = ?, enabled = ?, version = version + 1, first_seen = ?,"
+    "UPDATE schedules SET conversation = ?, kind = ?, spec = ?, timezone = ?, action = ?,"
+    " body = ?, catch_up = ?, enabled = ?, version = version + 1, first_seen = ?,"
     " cursor = NULL WHERE id = ? AND origin = 'config'"
 )
 _RECORDS = (
