@@ -310,6 +310,7 @@ class GatewayApp:
                 observe=self.observe,
                 nodes=parts.store.leases.nodes if parts.store.leases is not None else None,
                 statistics=partial(self._statistics, parts),
+                schedules=parts.schedules.records,
             ),
         )
 

@@ -284,8 +284,8 @@ class Metrics:
         )
         self.schedule_changes = Counter(
             "botmux_schedule_changes",
-            "Schedules added or removed by conversations (added, removed) and config syncs"
-            " that changed the stored ones (synced)",
+            "Schedules added or removed through the agent's tools and commands (added,"
+            " removed), and config syncs that changed the stored ones (synced)",
             ["change"],
             registry=r,
         )

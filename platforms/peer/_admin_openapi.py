@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from platforms.peer._admin_schedules import SCHEDULES_SCHEMA
 from platforms.peer._schemas import ref
 from platforms.peer.admin import CURSOR, MAX_LIMIT, MAX_QUERY, TICKET_TTL_S
 
@@ -175,6 +176,7 @@ ADMIN_SCHEMAS: dict[str, Any] = {
             }
         }
     ),
+    "AdminSchedules": SCHEDULES_SCHEMA,
     "AdminPairing": _object(
         {
             "pending": {
@@ -369,6 +371,12 @@ def admin_paths() -> dict[str, Any]:
             "adminOutbox",
             "The newest 200 reply chunks not delivered (pending, sending, expired, failed).",
             "AdminOutbox",
+        ),
+        "/api/admin/schedules": _get(
+            "adminSchedules",
+            "Scheduled messages: next due time, last firing, its delivery (fired and never"
+            " delivered shows as such), missed due times, last failure (SPEC 16).",
+            "AdminSchedules",
         ),
         "/api/admin/pairing": _get(
             "adminPairing", "Pending pairing codes and the users approved.", "AdminPairing"
