@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 import aiohttp
+import anyio
 import pytest
 
 from gateway.config import parse_config
@@ -75,7 +76,7 @@ async def _console(base: str, tmp_path: Path) -> None:
     from playwright.async_api import async_playwright, expect
 
     folder = Path(os.environ.get("BOTMUX_CONSOLE_SCREENSHOTS") or tmp_path / "screenshots")
-    folder.mkdir(parents=True, exist_ok=True)
+    await anyio.Path(folder).mkdir(parents=True, exist_ok=True)
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=CHROMIUM, headless=True)
         try:
