@@ -13,6 +13,7 @@ import pytest
 from gateway.config import parse_config
 from gateway.events import ChunkRecorded
 from gateway.events_schedules import ScheduleFired
+from gateway.schedule_times import When
 from gateway.store.schedules import ScheduleRecords
 from tests.fakes.clock import FakeClock
 from tests.fakes.discord_server import open_fake_discord
@@ -95,3 +96,52 @@ async def test_a_text_schedule_fires_into_a_discord_channel(tmp_path: Path) -> N
     assert message.get("message_reference") is None  # not a reply
     assert model.requests == []  # a text: no model call
     assert record.delivery == "delivered" and record.delivered_id == str(message["id"])
+
+
+async def test_schedules_and_unschedule_on_telegram_and_discord(tmp_path: Path) -> None:
+    dm = 777
+    async with (
+        open_fake_telegram() as tg,
+        open_fake_discord(token=DISCORD_TOKEN, bot_user_id=BOT_ID) as dc,
+        open_fake_model() as model,
+    ):
+        dc.add_user(ALICE, "alice")
+        dc.add_dm_channel(dm, ALICE)
+        extra = (
+            f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [42]\n\n'
+            f'[discord]\ntoken = "{DISCORD_TOKEN}"\napi_base = "{dc.api_base}"\n'
+            f'gateway_url = "{dc.gateway_url}"\nallow_users = [{ALICE}]\n'
+            "guild_ready_timeout_s = 0.05\nidentify_delay_s = 0\nconnect_timeout_s = 10\n"
+        )
+        cfg = parse_config(
+            config_text(tmp_path / "b.db", model.base_url, extra=extra), source="t", env={}
+        )
+        async with running_gateway(cfg, schedule_clock=FakeClock("2026-06-01T08:00:00Z")) as (
+            app,
+            _,
+        ):
+            book = app.parts.schedules
+            daily = When("cron", "0 9 * * *")
+            on_telegram = await book.add("telegram:42", daily, "text", "tea", by="t")
+            on_discord = await book.add(f"discord:{dm}", daily, "text", "tea", by="t")
+            again = await book.add(f"discord:{dm}", daily, "text", "more tea", by="t")
+
+            tg.inject_message(42, "/schedules")
+            tg.inject_message(42, f"/unschedule {on_telegram.id}")
+            telegram = await tg.wait_for_sent(2, 42)
+
+            await dc.inject_message(dm, f"/unschedule {on_discord.id}", author_id=ALICE)
+            (by_text,) = await dc.wait_for_messages(dm, 1)
+            await dc.inject_interaction(
+                dm,
+                "unschedule",
+                user_id=ALICE,
+                options=[{"type": 3, "name": "id", "value": again.id}],
+            )
+            await dc.wait_until(lambda: len(dc.interaction_responses) == 1)
+            left = await app.parts.schedules.records()
+    assert telegram[0].startswith(f"{on_telegram.id}: cron 0 9 * * *, text 'tea'")
+    assert telegram[1] == f"Removed schedule {on_telegram.id}."
+    assert by_text["content"] == f"Removed schedule {on_discord.id}."
+    assert dc.interaction_responses[0]["data"]["content"] == f"Removed schedule {again.id}."
+    assert left == []

@@ -507,9 +507,16 @@ class FakeDiscord:
         return message
 
     async def inject_interaction(
-        self, channel_id: int, name: str, *, user_id: int, command_id: int | None = None
+        self,
+        channel_id: int,
+        name: str,
+        *,
+        user_id: int,
+        command_id: int | None = None,
+        options: list[JSON] | None = None,
     ) -> JSON:
-        """Dispatch INTERACTION_CREATE: `user_id` ran slash command `name` in the channel.
+        """Dispatch INTERACTION_CREATE: `user_id` ran slash command `name` in the channel
+        (with `options`, as Discord sends them: ``[{"type": 3, "name", "value"}]``).
 
         The bot answers through POST /interactions/{id}/{token}/callback, which
         `interaction_responses` records (and, unless ephemeral, stores as a channel message).
@@ -521,7 +528,12 @@ class FakeDiscord:
             "id": str(interaction_id),
             "application_id": str(self.world.app_id),
             "type": 2,
-            "data": {"id": str(command_id or self.world.ids.next()), "name": name, "type": 1},
+            "data": {
+                "id": str(command_id or self.world.ids.next()),
+                "name": name,
+                "type": 1,
+                **({"options": options} if options else {}),
+            },
             "channel_id": str(channel.id),
             "channel": self.world.channel_json(channel),
             "token": f"interaction-token-{interaction_id}",
