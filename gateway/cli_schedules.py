@@ -7,6 +7,8 @@ config schedules against the file's: what a reload or a restart does).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sqlite3
 import sys
 import time
 from typing import Any
@@ -15,10 +17,14 @@ import anyio
 
 from gateway.config import Config
 from gateway.config_schedules import configured
+from gateway.errors import GatewayError
 from gateway.messages import Schedule
 from gateway.schedule_times import next_due, when_of
+from gateway.store.schedules import Schedules
 
 EXIT_OK, EXIT_FAILURE = 0, 1
+#: ``botmux check`` waits this long for the store, for its preview of the schedules.
+PREVIEW_DEADLINE_S = 5.0
 
 
 def add_parser(sub: Any, parser_class: type[argparse.ArgumentParser]) -> None:
@@ -64,23 +70,62 @@ def changes(stored: list[Schedule], wanted: tuple[Schedule, ...]) -> dict[str, l
 
 
 async def preview(config: Config) -> list[str]:
-    """What storing the config's schedules would change, read from the store (nothing when
-    there is no store yet)."""
-    from gateway.store import open_store
-    from gateway.store.schedules import Schedules
+    """What storing the config's schedules would change, read from the store without changing
+    it (no migration: a check never touches the store); nothing without a store yet."""
+    try:
+        with anyio.move_on_after(PREVIEW_DEADLINE_S):
+            stored = await _stored(config)
+            return _preview_lines(stored, configured(config.schedules, config.scheduler))
+    except (GatewayError, OSError) as exc:  # the check is of the file: no error of its own
+        return [f"schedules: no preview: the store cannot be read ({exc})"]
+    return ["schedules: no preview: the store did not answer in time"]
 
-    if not config.store.shared and not await anyio.Path(config.store.path).exists():
-        return []
-    async with open_store(config) as store:
-        stored = await store.read(Schedules())
-    found = changes(stored, configured(config.schedules, config.scheduler))
+
+async def _stored(config: Config) -> list[Schedule] | None:
+    """The stored schedules, or None when the store has none yet (no file, no table)."""
+    from gateway.store.schedules import schedules_postgres, schedules_sqlite
+
+    query = Schedules()
+    if config.store.shared:
+        import asyncpg
+
+        from gateway.store._pg_connection import redact
+
+        try:
+            db = await asyncpg.connect(config.store.url)
+        except (OSError, asyncpg.PostgresError) as exc:
+            raise GatewayError(f"{redact(config.store.url)}: {type(exc).__name__}") from exc
+        try:
+            if await db.fetchval("SELECT to_regclass('schedules')") is None:
+                return None
+            return await schedules_postgres(db, query)
+        finally:
+            await db.close()
+    path = anyio.Path(config.store.path)
+    if not await path.exists():
+        return None
+
+    def read() -> list[Schedule] | None:
+        uri = f"file:{config.store.path}?mode=ro"
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+            found = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'schedules'").fetchall()
+            return schedules_sqlite(db, query) if found else None
+
+    try:
+        return await anyio.to_thread.run_sync(read)
+    except sqlite3.Error as exc:
+        raise GatewayError(str(exc)) from exc
+
+
+def _preview_lines(stored: list[Schedule] | None, wanted: tuple[Schedule, ...]) -> list[str]:
+    found = changes(stored or [], wanted)
     lines = []
     for verb in ("add", "change", "remove"):
         if found[verb]:
             lines.append(f"schedules: a reload would {verb} {', '.join(found[verb])}")
     for name in found["clash"]:
         lines.append(f"warning: schedule {name}: a conversation's schedule has that id; not stored")
-    if not any(found.values()):
+    if not any(found.values()) and wanted:
         lines.append("schedules: the store has these already")
     return lines
 
