@@ -27,7 +27,7 @@ from gateway.events_schedules import (
 from gateway.store import Transcript
 from gateway.store.schedules import ScheduleRecords
 from tests.fakes.clock import FakeClock
-from tests.fakes.openai_server import ok, open_fake_model
+from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.harness import Events, config_text, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -236,3 +236,47 @@ text = "02:30 in Berlin"
         ("2026-10-26T01:30:00Z", "fired"),
     ]
     assert len([r for r in rows if r.role == "assistant"]) == 4
+
+
+async def test_a_removed_schedules_pending_firing_is_still_answered(tmp_path: Path) -> None:
+    two = """
+[[schedules]]
+name = "slow"
+conversation = "peer:q"
+cron = "0 10 * * *"
+prompt = "Think hard."
+
+[[schedules]]
+name = "tea"
+conversation = "peer:q"
+cron = "5 10 * * *"
+text = "Tea time."
+"""
+    clock = FakeClock("2026-06-01T09:59:00+00:00")
+    path = tmp_path / "botmux.toml"
+    async with open_fake_model() as fake:
+        fake.script(Hold(ok("Thought.")))
+        text = config(tmp_path, fake.base_url, two)
+        path.write_text(text)
+        read = lambda: parse_config(path.read_text(), source=str(path), env={})  # noqa: E731
+        events = Events()
+        gateway = running_gateway(read(), schedule_clock=clock, events=events, read=read)
+        async with gateway as (app, _):
+            await clock.move("2026-06-01T10:00:00+00:00")
+            await fake.wait_for_requests(1)  # the prompt's turn runs, held
+            await clock.move("2026-06-01T10:05:00+00:00")
+            await events.wait_for(ScheduleFired, 2)  # tea's row waits behind it
+            path.write_text(text.split('[[schedules]]\nname = "tea"')[0])
+            await app.reloader.reload("test")
+            (synced,) = [e for e in await events.wait_for(SchedulesSynced, 2)][1:]
+            fake.release()
+            await events.wait_for(TurnCompleted, 2)
+            rows = await app.parts.store.read(Transcript("peer:q"))
+            left = [r.schedule.id for r in await app.parts.schedules.records()]
+    assert synced.removed == "tea" and left == ["slow"]
+    assert [(r.role, r.content, r.state) for r in rows] == [  # in id order
+        ("user", "Think hard.", "answered"),
+        ("user", "Tea time.", "answered"),  # admitted before its schedule went: answered
+        ("assistant", "Thought.", "final"),
+        ("assistant", "Tea time.", "final"),
+    ]
