@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from gateway.config_schedules import SchedulerConfig
+from gateway.config_schedules import KEY_FORMS, SchedulerConfig
 from gateway.events import Observe
 from gateway.events_schedules import ScheduleChanged
-from gateway.messages import Schedule, ScheduleRecord
+from gateway.messages import Schedule, ScheduleRecord, platform_of
 from gateway.schedule_times import When, min_gap, next_due, problem, when_of
 from gateway.store import Store
 from gateway.store.schedules import AddSchedule, RemoveSchedule, ScheduleRecords
@@ -57,6 +57,10 @@ class ScheduleBook:
         """A conversation's own schedule, stored and on the loop; ScheduleRefused says why not
         (a bad time, more often than ``min_interval_s``, ``max_per_conversation`` reached)."""
         settings = self._settings()
+        if platform_of(conversation) not in KEY_FORMS:
+            raise ScheduleRefused(
+                "scheduled messages go to Telegram, Discord and peer API conversations only"
+            )
         if not body.strip():
             raise ScheduleRefused("the schedule needs a text or a prompt to send")
         if len(body) > MAX_BODY_CHARS:
