@@ -13,8 +13,8 @@ The log line keeps the shape it had when events were strings: the message is ``n
 some decisions carry is left out: see :func:`log_fields`).
 
 A leaf module, like ``messages`` and ``errors``: it imports nothing of ours but its own parts
-(``events_tools``, the tool loop's events; ``events_schedules``, the scheduler's), so
-``policy/`` and ``platforms/`` may import it.
+(``events_tools``, the tool loop's events; ``events_mcp``, the MCP servers';
+``events_schedules``, the scheduler's), so ``policy/`` and ``platforms/`` may import it.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
 from gateway.events_schedules import ScheduleEvent
 from gateway.events_tools import (
     ApprovalAsked,
@@ -575,6 +576,9 @@ Event = (
     | ApprovalDecided
     | ApprovalRefused
     | ToolLoopStopped
+    | ToolServerChanged
+    | ToolsListed
+    | ToolCalled
     | ScheduleEvent
 )
 Observe = Callable[[Event], None]

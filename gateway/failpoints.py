@@ -81,6 +81,7 @@ from gateway.events import (
     TurnRerun,
     TurnStarted,
 )
+from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
 from gateway.events_schedules import (
     ScheduleCaughtUp,
     ScheduleChanged,
@@ -218,6 +219,9 @@ def place(event: Event) -> str | None:
             | AdminActed()
             | ApprovalRefused()
             | ToolLoopStopped()
+            | ToolServerChanged()
+            | ToolsListed()
+            | ToolCalled()
             | ScheduleCaughtUp()
             | ScheduleMissed()
             | ScheduleFailed()

@@ -24,19 +24,13 @@ from gateway.store import Transcript, open_store
 from tests.fakes._pdf import pdf_with_text
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, Ok, Request, open_fake_model
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import make_config, running_gateway
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness import make_config, running_gateway, telegram_section
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 ALICE = 42
 VISION = 'input = ["text", "image"]\n'
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
 
 
 @pytest.fixture
@@ -66,10 +60,7 @@ def user_parts(request: Request) -> list[dict[str, Any]]:
 
 
 def telegram_config(tmp: Path, tg: FakeTelegram, model: FakeModel, **kw: str) -> Config:
-    section = (
-        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-        f"allow_users = [{ALICE}]\n" + kw.get("extra", "")
-    )
+    section = telegram_section(tg) + f"allow_users = [{ALICE}]\n" + kw.get("extra", "")
     return make_config(
         tmp / "botmux.db", model.base_url, extra=section, model_extra=kw.get("model_extra", "")
     )

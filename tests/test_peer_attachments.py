@@ -20,7 +20,7 @@ from gateway.config import Config, parse_config
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model, rate_limited, unauthorized
 from tests.harness import config_text, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 PHOTO = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 PHOTO_SHA = hashlib.sha256(PHOTO).hexdigest()

@@ -22,7 +22,7 @@ from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import calls, ok, open_fake_model
 from tests.harness import Events, config_text, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 TOOLS = """
 [scheduler]

@@ -18,7 +18,7 @@ from gateway.store import open_sqlite_store
 from gateway.store.schedules import AddSchedule, FireSchedule, SyncConfigSchedules
 from tests.harness import ROOT
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 async def botmux(config: Path, *args: str) -> tuple[int, str, str]:

@@ -32,7 +32,12 @@ from tests.harness import (
     running_gateway,
 )
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.timeout(180),
+    pytest.mark.process,
+    pytest.mark.gateway,
+]
 
 SCHEDULES, DUE_TIMES = 20, 5
 FIRST_CHAT = 5001

@@ -30,7 +30,7 @@ from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.harness import Events, config_text, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 MORNING = """
 [[schedules]]

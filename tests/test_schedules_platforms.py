@@ -21,7 +21,7 @@ from tests.fakes.openai_server import ok, open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram
 from tests.harness import Events, config_text, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 GROUP, TOPIC = -1001234, 7
 DISCORD_TOKEN, BOT_ID, GUILD_ID, CHANNEL_ID, ALICE = "dc-token", 900, 500, 501, 42

@@ -22,7 +22,12 @@ from tests.fakes.openai_server import open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram
 from tests.harness import Events, config_text, running_gateway
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.anyio,
+    pytest.mark.timeout(120),
+    pytest.mark.gateway,
+    pytest.mark.process,  # Chromium, when there is one
+]
 
 OPS = "ops-console-token-0123456789"
 AUTH = {"Authorization": f"Bearer {OPS}"}
