@@ -94,7 +94,7 @@ async def running_gateway(
     """Run a gateway in this event loop; yield it and its peer API's base URL. ``read``:
     what a reload reads (else the config it runs); ``tools``: the agent's tools instead of
     ``[[tools.mcp]]`` servers' (tests/fakes/toolbox.py); ``schedule_clock``: the scheduler's
-    (tests/fakes/clock.py); ``events``: records every event the gateway reports."""
+    (tests/support/clocks.py); ``events``: records every event the gateway reports."""
     app = GatewayApp(
         config,
         clock=clock,

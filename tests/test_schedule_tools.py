@@ -18,9 +18,9 @@ from gateway.events import AnswerCommitted
 from gateway.events_schedules import ScheduleFired
 from gateway.schedule_times import When
 from gateway.store import Transcript
-from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import calls, ok, open_fake_model
 from tests.harness import Events, config_text, running_gateway
+from tests.support.clocks import WallClock
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
@@ -48,7 +48,7 @@ def tool_results(messages: list[dict[str, Any]]) -> list[str]:
 
 
 async def test_a_reminder_asked_of_the_agent_fires_is_listed_and_removed(tmp_path: Path) -> None:
-    clock = FakeClock("2026-06-01T08:00:00+02:00")
+    clock = WallClock("2026-06-01T08:00:00+02:00")
     events = Events()
     async with open_fake_model() as fake:
         fake.script(
@@ -94,7 +94,7 @@ async def test_a_reminder_asked_of_the_agent_fires_is_listed_and_removed(tmp_pat
 async def test_the_limits_refuse_the_21st_schedule_and_a_one_minute_interval(
     tmp_path: Path,
 ) -> None:
-    clock = FakeClock("2026-06-01T08:00:00+00:00")
+    clock = WallClock("2026-06-01T08:00:00+00:00")
     async with open_fake_model() as fake:
         cfg = parse_config(
             config_text(tmp_path / "b.db", fake.base_url, extra=TOOLS), source="t", env={}

@@ -26,9 +26,9 @@ from gateway.events_schedules import (
 )
 from gateway.store import Transcript
 from gateway.store.schedules import ScheduleRecords
-from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.harness import Events, config_text, running_gateway
+from tests.support.clocks import WallClock
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
@@ -56,7 +56,7 @@ def config(tmp_path: Path, model_url: str, schedules: str) -> str:
 async def test_a_cron_schedule_fires_at_its_minute_text_without_the_model_prompt_with_it(
     tmp_path: Path,
 ) -> None:
-    clock = FakeClock("2026-06-01T08:58:00+02:00")
+    clock = WallClock("2026-06-01T08:58:00+02:00")
     events = Events()
     async with open_fake_model() as fake:
         fake.script(ok("Digest: all quiet."))
@@ -117,7 +117,7 @@ every = "1h"
 catch_up = "skip"
 text = "quiet tick"
 """
-    clock = FakeClock("2026-06-01T09:30:00+00:00")
+    clock = WallClock("2026-06-01T09:30:00+00:00")
     async with open_fake_model() as fake:
         cfg = parse_config(config(tmp_path, fake.base_url, every), source="t", env={})
         events = Events()
@@ -160,7 +160,7 @@ conversation = "peer:x"
 at = "2026-06-01T10:00:00Z"
 text = "once"
 """
-    clock = FakeClock("2026-06-01T10:00:00+00:00")
+    clock = WallClock("2026-06-01T10:00:00+00:00")
     async with open_fake_model() as fake:
         cfg = parse_config(config(tmp_path, fake.base_url, schedules), source="t", env={})
         for _ in range(2):
@@ -174,7 +174,7 @@ text = "once"
 
 
 async def test_reload_adds_changes_and_removes_config_schedules(tmp_path: Path) -> None:
-    clock = FakeClock("2026-06-01T09:00:30+00:00")
+    clock = WallClock("2026-06-01T09:00:30+00:00")
     path = tmp_path / "botmux.toml"
     async with open_fake_model() as fake:
         first = config(tmp_path, fake.base_url, MORNING.replace("Europe/Berlin", "UTC"))
@@ -211,7 +211,7 @@ cron = "30 2 * * *"
 timezone = "Europe/Berlin"
 text = "02:30 in Berlin"
 """
-    clock = FakeClock("2026-03-29T00:50:00+00:00")  # 01:50 CET, the night of the jump
+    clock = WallClock("2026-03-29T00:50:00+00:00")  # 01:50 CET, the night of the jump
     async with open_fake_model() as fake:
         cfg = parse_config(config(tmp_path, fake.base_url, schedules), source="t", env={})
         events = Events()
@@ -252,7 +252,7 @@ conversation = "peer:q"
 cron = "5 10 * * *"
 text = "Tea time."
 """
-    clock = FakeClock("2026-06-01T09:59:00+00:00")
+    clock = WallClock("2026-06-01T09:59:00+00:00")
     path = tmp_path / "botmux.toml"
     async with open_fake_model() as fake:
         fake.script(Hold(ok("Thought.")))
@@ -280,3 +280,30 @@ text = "Tea time."
         ("assistant", "Thought.", "final"),
         ("assistant", "Tea time.", "final"),
     ]
+
+
+async def test_a_new_text_for_an_at_that_fired_does_not_fire_it_again(tmp_path: Path) -> None:
+    once = """
+[[schedules]]
+name = "launch"
+conversation = "peer:l"
+at = "2026-06-01T10:00:00Z"
+text = "Launch!"
+"""
+    clock = WallClock("2026-06-01T10:00:00+00:00")
+    path = tmp_path / "botmux.toml"
+    async with open_fake_model() as fake:
+        text = config(tmp_path, fake.base_url, once)
+        path.write_text(text)
+        read = lambda: parse_config(path.read_text(), source=str(path), env={})  # noqa: E731
+        events = Events()
+        gateway = running_gateway(read(), schedule_clock=clock, events=events, read=read)
+        async with gateway as (app, _):
+            await events.wait_for(AnswerCommitted)
+            path.write_text(text.replace("Launch!", "Launched."))
+            await app.reloader.reload("test")
+            (_, synced) = await events.wait_for(SchedulesSynced, 2)
+            await clock.move("2026-06-01T10:01:00+00:00")
+            rows = await app.parts.store.read(Transcript("peer:l"))
+    assert synced.changed == "launch"
+    assert [r.content for r in rows if r.role == "user"] == ["Launch!"]  # not again

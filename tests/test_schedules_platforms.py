@@ -15,11 +15,11 @@ from gateway.events import ChunkRecorded
 from gateway.events_schedules import ScheduleFired
 from gateway.schedule_times import When
 from gateway.store.schedules import ScheduleRecords
-from tests.fakes.clock import FakeClock
 from tests.fakes.discord_server import open_fake_discord
 from tests.fakes.openai_server import ok, open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram
 from tests.harness import Events, config_text, running_gateway
+from tests.support.clocks import WallClock
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
@@ -28,7 +28,7 @@ DISCORD_TOKEN, BOT_ID, GUILD_ID, CHANNEL_ID, ALICE = "dc-token", 900, 500, 501, 
 
 
 async def test_a_prompt_schedule_fires_into_a_telegram_topic(tmp_path: Path) -> None:
-    clock = FakeClock("2026-06-01T06:59:00+00:00")
+    clock = WallClock("2026-06-01T06:59:00+00:00")
     events = Events()
     async with open_fake_telegram() as tg, open_fake_model() as model:
         model.script(ok("Good morning, team: three deploys today."))
@@ -62,7 +62,7 @@ async def test_a_prompt_schedule_fires_into_a_telegram_topic(tmp_path: Path) -> 
 
 
 async def test_a_text_schedule_fires_into_a_discord_channel(tmp_path: Path) -> None:
-    clock = FakeClock("2026-06-01T11:59:30+00:00")
+    clock = WallClock("2026-06-01T11:59:30+00:00")
     events = Events()
     async with (
         open_fake_discord(token=DISCORD_TOKEN, bot_user_id=BOT_ID) as dc,
@@ -116,7 +116,7 @@ async def test_schedules_and_unschedule_on_telegram_and_discord(tmp_path: Path) 
         cfg = parse_config(
             config_text(tmp_path / "b.db", model.base_url, extra=extra), source="t", env={}
         )
-        async with running_gateway(cfg, schedule_clock=FakeClock("2026-06-01T08:00:00Z")) as (
+        async with running_gateway(cfg, schedule_clock=WallClock("2026-06-01T08:00:00Z")) as (
             app,
             _,
         ):

@@ -17,10 +17,10 @@ import pytest
 from gateway.config import parse_config
 from gateway.events import SendFailed
 from gateway.events_schedules import ScheduleFired
-from tests.fakes.clock import FakeClock
 from tests.fakes.openai_server import open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram
 from tests.harness import Events, config_text, running_gateway
+from tests.support.clocks import WallClock
 
 pytestmark = [
     pytest.mark.anyio,
@@ -37,7 +37,7 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 async def test_a_firing_the_platform_refuses_shows_as_fired_and_not_delivered(
     tmp_path: Path,
 ) -> None:
-    clock = FakeClock("2026-06-01T11:59:00+00:00")
+    clock = WallClock("2026-06-01T11:59:00+00:00")
     events = Events()
     async with open_fake_telegram() as tg, open_fake_model() as model:
         extra = (

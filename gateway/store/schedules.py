@@ -180,10 +180,14 @@ _INSERT = (
     " enabled, origin, created_by, first_seen, created_at, version)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1)"
 )
+#: A new version of a config schedule. Its due times start afresh (no cursor, first seen now)
+#: when its times or its being enabled changed; a new text or conversation keeps the cursor, so
+#: an ``at`` that fired does not fire again (the expressions read the row as it was).
 _REDEFINE = (
     "UPDATE schedules SET conversation = ?, kind = ?, spec = ?, timezone = ?, action = ?,"
     " body = ?, catch_up = ?, enabled = ?, version = version + 1, first_seen = ?,"
-    " cursor = NULL WHERE id = ? AND origin = 'config'"
+    " cursor = CASE WHEN kind = ? AND spec = ? AND timezone = ? AND enabled = ?"
+    " THEN cursor END WHERE id = ? AND origin = 'config'"
 )
 _RECORDS = (
     f"SELECT {', '.join('s.' + c.strip() for c in _COLUMNS.split(','))},"
@@ -252,7 +256,7 @@ def _sync_one_sqlite(db: sqlite3.Connection, op: SyncConfigSchedules) -> SyncRes
             db.execute(_INSERT, _values(s, op.now))
             added.append(s.id)
         elif old.origin == "config" and not old.defines_same(s):
-            db.execute(_REDEFINE, (*_definition(s), s.enabled, op.now, s.id))
+            db.execute(_REDEFINE, _redefined(s, op.now))
             changed.append(s.id)
     named = {s.id for s in op.schedules}
     gone = sorted(i for i, s in stored.items() if s.origin == "config" and i not in named)
@@ -262,6 +266,10 @@ def _sync_one_sqlite(db: sqlite3.Connection, op: SyncConfigSchedules) -> SyncRes
 
 def _definition(s: Schedule) -> tuple[Any, ...]:
     return tuple(getattr(s, k) for k in _DEFINITION)
+
+
+def _redefined(s: Schedule, now: float) -> tuple[Any, ...]:
+    return (*_definition(s), s.enabled, now, s.kind, s.spec, s.timezone, s.enabled, s.id)
 
 
 def add_sqlite(tx: SqliteTx, ops: list[AddSchedule]) -> list[AddOutcome]:
@@ -389,7 +397,7 @@ async def sync_postgres(tx: PgTx, ops: list[SyncConfigSchedules]) -> list[SyncRe
                 await tx.db.execute(numbered(_INSERT), *_values(s, op.now))
                 added.append(s.id)
             elif old.origin == "config" and not old.defines_same(s):
-                await tx.db.execute(numbered(_REDEFINE), *_definition(s), s.enabled, op.now, s.id)
+                await tx.db.execute(numbered(_REDEFINE), *_redefined(s, op.now))
                 changed.append(s.id)
         named = {s.id for s in op.schedules}
         gone = sorted(i for i, s in stored.items() if s.origin == "config" and i not in named)
