@@ -27,6 +27,7 @@ from gateway.config import Config, load_config
 from gateway.errors import ConfigError, GatewayError
 from gateway.failpoints import Failpoints
 from gateway.logs import RedactingFilter, configure_logging, install_excepthooks
+from gateway.messages import schedule_of
 
 if TYPE_CHECKING:
     from gateway.store import Store
@@ -423,6 +424,8 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
         for m in messages:
             when = datetime.fromtimestamp(m.created_at).strftime("%Y-%m-%d %H:%M:%S")
             state = (m.failure and f"failed:{m.failure}") or m.state
+            if (schedule := schedule_of(m.platform_message_id)) is not None:
+                state += f" scheduled:{schedule}"  # a schedule's firing (SPEC 16)
             print(f"#{m.id} {when} {m.role:<9} [{state}] {_printable(m.content)}")
         return EXIT_OK
 

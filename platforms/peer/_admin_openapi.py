@@ -142,6 +142,10 @@ ADMIN_SCHEMAS: dict[str, Any] = {
                         },
                         "call_id": _MAYBE_STRING,
                         "tool": _MAYBE_STRING,
+                        "scheduled": {
+                            "type": ["string", "null"],
+                            "description": "A user row a schedule fired: its id (SPEC 16).",
+                        },
                         "attachments": {
                             "type": "array",
                             "items": _object(

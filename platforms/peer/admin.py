@@ -50,6 +50,7 @@ from gateway.messages import (
     PairingCode,
     ScheduleRecord,
     StoredMessage,
+    schedule_of,
 )
 from gateway.timeline import Timeline
 from platforms.peer._admin_schedules import schedules_json
@@ -256,6 +257,7 @@ def message_json(row: StoredMessage) -> dict[str, Any]:
         "tool_calls": json.loads(row.tool_calls) if row.tool_calls else None,
         "call_id": row.call_id,
         "tool": row.tool,
+        "scheduled": schedule_of(row.platform_message_id) if row.role == "user" else None,
     }
 
 

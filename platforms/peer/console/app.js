@@ -407,6 +407,7 @@ async function loadTranscript(key) {
     el("div", { class: "messages" }, data.messages.map((m) =>
       el("div", { class: `msg ${m.role}${m.failure ? " failed" : ""}`, "data-id": m.id },
         el("div", { class: "meta" }, `${m.role} · #${m.id} · ${m.state} · `, stamp(m.created_at),
+          m.scheduled ? ` · scheduled by ${m.scheduled}` : null,
           m.failure ? el("span", {}, " · ", el("span", { class: "badge bad" }, m.failure)) : null),
         el("div", { class: "content" }, m.content),
         m.attachments.length ? el("ul", { class: "attachments" }, m.attachments.map((a) =>
