@@ -63,6 +63,8 @@ async def test_a_firing_the_platform_refuses_shows_as_fired_and_not_delivered(
                 listed = await r.json()
             async with http.get(f"{base}/metrics") as r:
                 metrics = await r.text()
+            async with http.get(f"{base}/api/admin/conversations/telegram:42/messages") as r:
+                transcript = (await r.json())["messages"]
             listing = await app.parts.schedules.listing("telegram:42")
             if CHROMIUM is not None:
                 await _console(base, tmp_path)
@@ -74,6 +76,10 @@ async def test_a_firing_the_platform_refuses_shows_as_fired_and_not_delivered(
     assert "botmux_schedules_undelivered 1.0" in metrics.splitlines()
     assert 'botmux_schedule_firings_total{outcome="fired"} 1.0' in metrics.splitlines()
     assert "last fired: 2026-06-01 12:00 UTC (row 1): not delivered" in listing
+    assert [(m["role"], m["scheduled"]) for m in transcript] == [
+        ("user", "lunch"),
+        ("assistant", None),
+    ]
 
 
 async def _console(base: str, tmp_path: Path) -> None:
