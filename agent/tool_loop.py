@@ -14,6 +14,12 @@ Calls of one step run at once, ``max_parallel_tools`` at a time. The loop stops 
 ``max_tool_steps`` model calls, after ``max_turn_s``, or when the model repeats an identical
 call ``max_repeats`` times, and the reply then says so and what was done. Every model call is
 the policy's (``run_step``), unchanged.
+
+The reply is everything the model wrote in the turn: the text it put beside its calls in each
+step and then its answer, a blank line between them. That is what a stream showed as it came
+(:class:`StepStream` puts the blank line in too), so a peer client's pieces add up to the
+answer it gets. Only the current step's text binds: an earlier step's is stored and final, so
+a failure of a later model call is the policy's to retry as any.
 """
 
 from __future__ import annotations
@@ -38,10 +44,13 @@ from gateway.events_tools import (
     ToolStepStored,
 )
 from gateway.messages import (
+    AttemptFailed,
     CallState,
+    ReplyDelta,
     StoredCall,
     StoredMessage,
     StoredStep,
+    StreamEvent,
     ToolActivity,
     ToolCall,
     ToolOutcome,
@@ -55,6 +64,8 @@ UNKNOWN = "unknown: the gateway stopped while this call ran; it may or may not h
 DENIED = "denied: the person asked did not approve this call; it did not run"
 TIMED_OUT = "denied: nobody approved this call within {seconds:g} s; it did not run"
 UNAVAILABLE = "error: the tool {name} is not available now (its server is down or it was removed)"
+#: Between the texts of two steps, in the reply and on the stream.
+SEPARATOR = "\n\n"
 #: Shown of a call's arguments in an approval request, at most.
 APPROVAL_ARGUMENTS_CHARS = 500
 Messages = list[dict[str, Any]]
@@ -109,6 +120,39 @@ class Outcome:
 RunStep = Callable[[Messages], Awaitable[Answered]]
 
 
+class StepStream:
+    """The turn's stream as the loop's steps write it (a :class:`ReplyStream`): the first
+    text of a step after earlier steps' text comes after :data:`SEPARATOR`, as in the reply;
+    and it binds only while text of the current step reached a viewer."""
+
+    __slots__ = ("_after_text", "_inner", "_pending", "_shown")
+
+    def __init__(self, inner: ReplyStream) -> None:
+        self._inner = inner
+        self._after_text = False  # earlier steps wrote text
+        self._pending = False  # the separator is still to come before this step's text
+        self._shown = False  # text of this step was put
+
+    def step(self, after_text: bool) -> None:
+        """A new model call of the loop starts (``after_text``: earlier steps wrote text)."""
+        self._after_text = self._pending = after_text
+        self._shown = False
+
+    def put(self, event: StreamEvent) -> None:
+        if isinstance(event, ReplyDelta) and event.text:
+            if self._pending:
+                self._pending = False
+                self._inner.put(ReplyDelta(SEPARATOR, event.attempt))
+            self._shown = True
+        elif isinstance(event, AttemptFailed):  # a retry (if any) starts the step's text over
+            self._pending, self._shown = self._after_text, False
+        self._inner.put(event)
+
+    @property
+    def binding(self) -> bool:
+        return self._shown and self._inner.binding
+
+
 class ToolLoop:
     def __init__(
         self,
@@ -134,11 +178,16 @@ class ToolLoop:
         self._specs = {s.name: s for s in specs}
         self._asker = asker
         self._limits = limits
-        self._stream = stream
+        self._stream = StepStream(stream) if stream is not None else None
         self._observe = observe
         self._wall = wall
         self._clock = clock
         self._done: list[str] = []  # what was done, for a reply cut short
+
+    @property
+    def stream(self) -> StepStream | None:
+        """Where the model's pieces go while a step streams (the watcher's, steps apart)."""
+        return self._stream
 
     @property
     def tools(self) -> list[dict[str, Any]]:
@@ -162,6 +211,7 @@ class ToolLoop:
         extra: Messages = []
         outcome = Outcome("")
         seen: Counter[tuple[str, str]] = Counter()
+        said: list[str] = []  # the text the model wrote beside its calls, step by step
         deadline = self._clock() + self._limits.max_turn_s
         for number in range(1, self._limits.max_tool_steps + 1):
             fresh = number > len(stored)
@@ -170,6 +220,8 @@ class ToolLoop:
             else:
                 if self._clock() > deadline:
                     return self._stopped(outcome, "time")
+                if self._stream is not None:
+                    self._stream.step(after_text=bool(said))
                 answered = await run_step(extra)
                 outcome.usage = _add(outcome.usage, answered.usage)
                 outcome.model, outcome.fell_back = (
@@ -177,9 +229,11 @@ class ToolLoop:
                     outcome.fell_back or (answered.fell_back),
                 )
                 if not answered.calls:
-                    outcome.reply = answered.text
+                    outcome.reply = SEPARATOR.join(t for t in (*said, answered.text) if t)
                     return outcome
                 step = await self._store(number, answered)
+            if step.content:
+                said.append(step.content)
             extra.append(_assistant(step))
             for call in step.calls:
                 seen[(call.name, _canonical(call.arguments))] += 1

@@ -520,7 +520,10 @@ class _Request:
 
     @property
     def stream(self) -> ReplyStream | None:
-        return self.watch.stream if self.watch is not None and self.config.stream else None
+        """Where the model's pieces go, if it streams: a tool loop's steps set apart."""
+        if self.watch is None or self.watch.stream is None or not self.config.stream:
+            return None
+        return self.loop.stream if self.loop is not None else self.watch.stream
 
     @property
     def response_format(self) -> Mapping[str, Any] | None:

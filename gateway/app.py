@@ -55,6 +55,8 @@ log = logging.getLogger("gateway")
 
 #: How long the model clients may take to close at the end (their sockets, nothing durable).
 CLOSE_DEADLINE_S = 5.0
+#: How often a drain looks whether only turns waiting for an approval are left.
+DRAIN_POLL_S = 0.05
 
 
 class Observer:
@@ -256,9 +258,16 @@ class GatewayApp:
             parts.node_leases.stop_taking()
         parts.router.close()
         with anyio.move_on_after(drain_s) as drain:
-            await router_done.wait()
-            for adapter in parts.adapters:
-                await adapter.wait_delivered()
+            async with anyio.create_task_group() as waits:
+
+                async def finished() -> None:
+                    await router_done.wait()
+                    for adapter in parts.adapters:
+                        await adapter.wait_delivered()
+                    waits.cancel_scope.cancel()
+
+                waits.start_soon(finished)
+                waits.start_soon(self._only_approvals_left, parts, waits.cancel_scope)
         if drain.cancelled_caught:
             # What is left: those turns stay pending in the store, resumed at the next start
             # (or by another node).
@@ -271,6 +280,17 @@ class GatewayApp:
                     "deadline_s": drain_s,
                 },
             )
+
+    async def _only_approvals_left(self, parts: Parts, scope: anyio.CancelScope) -> None:
+        """End the drain's wait once every turn left waits for a person's yes (SPEC 15): the
+        wait is stored, and resumes (its question still answerable) at the next start."""
+        while True:
+            busy = [key for key, stats in parts.router.actors().items() if stats.queued]
+            if parts.decisions.only_waiting(busy):
+                log.info("drain: the turns left wait for an approval", extra={"turns": len(busy)})
+                scope.cancel()
+                return
+            await anyio.sleep(DRAIN_POLL_S)
 
     async def _resume(self, tg: anyio.abc.TaskGroup, parts: Parts) -> None:
         """Resume what the last run left, beside the traffic (``gateway.resume``). Only chunks

@@ -10,27 +10,13 @@ in the store (``gateway.steps``).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Literal
 
 from gateway.events import Observe
 from gateway.events_tools import ApprovalDecided, ApprovalRefused
-from gateway.messages import APPROVAL_ANSWERS, ApprovalVerdict, CallState
+from gateway.messages import CallState, Decided
 from gateway.steps import Decisions
 from gateway.store import CallRow, DecideCall, Store
-
-Verdict = ApprovalVerdict
-#: What the person who clicked is told, by verdict.
-ANSWERS = APPROVAL_ANSWERS
-
-
-@dataclass(frozen=True, slots=True)
-class Decided:
-    verdict: Verdict
-
-    @property
-    def text(self) -> str:
-        return ANSWERS[self.verdict]
 
 
 class Approvals:

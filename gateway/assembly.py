@@ -154,6 +154,7 @@ class Parts:
     router: Router
     intake: GatewayIntake
     cluster: Cluster | None
+    decisions: Decisions  # turns waiting for an approval (a drain need not wait for them)
     scheduler: Scheduler  # SPEC 16: started once the intake accepts
     schedules: ScheduleBook  # the CLI's and the console's way to them
 
@@ -250,7 +251,7 @@ def build(
         schedules=book,
     )
     parts = (node_leases, peer, tuple(adapters), outlets, runner, router, intake, cluster)
-    return Parts(store, ports, agent, servers, *parts, scheduler, book)
+    return Parts(store, ports, agent, servers, *parts, decisions, scheduler, book)
 
 
 def _agent(

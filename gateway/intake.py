@@ -29,6 +29,7 @@ from gateway.mailbox import ResetContext, StopTurn
 from gateway.messages import (
     COMMANDS,
     Admission,
+    Decided,
     Inbound,
     ToolServerStatus,
     command_named,
@@ -298,13 +299,12 @@ class GatewayIntake:
 
     async def decide(
         self, platform: str, call_row: int, user_id: str, approve: bool, *, owner: bool = False
-    ) -> str:
-        """A person's answer to a tool call's approval (SPEC 15): what they are told.
+    ) -> Decided:
+        """A person's answer to a tool call's approval (SPEC 15): what became of it.
         ``owner``: the caller proved it owns the conversation (a peer token's session)."""
-        if self._approvals is None:
-            return "Tools are not configured here."
-        decided = await self._approvals.decide(platform, call_row, user_id, approve, owner=owner)
-        return decided.text
+        if self._approvals is None:  # no tools here: no call can be waiting
+            return Decided("unknown")
+        return await self._approvals.decide(platform, call_row, user_id, approve, owner=owner)
 
     async def delete(self, conversation: str, *, by: str) -> int | None:
         """Remove a conversation, its rows and its outbox (``DELETE /api/sessions/{id}``):

@@ -257,8 +257,7 @@ StreamEvent = ReplyDelta | AttemptFailed | ToolActivity
 
 #: What became of a person's answer to a tool call's approval (SPEC 15, ``Intake.decide``).
 ApprovalVerdict = Literal["approved", "denied", "not_allowed", "decided", "unknown"]
-#: What the person who answered is told, by verdict: one table, so a platform that answers
-#: with a status of its own (the peer API's approvals route) reads the verdict back from it.
+#: What the person who answered is told, by verdict.
 APPROVAL_ANSWERS: dict[ApprovalVerdict, str] = {
     "approved": "Approved.",
     "denied": "Denied.",
@@ -266,6 +265,23 @@ APPROVAL_ANSWERS: dict[ApprovalVerdict, str] = {
     "decided": "This was answered already.",
     "unknown": "This request is no longer known.",
 }
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """What became of a person's answer to an approval (``Intake.decide``): the verdict a
+    platform acts on (a status, an edited message), and what the person is told."""
+
+    verdict: ApprovalVerdict
+
+    @property
+    def text(self) -> str:
+        return APPROVAL_ANSWERS[self.verdict]
+
+    @property
+    def taken(self) -> bool:
+        """The answer decided the call (approved or denied)."""
+        return self.verdict in ("approved", "denied")
 
 
 @dataclass(frozen=True, slots=True)

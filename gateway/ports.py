@@ -19,6 +19,7 @@ from gateway.messages import (
     Admission,
     AttachmentRef,
     ChatMessage,
+    Decided,
     Failure,
     Image,
     Inbound,
@@ -249,8 +250,8 @@ class Intake(Protocol):
 
     async def decide(
         self, platform: str, call_row: int, user_id: str, approve: bool, *, owner: bool = False
-    ) -> str:
-        """A person's answer to a tool call's approval (SPEC 15): what they are told. Only the
+    ) -> Decided:
+        """A person's answer to a tool call's approval (SPEC 15): what became of it. Only the
         turn's own user or a ``[tools] approvers`` entry may answer; ``owner``: the caller
         proved it owns the conversation (a peer token's session)."""
         ...

@@ -5,12 +5,15 @@ An answer given on this node wakes the turn waiting for it at once (:class:`Deci
 given on another node (a Telegram button polled by another node) is found by reading the
 store every :data:`POLL_S` while the turn waits, so nothing but the store carries it, and a
 restart or a takeover keeps the wait: the call stays ``awaiting`` with the time it was asked.
+Because it is stored, a drain need not wait for it (:meth:`Decisions.only_waiting`).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextlib import contextmanager
 
 import anyio
 
@@ -36,9 +39,26 @@ class Decisions:
 
     def __init__(self) -> None:
         self._waiting: dict[int, anyio.Event] = {}
+        self._conversations: Counter[str] = Counter()  # a wait running in each, by key
 
     def __repr__(self) -> str:
         return f"<Decisions waiting={len(self._waiting)}>"
+
+    @contextmanager
+    def waiting_in(self, conversation: str) -> Iterator[None]:
+        self._conversations[conversation] += 1
+        try:
+            yield
+        finally:
+            self._conversations[conversation] -= 1
+            if not self._conversations[conversation]:
+                del self._conversations[conversation]
+
+    def only_waiting(self, busy: Collection[str]) -> bool:
+        """Whether each of the ``busy`` conversations (a turn running or queued) has its
+        turn waiting for an approval: a drain then has nothing to wait for, as the waits
+        are stored and resume at the next start."""
+        return bool(busy) and all(key in self._conversations for key in busy)
 
     def event(self, call_row: int) -> anyio.Event:
         return self._waiting.setdefault(call_row, anyio.Event())
@@ -95,15 +115,21 @@ class StoredSteps:
 
     async def decision(self, call_row: int, *, deadline: float) -> StoredCall:
         event = self._decisions.event(call_row)
+        found = await self._store.read(CallRow(call_row))
+        assert found is not None, "a call awaiting a decision is stored"
         try:
-            while True:
-                found = await self._store.read(CallRow(call_row))
-                assert found is not None, "a call awaiting a decision is stored"
-                call = found[0]
-                left = deadline - self._wall()
-                if call.state != CallState.AWAITING or left <= 0:
-                    return call
-                with anyio.move_on_after(min(left, self._poll_s)):
-                    await event.wait()
+            with self._decisions.waiting_in(found[1].conversation):
+                return await self._decided(call_row, event, deadline)
         finally:
             self._decisions.forget(call_row)
+
+    async def _decided(self, call_row: int, event: anyio.Event, deadline: float) -> StoredCall:
+        while True:
+            found = await self._store.read(CallRow(call_row))
+            assert found is not None, "a call awaiting a decision is stored"
+            call = found[0]
+            left = deadline - self._wall()
+            if call.state != CallState.AWAITING or left <= 0:
+                return call
+            with anyio.move_on_after(min(left, self._poll_s)):
+                await event.wait()

@@ -435,6 +435,10 @@ async def test_a_restart_while_waiting_keeps_the_wait_and_the_button_resumes_it(
         assert (await w.chat.asked()).message_id == asked.message_id  # asked once, not again
 
 
+#: The model's text beside its first calls, then its answer: the reply is both (SPEC 15).
+ANSWER = "Let me look at the branch first, then push it.\n\npushed main"
+
+
 async def test_a_preview_above_the_question_is_not_edited_into_the_answer(tmp_path: Path) -> None:
     """A group's preview message shown before the approval was asked would sit above the
     question: the answer edited into it would appear there, notifying nobody. It is deleted
@@ -458,9 +462,9 @@ async def test_a_preview_above_the_question_is_not_edited_into_the_answer(tmp_pa
                 status.hold.set()
                 asked = await w.chat.asked(group=True)
                 await w.chat.click(asked, True, "alice", group=True)
-                await tg.wait_until(lambda: "pushed main" in tg.visible_messages(T_GROUP))
+                await tg.wait_until(lambda: ANSWER in tg.visible_messages(T_GROUP))
     assert "using git__status" in str(preview["text"])
     assert tg.deleted_messages(T_GROUP) == [(T_GROUP, preview["message_id"])]
     done = w.chat.now(asked, group=True)
-    assert tg.visible_messages(T_GROUP) == [done.text, "pushed main"]  # the answer below
+    assert tg.visible_messages(T_GROUP) == [done.text, ANSWER]  # the answer below
     assert w.box.executed == {"git__status": 1, "git__push": 1}

@@ -17,9 +17,9 @@ import anyio
 import openai
 import pytest
 
-from tests.fakes.openai_server import calls, ok, open_fake_model
+from tests.fakes.openai_server import calls, ok, open_fake_model, server_error
 from tests.fakes.toolbox import RecordingToolBox, tool
-from tests.harness import make_config, running_gateway
+from tests.harness import FAST, make_config, running_gateway
 from tests.support.sse import sse_events
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
@@ -131,6 +131,35 @@ async def test_the_stream_sends_each_tool_call_as_it_changes_state(tmp_path: Pat
         "call_1": "found: anyio",
         "call_2": "no such table",
     }
+
+
+async def test_a_steps_text_is_part_of_the_answer_and_a_later_failure_is_still_retried(
+    tmp_path: Path,
+) -> None:
+    """Text the model writes beside its calls is streamed, so it is in the answer too (the
+    pieces add up to the message); being stored and final, it does not bind the next model
+    call: a 500 there is retried as any, not the end of the turn."""
+    async with (
+        open_fake_model() as fake,
+        running_gateway(
+            make_config(tmp_path / "b.db", fake.base_url, extra=TOOLS, model_extra=FAST),
+            tools=box(),
+        ) as (_, url),
+        aiohttp.ClientSession() as http,
+    ):
+        fake.script(
+            calls(("docs__search", {"text": "anyio"}), text="Let me look."),
+            server_error(),
+            ok("anyio is a library"),
+        )
+        body = {"message": "what is anyio?", **STREAM}
+        async with http.post(f"{url}/api/sessions/s1/chat", json=body) as r:
+            events = [e async for e in sse_events(r)]
+    deltas = "".join(data["content"] for name, data in events if name == "delta")
+    name, final = events[-1]
+    assert name == "message" and final["failure"] is None
+    assert final["message"]["content"] == "Let me look.\n\nanyio is a library" == deltas
+    assert len(fake.requests) == 3
 
 
 async def test_an_approval_is_asked_on_the_stream_and_a_yes_through_the_route_runs_it_once(
@@ -313,19 +342,22 @@ async def test_a_restart_while_a_call_waits_keeps_the_wait_and_the_answer_resume
 ) -> None:
     db = tmp_path / "b.db"
     tools = box()
-    quick_drain = TOOLS + "[gateway]\ndrain_timeout_s = 0.2\n"
+    # A drain does not wait for a turn that waits for a yes (the wait is stored): the stop
+    # takes far less than this deadline.
+    long_drain = TOOLS + "[gateway]\ndrain_timeout_s = 600\n"
     key = {"Idempotency-Key": "push-1"}
     async with open_fake_model() as fake:
-        config = make_config(db, fake.base_url, extra=quick_drain)
+        config = make_config(db, fake.base_url, extra=long_drain)
         fake.script(calls(("git__push", {"text": "main"})), ok("pushed after the restart"))
-        async with (
-            running_gateway(config, tools=tools) as (_, url),
-            aiohttp.ClientSession() as http,
-            http.post(
-                f"{url}/api/sessions/s1/chat", json={"message": "push", **STREAM}, headers=key
-            ) as r,
-        ):
-            await until(sse_events(r), "approval")
+        with anyio.fail_after(30):
+            async with (
+                running_gateway(config, tools=tools) as (_, url),
+                aiohttp.ClientSession() as http,
+                http.post(
+                    f"{url}/api/sessions/s1/chat", json={"message": "push", **STREAM}, headers=key
+                ) as r,
+            ):
+                await until(sse_events(r), "approval")
         # The first gateway stopped with the call waiting: nothing ran, nothing was answered.
         assert tools.executed == {} and len(fake.requests) == 1
         assert tool_rows(db) == [("call_1", "awaiting", None)]

@@ -480,12 +480,13 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
     async def _decide(self, answer: Answer, pmid: str) -> StoredMessage:
         """Decide the call the answer names (as the task's owner: its token reached it)."""
         if answer.call_row is not None:
-            told = await self._intake.decide(
+            decided = await self._intake.decide(
                 PLATFORM, answer.call_row, "", answer.approve, owner=True
             )
             self._answered.remember(pmid, answer.task.id)
             log.info(
-                "a2a: a task's approval answered", extra={"task": answer.task.id, "told": told}
+                "a2a: a task's approval answered",
+                extra={"task": answer.task.id, "verdict": decided.verdict},
             )
         return answer.task
 

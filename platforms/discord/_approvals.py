@@ -25,7 +25,7 @@ import discord
 from discord.http import Route
 
 from gateway.errors import GatewayError, PlatformError
-from gateway.messages import APPROVAL_ANSWERS, ApprovalVerdict, Failure, StoredMessage
+from gateway.messages import Failure, StoredMessage
 from gateway.ports import ApprovalRequest, Intake
 from platforms._approvals import (
     APPROVE,
@@ -45,8 +45,6 @@ from platforms.discord.errors import TRANSLATED, translate
 
 log = logging.getLogger(__name__)
 
-#: ``Intake.decide`` says what the person is told; its table gives the verdict back.
-VERDICTS: dict[str, ApprovalVerdict] = {text: v for v, text in APPROVAL_ANSWERS.items()}
 STORE_BUSY = "I could not record that just now: please click again in a moment."
 ACTION_ROW, BUTTON, SUCCESS, DANGER = 1, 2, 3, 4  # Discord's component types and styles
 NO_MENTIONS: dict[str, Any] = {"parse": []}  # a tool's arguments never ping anyone
@@ -187,14 +185,14 @@ class ChatApprovals:
             self._counts.ignored += 1
             return
         try:
-            told = await intake.decide(
+            decided = await intake.decide(
                 convert.PLATFORM, click.call_row, str(user.id), click.approve
             )
+            told, verdict = decided.text, decided.verdict
         except GatewayError as exc:  # the store failed: nothing decided, they may click again
             log.warning("discord approval click not decided: the store", extra={"error": repr(exc)})
-            told = STORE_BUSY
+            told, verdict = STORE_BUSY, None
         self._counts.clicks += 1
-        verdict = VERDICTS.get(told)
         message = interaction.message
         try:
             if verdict in ("approved", "denied"):

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from gateway.messages import APPROVAL_ANSWERS, ApprovalVerdict, CallState
+from gateway.messages import CallState
 from gateway.ports import Intake, Transcripts
 from platforms.peer import convert
 from platforms.peer.errors import json_error
@@ -30,8 +30,6 @@ from platforms.peer.errors import json_error
 CALL_ID = r"^[A-Za-z0-9._:|+=~-]{1,256}$"
 _CALL_ID = re.compile(CALL_ID)
 PATH = "/api/sessions/{session_id}/approvals/{call_id}"
-#: ``Intake.decide`` says what the person is told; its table gives the verdict back.
-_VERDICTS: dict[str, ApprovalVerdict] = {text: v for v, text in APPROVAL_ANSWERS.items()}
 
 
 class Host(Protocol):
@@ -64,8 +62,8 @@ def add_approvals_route(
             if await _answered(host._transcripts, conversation, call_id):
                 return _already(call_id)
             return _unknown(call_id, session_id)
-        told = await host._intake.decide("peer", row, who(request), approve, owner=True)
-        verdict = _VERDICTS.get(told, "unknown")  # "Tools are not configured here.": none
+        decided = await host._intake.decide("peer", row, who(request), approve, owner=True)
+        verdict = decided.verdict
         if verdict == "decided":  # another answer won the race
             return _already(call_id)
         if verdict not in ("approved", "denied"):  # deleted meanwhile

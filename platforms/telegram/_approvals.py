@@ -33,7 +33,7 @@ from telegram import (
 from telegram.error import BadRequest, TelegramError
 
 from gateway.errors import PlatformError
-from gateway.messages import APPROVAL_ANSWERS, ApprovalVerdict, Failure, StoredMessage
+from gateway.messages import Decided, Failure, StoredMessage
 from gateway.ports import ApprovalRequest, Intake
 from platforms._approvals import (
     APPROVE,
@@ -54,8 +54,6 @@ from platforms.telegram.convert import PLATFORM, Target
 
 log = logging.getLogger(__name__)
 
-#: ``Intake.decide`` says what the person is told; its table gives the verdict back.
-VERDICTS: dict[str, ApprovalVerdict] = {text: v for v, text in APPROVAL_ANSWERS.items()}
 ANSWER_LIMIT = 200  # answerCallbackQuery's text, in characters
 
 
@@ -177,9 +175,9 @@ class ChatApprovals:
             self._counts.ignored += 1
             return
         user = str(query.from_user.id)
-        told = await intake.decide(PLATFORM, click.call_row, user, click.approve)
+        decided = await intake.decide(PLATFORM, click.call_row, user, click.approve)
         self._counts.clicks += 1
-        reply = answer_click(query, click, told)
+        reply = answer_click(query, click, decided)
         if reply.edit is not None:
             self.waits.answered(click.call_row)
         self._notify(reply)
@@ -209,12 +207,12 @@ def click_of(query: CallbackQuery) -> Click | None:
     return read_click(query.data)
 
 
-def answer_click(query: CallbackQuery, click: Click, told: str) -> ClickAnswer:
-    """Decide what the click's person sees, from what ``Intake.decide`` told them."""
-    verdict = VERDICTS.get(told, "unknown")
+def answer_click(query: CallbackQuery, click: Click, decision: Decided) -> ClickAnswer:
+    """Decide what the click's person sees, from what ``Intake.decide`` made of it."""
+    verdict = decision.verdict
     message = query.message if isinstance(query.message, Message) else None
-    decided = verdict in ("approved", "denied")
-    reply = ClickAnswer(query.id, told[:ANSWER_LIMIT], alert=not decided)
+    decided = decision.taken
+    reply = ClickAnswer(query.id, decision.text[:ANSWER_LIMIT], alert=not decided)
     if message is None or not is_id(message.message_id) or not is_id(message.chat_id):
         return reply  # too old to be shown (an inaccessible message): only the answer
     chat_id, message_id = message.chat_id, message.message_id
