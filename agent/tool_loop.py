@@ -338,7 +338,7 @@ class ToolLoop:
         if not isinstance(arguments, dict):
             text = "error: the arguments must be a JSON object; the tool did not run"
             return await self._finish(call, row, text, True, "error")
-        result: ToolOutcome = await self._box.call(spec, arguments)
+        result: ToolOutcome = await self._box.call(spec, arguments, conversation=self._conversation)
         text = self._cut(result.text)
         return await self._finish(
             call, row, text, result.is_error, "error" if result.is_error else "ok"

@@ -38,7 +38,9 @@ from gateway.reload import Reloader
 from gateway.resume import resume_interrupted
 from gateway.retention import sweep_retention
 from gateway.router import Router
+from gateway.scheduler import Clock
 from gateway.store import ExpireInFlight, OutboxPending, describe, open_store
+from gateway.store.schedules import UndeliveredFirings
 from gateway.timeline import Timeline
 from platforms.peer import PeerAdapter
 from platforms.peer.adapter import Serving
@@ -66,15 +68,22 @@ class Observer:
     """
 
     def __init__(
-        self, metrics: Metrics, failpoints: Failpoints, timeline: Timeline | None = None
+        self,
+        metrics: Metrics,
+        failpoints: Failpoints,
+        timeline: Timeline | None = None,
+        tap: Callable[[Event], None] | None = None,
     ) -> None:
         self._metrics = metrics
         self._failpoints = failpoints
         self._timeline = timeline
+        self._tap = tap  # tests: told of every event, to wait on what has no reply to wait for
 
     def __call__(self, event: Event) -> None:
         if self._failpoints:
             self._failpoints.passed(event)
+        if self._tap is not None:
+            self._tap(event)
         self._metrics.observe(event)
         if self._timeline is not None:
             self._timeline.observe(event)
@@ -94,11 +103,15 @@ class GatewayApp:
         failpoints: Failpoints | None = None,
         read: Callable[[], Config] | None = None,
         tools: ToolServers | None = None,
+        schedule_clock: Clock | None = None,
+        tap: Callable[[Event], None] | None = None,
     ) -> None:
         """``tools``: the tools the agent may call, instead of the ``[[tools.mcp]]`` servers'
-        (tests give a toolbox of their own)."""
+        (tests give a toolbox of their own); ``schedule_clock``: the scheduler's wall clock
+        (tests move one by hand); ``tap``: also told of every event (tests)."""
         self.config = config  # as started; what a reload applied is live.current
         self._tools = tools
+        self._schedule_clock = schedule_clock
         self.live = LiveConfig(config)
         # What a reload re-reads: the file and environment the gateway started with.
         self._read = read or (lambda: self.live.current)
@@ -106,7 +119,7 @@ class GatewayApp:
         self.failpoints = failpoints or Failpoints()
         self.metrics = Metrics()
         self.timeline = Timeline()  # the console's chart and its live updates
-        self.observe = Observer(self.metrics, self.failpoints, self.timeline)
+        self.observe = Observer(self.metrics, self.failpoints, self.timeline, tap)
         self.stop = anyio.Event()
         self.reloader = Reloader(self.live, self._read, self._apply, observe=self.observe)
         self._model: Model | None = None
@@ -158,6 +171,8 @@ class GatewayApp:
             await parts.agent.reconfigure(new.model, new.agent, new.models)
         if parts.tools is not None and old.tools != new.tools:
             await parts.tools.reconfigure(new.tools)
+        if (old.schedules, old.scheduler) != (new.schedules, new.scheduler):
+            parts.scheduler.wake(resync=True)  # the config's schedules stored again
         model.limiter.total_tokens = new.gateway.max_concurrent_turns
 
     def _build_model(self) -> Model:
@@ -189,6 +204,7 @@ class GatewayApp:
                     clock=self.clock,
                     reloader=self.reloader,
                     tools=self._tools,
+                    schedule_clock=self._schedule_clock,
                 )
                 await self._serve(parts, task_status)
         finally:
@@ -221,6 +237,8 @@ class GatewayApp:
             else:
                 await self._resume(tg, parts)
             self._ready["accepting"] = True
+            # Due firings are admissions: only once the intake accepts (SPEC 16).
+            await tg.start(parts.scheduler.run, parts.intake.fire)
             tg.start_soon(sweep_retention, parts.store, parts.router, self.config.store)
             fields = {"config": self.config.source, "store": describe(self.config)}
             if parts.cluster is not None:
@@ -312,6 +330,7 @@ class GatewayApp:
                 observe=self.observe,
                 nodes=parts.store.leases.nodes if parts.store.leases is not None else None,
                 statistics=partial(self._statistics, parts),
+                schedules=parts.schedules.records,
             ),
         )
 
@@ -324,6 +343,7 @@ class GatewayApp:
     async def _render_metrics(self, parts: Parts) -> bytes:
         assert self._model is not None
         cluster = parts.cluster
+        undelivered: int = await parts.store.read(UndeliveredFirings())
         self.metrics.update(
             Snapshot(
                 live_sessions=parts.router.statistics().live,
@@ -331,6 +351,7 @@ class GatewayApp:
                 outbox_pending=await parts.store.read(OutboxPending()),
                 benched=parts.agent.benched_keys(),
                 leases=cluster.statistics().leases if cluster else None,
+                schedules_undelivered=undelivered,
             )
         )
         return self.metrics.render()
@@ -360,6 +381,7 @@ class GatewayApp:
             "peer": parts.peer.statistics(),
             "reload": self.reloader.statistics(),
             "model_clients": self._model.clients.statistics(),
+            "scheduler": parts.scheduler.statistics(),
         }
         if isinstance(parts.runner, CompactingRunner):
             found["compaction"] = parts.runner.statistics()

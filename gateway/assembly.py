@@ -29,6 +29,7 @@ from gateway.approvals import Approvals
 from gateway.attachments import Attachments
 from gateway.backlog import Caps
 from gateway.config import Config
+from gateway.config_schedules import configured
 from gateway.config_tools import ToolsConfig
 from gateway.events import Observe
 from gateway.intake import GatewayIntake
@@ -41,6 +42,9 @@ from gateway.push_configs import StoredPushConfigs
 from gateway.queue import QueuePolicy
 from gateway.reload import Reloader
 from gateway.router import Router
+from gateway.schedule_book import ScheduleBook
+from gateway.schedule_tools import ScheduleTools, ToolBoxes
+from gateway.scheduler import Clock, Scheduler
 from gateway.session import SessionActor, SessionDeps
 from gateway.steps import Decisions, StoredSteps
 from gateway.store import Store
@@ -151,6 +155,8 @@ class Parts:
     intake: GatewayIntake
     cluster: Cluster | None
     decisions: Decisions  # turns waiting for an approval (a drain need not wait for them)
+    scheduler: Scheduler  # SPEC 16: started once the intake accepts
+    schedules: ScheduleBook  # the CLI's and the console's way to them
 
 
 def build(
@@ -163,9 +169,11 @@ def build(
     clock: Callable[[], float],
     reloader: Reloader,
     tools: ToolServers | None = None,
+    schedule_clock: Clock | None = None,
 ) -> Parts:
     """Every part of a gateway on ``store``, in dependency order; nothing starts here.
-    ``tools``: the tools the agent may call (else the ``[[tools.mcp]]`` servers')."""
+    ``tools``: the tools the agent may call (else the ``[[tools.mcp]]`` servers');
+    ``schedule_clock``: the scheduler's wall clock (tests move one by hand)."""
     at_most_once = config.gateway.unrecorded_sends == "drop"
     ports = StorePorts(
         ledger=DeliveryLedger(store, at_most_once=at_most_once),
@@ -174,7 +182,26 @@ def build(
         push_configs=StoredPushConfigs(store),
     )
     decisions = Decisions()
-    box = tools if tools is not None else _toolbox(config, observe, clock)
+    scheduler = Scheduler(
+        store,
+        settings=live.view(lambda c: c.scheduler),
+        config_schedules=live.view(lambda c: configured(c.schedules, c.scheduler)),
+        platforms=live.view(lambda c: c.platforms_on),
+        clock=schedule_clock,
+        refresh=store.leases is not None,  # other nodes add schedules too
+        observe=observe,
+    )
+    book = ScheduleBook(
+        store,
+        settings=live.view(lambda c: c.scheduler),
+        wake=scheduler.wake,
+        now=scheduler.clock.now,
+        observe=observe,
+    )
+    servers = tools if tools is not None else _toolbox(config, observe, clock)
+    # The built-in scheduling tools beside the servers' (offered while agent_tools is on).
+    schedule_tools = ScheduleTools(book, live.view(lambda c: c.scheduler))
+    box = ToolBoxes(servers, schedule_tools) if servers is not None else schedule_tools
     agent = _agent(config, live, store, model, box, decisions, observe, clock)
     node_leases = None
     if store.leases is not None:  # several nodes share the store
@@ -220,10 +247,11 @@ def build(
         live=live.view(lambda c: c.gateway),
         approvals=approvals,
         profile=lambda key: live.current.profile(key),
-        tool_status=box.status if box is not None else list,
+        tool_status=box.status,
+        schedules=book,
     )
     parts = (node_leases, peer, tuple(adapters), outlets, runner, router, intake, cluster)
-    return Parts(store, ports, agent, box, *parts, decisions)
+    return Parts(store, ports, agent, servers, *parts, decisions, scheduler, book)
 
 
 def _agent(
@@ -231,7 +259,7 @@ def _agent(
     live: LiveConfig,
     store: Store,
     model: Model,
-    box: ToolServers | None,
+    box: ToolBox | None,
     decisions: Decisions,
     observe: Observe,
     clock: Callable[[], float],

@@ -22,11 +22,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 
-from gateway import control, event_loop, exposure
+from gateway import cli_schedules, control, event_loop, exposure
 from gateway.config import Config, load_config
 from gateway.errors import ConfigError, GatewayError
 from gateway.failpoints import Failpoints
 from gateway.logs import RedactingFilter, configure_logging, install_excepthooks
+from gateway.messages import schedule_of
 
 if TYPE_CHECKING:
     from gateway.store import Store
@@ -85,6 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     purge.add_argument("key", help="conversation key, e.g. peer:alice")
     delete = ssub.add_parser("delete", help="remove a conversation: its messages and outbox")
     delete.add_argument("key", help="conversation key, e.g. peer:alice")
+    cli_schedules.add_parser(sub, _Parser)
     pairing = sub.add_parser("pairing", help="manage DM pairing of unknown users")
     psub = pairing.add_subparsers(dest="action", required=True, parser_class=_Parser)
     psub.add_parser("list", help="pending codes and approved users")
@@ -136,6 +138,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return anyio.run(_sessions, config, args.action, getattr(args, "key", None))
         if args.command == "pairing":
             return anyio.run(_pairing, config, args)
+        if args.command == "schedules":
+            return anyio.run(cli_schedules.run, config, args)
     except GatewayError as exc:
         print(f"botmux: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
@@ -314,6 +318,10 @@ def _check(config: Config) -> int:
         mention = "mention or reply needed" if dc.require_mention else "answers everything"
         print(f"discord: via {dc.api_base}, {guilds}, {mention}")
     _check_tools(config)
+    for line in cli_schedules.check_lines(config):
+        print(line)
+    for line in anyio.run(cli_schedules.preview, config):
+        print(line)
     for warning in exposure.warnings(config):
         print(f"warning: {warning}")
     return EXIT_OK
@@ -416,6 +424,8 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
         for m in messages:
             when = datetime.fromtimestamp(m.created_at).strftime("%Y-%m-%d %H:%M:%S")
             state = (m.failure and f"failed:{m.failure}") or m.state
+            if (schedule := schedule_of(m.platform_message_id)) is not None:
+                state += f" scheduled:{schedule}"  # a schedule's firing (SPEC 16)
             print(f"#{m.id} {when} {m.role:<9} [{state}] {_printable(m.content)}")
         return EXIT_OK
 

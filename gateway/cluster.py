@@ -153,6 +153,8 @@ class Cluster:
             # Only a hint is lost: the next heartbeat finds the pending rows and the claims.
             self._dropped_notifications += 1
             log.warning("cluster mailbox full: a notification waits for the next heartbeat")
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass  # the node is stopping: nothing serves hints any more
 
     def _notified(self, payload: str) -> None:
         self._notifications += 1
@@ -190,6 +192,7 @@ class Cluster:
                         await self._heartbeat()
                         await anyio.sleep(self._heartbeat_s)
         finally:
+            self._send.close()  # its receiving side went with _serve; nothing more is posted
             deadline_s = self._release_deadline_s
             with anyio.CancelScope(shield=True), anyio.move_on_after(deadline_s) as releasing:
                 try:

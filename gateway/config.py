@@ -31,6 +31,7 @@ from pydantic import BeforeValidator, TypeAdapter
 
 from gateway import _config_checks as checks
 from gateway._schema import SECRET, TABLE, Problem, problem_error, rule, validate
+from gateway.config_schedules import ScheduleEntry, SchedulerConfig, schedule_problems
 from gateway.config_tools import (
     Profile,
     ResolvedProfile,
@@ -423,6 +424,9 @@ class Config:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     models: tuple[NamedModels, ...] = ()
     profiles: tuple[Profile, ...] = ()
+    # Scheduled messages (SPEC 16): the settings, and the config's own schedules.
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    schedules: tuple[ScheduleEntry, ...] = ()
     source: str = field(default="(embedded defaults)", metadata={"internal": True})
 
     def profile(self, conversation: str) -> ResolvedProfile:
@@ -442,6 +446,11 @@ class Config:
             found.queue_mode,
             chain,
         )
+
+    @property
+    def platforms_on(self) -> set[str]:
+        """The platforms a conversation (and a schedule) can be on: the peer API always."""
+        return {"peer"} | {p for p in ("telegram", "discord") if getattr(self, p) is not None}
 
     def queue_policy(self, platform: str, conversation: str = "") -> QueuePolicy:
         """The queue mode of a conversation of ``platform``: its profile's, else its platform
@@ -538,6 +547,7 @@ def _cross_checks(config: Config) -> list[Problem]:
         for key in ("webhook_url", "webhook_secret"):
             if not getattr(config.telegram, key):
                 problems.append((f"telegram.{key}", 'is required when mode = "webhook"'))
+    problems += schedule_problems(config.schedules, config.scheduler, config.platforms_on)
     return problems + tool_problems(config.tools, config.models, config.profiles)
 
 

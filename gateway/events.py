@@ -12,9 +12,9 @@ The log line keeps the shape it had when events were strings: the message is ``n
 ``extra`` fields are the event's fields in declaration order (a field of ``None`` that only
 some decisions carry is left out: see :func:`log_fields`).
 
-A leaf module, like ``messages`` and ``errors``: it imports nothing of ours but its own part
-(``events_tools``, the tool loop's events; ``events_mcp``, the MCP servers'), so ``policy/``
-and ``platforms/`` may import it.
+A leaf module, like ``messages`` and ``errors``: it imports nothing of ours but its own parts
+(``events_tools``, the tool loop's events; ``events_mcp``, the MCP servers';
+``events_schedules``, the scheduler's), so ``policy/`` and ``platforms/`` may import it.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
+from gateway.events_schedules import ScheduleEvent
 from gateway.events_tools import (
     ApprovalAsked,
     ApprovalDecided,
@@ -578,6 +579,7 @@ Event = (
     | ToolServerChanged
     | ToolsListed
     | ToolCalled
+    | ScheduleEvent
 )
 Observe = Callable[[Event], None]
 

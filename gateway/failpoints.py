@@ -27,6 +27,8 @@ a failpoint can be armed at.
 | ``after_call_finished`` | ``tool_call_finished`` | a call's result committed |
 | ``awaiting_approval`` | ``approval_asked`` | an approval asked and committed |
 | ``after_approval_stored`` | ``approval_decided`` | the decision committed, the call not run |
+| ``before_schedule_admission`` | ``schedule_due`` | a schedule is due, its firing not admitted |
+| ``after_schedule_admission`` | ``schedule_fired`` (fired) | a firing's row committed, no turn |
 """
 
 from __future__ import annotations
@@ -80,6 +82,15 @@ from gateway.events import (
     TurnStarted,
 )
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
+from gateway.events_schedules import (
+    ScheduleCaughtUp,
+    ScheduleChanged,
+    ScheduleDue,
+    ScheduleFailed,
+    ScheduleFired,
+    ScheduleMissed,
+    SchedulesSynced,
+)
 from gateway.events_tools import (
     ApprovalAsked,
     ApprovalDecided,
@@ -105,6 +116,8 @@ EVENTS = {
     "after_call_finished": "tool_call_finished",
     "awaiting_approval": "approval_asked",
     "after_approval_stored": "approval_decided",
+    "before_schedule_admission": "schedule_due",
+    "after_schedule_admission": "schedule_fired",
 }
 ENV = "BOTMUX_FAILPOINT"
 _SIGNALS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
@@ -165,8 +178,11 @@ def place(event: Event) -> str | None:
             | ToolCallFinished()
             | ApprovalAsked()
             | ApprovalDecided()
+            | ScheduleDue()
         ):
             return event.name
+        case ScheduleFired(outcome=outcome):
+            return event.name if outcome == "fired" else None
         case ModelCalled(outcome=outcome):
             return event.name if outcome == "ok" else None
         case (
@@ -206,6 +222,11 @@ def place(event: Event) -> str | None:
             | ToolServerChanged()
             | ToolsListed()
             | ToolCalled()
+            | ScheduleCaughtUp()
+            | ScheduleMissed()
+            | ScheduleFailed()
+            | SchedulesSynced()
+            | ScheduleChanged()
         ):
             return None
         case _:

@@ -38,6 +38,7 @@ from gateway.messages import (
 from gateway.ports import TurnRunner
 from gateway.queue import QueuePolicy
 from gateway.router import Router
+from gateway.schedule_book import ScheduleBook
 from gateway.store import (
     AdmitRow,
     DeleteConversation,
@@ -47,6 +48,7 @@ from gateway.store import (
     ResetConversation,
     Store,
 )
+from gateway.store.schedules import Fired, FireSchedule
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +88,9 @@ class GatewayIntake:
         approvals: Approvals | None = None,  # tool calls' approvals (SPEC 15)
         profile: Callable[[str], ResolvedProfile] | None = None,  # for /status
         tool_status: Callable[[], list[ToolServerStatus]] = list,
+        schedules: ScheduleBook | None = None,  # /schedules, /unschedule (SPEC 16)
     ) -> None:
+        self._schedules = schedules
         self._approvals = approvals
         self._profile = profile
         self._tool_status = tool_status
@@ -168,6 +172,28 @@ class GatewayIntake:
                 await self._router.deliver(admission.row)
         return admission
 
+    async def fire(self, write: FireSchedule) -> Fired:
+        """A schedule's firing (SPEC 16): admitted with its cursor in one transaction
+        (``FireSchedule``), then queued like any admission; a second firing of the same due
+        time finds the row and queues nothing. No caps: a schedule's rate is bounded where it
+        is made."""
+        if not self._accepting:
+            raise ConversationClosed("botmux is shutting down")
+        fired = await self._store.submit(write)
+        admission = fired.admission
+        if admission is None:
+            return fired
+        facts = (write.inbound.conversation, write.inbound.platform, admission.row.id)
+        if admission.duplicate:
+            self._duplicates += 1
+            self._observe(DuplicateIgnored(*facts))
+        else:
+            self._admitted += 1
+            self._observe(MessageAdmitted(*facts))
+            if admission.local:
+                await self._router.deliver(admission.row)
+        return fired
+
     def _refused(
         self,
         inbound: Inbound,
@@ -178,11 +204,25 @@ class GatewayIntake:
         self._refusals += 1
         self._observe(MessageRefused(inbound.conversation, inbound.platform, reason, scope))
 
-    async def command(self, platform: str, conversation: str, name: str) -> str:
+    async def command(self, platform: str, conversation: str, name: str, args: str = "") -> str:
+        """The answer to a control command; ``args``: what followed its name."""
         known = command_named(name)
         match known.name if known is not None else name:
             case "help":
                 return HELP
+            case "schedules" | "unschedule" if self._schedules is None:
+                return "Scheduled messages are not available here."
+            case "schedules":
+                assert self._schedules is not None
+                return await self._schedules.listing(conversation)
+            case "unschedule":
+                assert self._schedules is not None
+                if not args.strip():
+                    return "Which one? /unschedule ID (/schedules lists them)."
+                by = f"{platform}:command"
+                return await self._schedules.remove(
+                    args.split()[0], conversation=conversation, by=by
+                )
             case "status":
                 return await self._status(conversation)
             case "new":

@@ -7,6 +7,7 @@ This module imports nothing of ours: everything else may import it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -49,6 +50,7 @@ class ControlCommand:
     description: str
     skips_queue: bool = True
     alias_of: str | None = None
+    argument: str = ""  # what follows the name, if it takes something (``/unschedule ID``)
 
 
 COMMANDS = (
@@ -57,6 +59,8 @@ COMMANDS = (
     ControlCommand("new", "Start a fresh conversation context"),
     ControlCommand("status", "Show the model in use and the queue"),
     ControlCommand("stop", "Stop the reply being written"),
+    ControlCommand("schedules", "List this conversation's scheduled messages"),
+    ControlCommand("unschedule", "Remove a scheduled message: /unschedule ID", argument="id"),
 )
 
 #: Control commands: answered at once by the runtime, never queued as turns (SPEC section 2).
@@ -497,3 +501,103 @@ class ConversationSummary:
     content: str
     through: int  # the id of the newest row folded into it
     updated_at: float
+
+
+# -- scheduled messages (SPEC 16) -----------------------------------------------------------
+
+#: A firing's platform message id is ``schedule:<id>:<due time, UTC, RFC 3339>``.
+SCHEDULE_PREFIX = "schedule:"
+#: The ``sender`` of a firing's user row: a ``prompt`` is a model turn, a ``text`` is sent as
+#: it is, with no model call.
+SCHEDULED_PROMPT = "schedule:prompt"
+SCHEDULED_TEXT = "schedule:text"
+
+
+def firing_id(schedule: str, due: str) -> str:
+    """The platform message id of ``schedule``'s firing at ``due`` (its RFC 3339 name)."""
+    return f"{SCHEDULE_PREFIX}{schedule}:{due}"
+
+
+def schedule_of(platform_message_id: str | None) -> str | None:
+    """The schedule a row's firing belongs to (None: the row is not a firing)."""
+    found = _FIRING.match(platform_message_id or "")
+    return found.group(1) if found else None
+
+
+_FIRING = re.compile(r"^schedule:(.+):\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+
+
+@dataclass(frozen=True, slots=True)
+class Schedule:
+    """A scheduled message as stored (SPEC 16): from the config (``origin`` ``"config"``,
+    ``id`` its name) or made by a conversation (``"conversation"``: the agent's tool).
+
+    ``kind``/``spec``/``timezone``: when it is due (``gateway.schedule_times.When``);
+    ``action`` ``"prompt"`` (a model turn) or ``"text"`` (sent as is) with its ``body``.
+    ``version`` grows when the definition changes; ``first_seen`` is when this version was
+    first stored (a cron's or an interval's first due time is after it); ``cursor`` is the
+    latest due time fired or skipped (epoch seconds; None: none yet)."""
+
+    id: str
+    conversation: str
+    kind: str  # "cron" | "every" | "at"
+    spec: str
+    action: str  # "prompt" | "text"
+    body: str
+    timezone: str = "UTC"
+    catch_up: str = "latest"  # "latest" | "skip"
+    enabled: bool = True
+    origin: str = "conversation"  # "config" | "conversation"
+    created_by: str = ""
+    version: int = 1
+    first_seen: float = 0.0
+    cursor: float | None = None
+
+    def defines_same(self, other: Schedule) -> bool:
+        """Whether ``other`` is the same schedule as far as its firings go."""
+        keys = ("conversation", "kind", "spec", "timezone", "action", "body", "catch_up")
+        same = all(getattr(self, k) == getattr(other, k) for k in keys)
+        return same and self.enabled == other.enabled
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """What a schedule did, as ``botmux schedules list``, ``/schedules``, the console and the
+    admin API show it: its last firing (due time, user row, when it was admitted), that
+    firing's answer and delivery (when, and the platform's id of the first message), the last
+    failure, the due times missed, and the next due time (computed by the reader)."""
+
+    schedule: Schedule
+    next_due: float | None = None
+    last_due: float | None = None
+    last_row: int | None = None
+    last_fired_at: float | None = None
+    missed: int = 0
+    row_state: str | None = None  # the last firing's user row: pending, answered, ...
+    answer_failure: str | None = None  # its answer's failure class
+    chunks: int = 0
+    delivered: int = 0
+    undeliverable: int = 0  # chunks the platform refused for good, or expired
+    delivered_at: float | None = None
+    delivered_id: str | None = None  # the platform's id of the first message delivered
+    last_failure: str | None = None
+    last_failure_at: float | None = None
+
+    @property
+    def delivery(self) -> str:
+        """The last firing's delivery, in a word: ``never fired``, ``waiting`` (no answer
+        yet), ``delivering``, ``delivered``, ``not delivered`` (fired and never delivered),
+        ``cancelled``."""
+        if self.last_row is None:
+            return "never fired"
+        if self.row_state == "pending":
+            return "waiting"
+        if self.row_state == "cancelled":
+            return "cancelled"
+        if self.undeliverable:
+            return "not delivered"
+        if self.row_state is None:
+            return "not delivered"  # the row is gone (the conversation was deleted)
+        if self.chunks and self.delivered >= self.chunks:
+            return "delivered"
+        return "delivering"

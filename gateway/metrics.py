@@ -58,6 +58,15 @@ from gateway.events import (
     TurnStarted,
 )
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
+from gateway.events_schedules import (
+    ScheduleCaughtUp,
+    ScheduleChanged,
+    ScheduleDue,
+    ScheduleFailed,
+    ScheduleFired,
+    ScheduleMissed,
+    SchedulesSynced,
+)
 from gateway.events_tools import (
     ApprovalAsked,
     ApprovalDecided,
@@ -82,6 +91,8 @@ class Snapshot:
     outbox_pending: dict[str, int] = field(default_factory=dict)  # platform -> chunks
     benched: Iterable[tuple[str, str, str, float]] = ()  # (model, masked key, reason, seconds)
     leases: int | None = None  # conversations this node holds (several nodes only)
+    # Schedules whose last firing was answered and never delivered (SPEC 16); None: not read.
+    schedules_undelivered: int | None = None
 
 
 class Metrics:
@@ -291,6 +302,33 @@ class Metrics:
             ["server", "state"],
             registry=r,
         )
+        self.schedule_firings = Counter(
+            "botmux_schedule_firings",
+            "Scheduled messages' due times: fired (admitted), duplicate or already (another"
+            " node or a restart fired it), gone (removed meanwhile), caught_up and missed (due"
+            " times passed in downtime: the ones not fired), failed (platform off, the store)",
+            ["outcome"],
+            registry=r,
+        )
+        self.schedule_lateness = Histogram(
+            "botmux_schedule_lateness_seconds",
+            "From a schedule's due time to its firing's admission",
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.schedule_changes = Counter(
+            "botmux_schedule_changes",
+            "Schedules added or removed through the agent's tools and commands (added,"
+            " removed), and config syncs that changed the stored ones (synced)",
+            ["change"],
+            registry=r,
+        )
+        self.schedules_undelivered = Gauge(
+            "botmux_schedules_undelivered",
+            "Schedules whose last firing was answered and never delivered (the platform"
+            " refused it for good, or it expired)",
+            registry=r,
+        )
         self.config_reloads = Counter(
             "botmux_config_reloads",
             "Config reloads: applied, unchanged, refused, invalid, dry_run",
@@ -407,6 +445,22 @@ class Metrics:
                         self.tool_servers_up.remove(server)
                 else:
                     self._child(self.tool_servers_up, server).set(1 if state == "up" else 0)
+            case ScheduleFired(outcome=outcome, late_s=late):
+                self._child(self.schedule_firings, outcome).inc()
+                if outcome == "fired":
+                    self.schedule_lateness.observe(late)
+            case ScheduleCaughtUp(missed=missed):
+                self._child(self.schedule_firings, "caught_up").inc(missed)
+            case ScheduleMissed(missed=missed):
+                self._child(self.schedule_firings, "missed").inc(missed)
+            case ScheduleFailed():
+                self._child(self.schedule_firings, "failed").inc()
+            case ScheduleChanged(change=change):
+                self._child(self.schedule_changes, change).inc()
+            case SchedulesSynced():
+                self._child(self.schedule_changes, "synced").inc()
+            case ScheduleDue():
+                pass  # a failpoint's place; the firing is counted
             case _:
                 assert_never(event)
 
@@ -414,6 +468,8 @@ class Metrics:
         self.live_sessions.set(snapshot.live_sessions)
         if snapshot.leases is not None:
             self.leases.set(snapshot.leases)
+        if snapshot.schedules_undelivered is not None:
+            self.schedules_undelivered.set(snapshot.schedules_undelivered)
         for platform, count in snapshot.queued.items():
             self.queue_depth.labels(platform).set(count)
         for platform, count in snapshot.outbox_pending.items():

@@ -233,8 +233,9 @@ class Intake(Protocol):
         ``blobs``: attachment bytes that came inline, by sha256, stored with the row."""
         ...
 
-    async def command(self, platform: str, conversation: str, name: str) -> str:
-        """Run a control command (``help``, ``status``, ``new``, ``stop``); return its reply."""
+    async def command(self, platform: str, conversation: str, name: str, args: str = "") -> str:
+        """Run a control command (``help``, ``status``, ``new``, ``stop``, ``schedules``,
+        ``unschedule``); ``args``: what followed its name (``/unschedule ID``); its reply."""
         ...
 
     async def delete(self, conversation: str, *, by: str) -> int | None:
@@ -351,9 +352,12 @@ class ToolBox(Protocol):
         """The tool the model named, if it is available now."""
         ...
 
-    async def call(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> ToolOutcome:
-        """Run one call. A tool's own error, its timeout, its server being down or dying
-        mid-call are an outcome with ``is_error`` (the model is told), never raised."""
+    async def call(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], *, conversation: str
+    ) -> ToolOutcome:
+        """Run one call for the turn of ``conversation`` (the built-in tools act on it: the
+        scheduling tools, SPEC 16). A tool's own error, its timeout, its server being down or
+        dying mid-call are an outcome with ``is_error`` (the model is told), never raised."""
         ...
 
     def status(self) -> list[ToolServerStatus]:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from gateway.messages import StoredMessage
+from gateway.messages import StoredMessage, schedule_of
 
 QueueMode = Literal["followup", "collect", "interrupt"]
 QUEUE_MODES: tuple[QueueMode, ...] = ("followup", "collect", "interrupt")
@@ -58,8 +58,13 @@ def next_burst(
     to go at once; a fresh burst waits ``debounce_s`` after its latest row, never past
     ``debounce_max_s`` after its first."""
     assert waiting, "nothing waits"
-    if not policy.merges:
+    # A schedule's firing (SPEC 16) is a turn of its own: its text is sent as it is, or its
+    # prompt answered alone, never merged with what people wrote around it.
+    alone = [i for i, row in enumerate(waiting) if schedule_of(row.platform_message_id)]
+    if not policy.merges or (alone and alone[0] == 0):
         return TakeBurst((waiting[0],))
+    if alone:
+        waiting = waiting[: alone[0]]
     if policy.mode == "collect":
         first = min(row.created_at for row in waiting)
         last = max(row.created_at for row in waiting)

@@ -92,6 +92,8 @@ LIVE_KEYS: tuple[str, ...] = (
     "agent.max_tool_steps",
     "agent.max_turn_s",
     "agent.max_tool_result_chars",
+    "scheduler.*",  # SPEC 16: the scheduler, the book and the tools read it at each use
+    "schedules",  # the config's schedules: stored again by the scheduler (app.py's apply)
 )
 
 

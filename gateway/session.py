@@ -53,6 +53,7 @@ from gateway.mailbox import (
     TurnAdmitted,
 )
 from gateway.messages import (
+    SCHEDULED_TEXT,
     STOPPED_REPLY,
     ChatMessage,
     Failure,
@@ -484,6 +485,8 @@ class SessionActor(Actor):
         tools = TurnTools(turn.rows[0], self._outlet.asker(row))
         if asked.answer is not None:  # nothing the model could be asked (SPEC 9)
             return asked.answer
+        if row.sender == SCHEDULED_TEXT and not turn.also:  # sent as it is (SPEC 16)
+            return TurnResult(reply=row.content)
         try:
             return asked.finish(
                 await self._deps.runner.run_turn(

@@ -208,8 +208,9 @@ class Courier:
                     await anyio.sleep(wait)
                     continue
                 self._failed += 1
-                self._observe(SendFailed(*facts, error=str(exc)[:200]))
                 await self._ledger.undeliverable(chunk.id, failure.reason)
+                # Once marked (as the event says): whoever reads the outbox then sees it failed.
+                self._observe(SendFailed(*facts, error=str(exc)[:200]))
                 return
             self._sent += 1
             self._observe(ChunkSent(chunk.conversation, self.platform, chunk.id))

@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import aiohttp
 import anyio
@@ -25,6 +25,10 @@ import asyncpg
 from gateway.app import GatewayApp
 from gateway.assembly import ToolServers
 from gateway.config import Config, parse_config
+from gateway.events import Event
+from gateway.scheduler import Clock
+
+E = TypeVar("E")
 
 if TYPE_CHECKING:
     from tests.fakes.telegram_server import FakeTelegram
@@ -84,11 +88,21 @@ async def running_gateway(
     clock: Callable[[], float] = time.monotonic,
     read: Callable[[], Config] | None = None,
     tools: ToolServers | None = None,
+    schedule_clock: Clock | None = None,
+    events: Events | None = None,
 ) -> AsyncIterator[tuple[GatewayApp, str]]:
     """Run a gateway in this event loop; yield it and its peer API's base URL. ``read``:
     what a reload reads (else the config it runs); ``tools``: the agent's tools instead of
-    ``[[tools.mcp]]`` servers' (tests/fakes/toolbox.py)."""
-    app = GatewayApp(config, clock=clock, read=read, tools=tools)
+    ``[[tools.mcp]]`` servers' (tests/fakes/toolbox.py); ``schedule_clock``: the scheduler's
+    (tests/support/clocks.py); ``events``: records every event the gateway reports."""
+    app = GatewayApp(
+        config,
+        clock=clock,
+        read=read,
+        tools=tools,
+        schedule_clock=schedule_clock,
+        tap=events.record if events is not None else None,
+    )
     async with anyio.create_task_group() as tg:
         await tg.start(app.run)
         assert app.peer is not None and app.peer.port is not None
@@ -96,6 +110,35 @@ async def running_gateway(
             yield app, f"http://127.0.0.1:{app.peer.port}"
         finally:
             app.stop.set()
+
+
+class Events:
+    """Every event an in-process gateway reported, for tests to wait on what has no reply to
+    wait for (a schedule's firing, a turn nobody waits for)."""
+
+    def __init__(self) -> None:
+        self.seen: list[Event] = []
+        self._changed = anyio.Event()
+
+    def record(self, event: Event) -> None:
+        self.seen.append(event)
+        changed, self._changed = self._changed, anyio.Event()
+        changed.set()
+
+    def of(self, kind: type[E]) -> list[E]:
+        return [e for e in self.seen if isinstance(e, kind)]
+
+    async def wait_for(self, kind: type[E], count: int = 1, **fields: object) -> list[E]:
+        """At least ``count`` events of ``kind`` whose fields have these values."""
+
+        def matching() -> list[E]:
+            found = self.of(kind)
+            return [e for e in found if all(getattr(e, k) == v for k, v in fields.items())]
+
+        with anyio.fail_after(20):
+            while len(matching()) < count:
+                await self._changed.wait()
+        return matching()
 
 
 class GatewayProcess:

@@ -442,8 +442,10 @@ async def test_diagnostics_show_every_parts_statistics_and_no_secret(
         "peer",
         "reload",
         "model_clients",
+        "scheduler",
         "telegram",
     }
+    assert diagnostics["scheduler"]["schedules"] == 0
     assert diagnostics["intake"]["admitted"] == 2
     assert diagnostics["router"]["spawned"] == 2
     assert diagnostics["peer"]["turns"] == 1

@@ -122,7 +122,8 @@ def test_every_problem_is_reported_at_once_each_with_its_key() -> None:
         "peer.listen": "must be HOST:PORT, for example 127.0.0.1:8642",
         "surprise": (
             "unknown key (known here: a2a, agent, cluster, discord, gateway, log, model,"
-            " models, peer, profiles, store, telegram, tools, transcription)"
+            " models, peer, profiles, scheduler, schedules, store, telegram, tools,"
+            " transcription)"
         ),
     }
     assert (err.value.path, err.value.message) == err.value.errors[0]

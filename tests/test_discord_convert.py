@@ -36,7 +36,7 @@ CONFIG = DiscordConfig(token="t", allow_guilds=(7,), answer_all_channels=(500,))
         (seen("echo", author_id=BOT, guild_id=None), Ignore("bot")),
         (seen(f"<@{BOT}> hi", guild_id=8), Ignore("guild_not_allowed")),
         (seen(f"<@{BOT}> /status"), Command("status")),
-        (seen("/new please", guild_id=None), Command("new")),
+        (seen("/new please", guild_id=None), Command("new", "please")),  # args: ignored by /new
         (seen("/start", guild_id=None), Command("help")),
         (seen("/Stop@botmux", guild_id=None), Command("stop")),
         (seen("/etc/passwd is a file", guild_id=None), Turn("/etc/passwd is a file")),

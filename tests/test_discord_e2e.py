@@ -374,8 +374,13 @@ async def test_commands_as_plain_text_and_as_registered_slash_commands(
             await dc.inject_message(DM_ID, "what colour?", author_id=ALICE)
             await dc.wait_for_messages(DM_ID, 3)
     # The one command table's order (Discord's client lists them alphabetically anyway).
-    assert [c["name"] for c in put.json] == ["help", "new", "status", "stop"]
-    assert [c["name"] for c in dc.commands()] == ["help", "new", "status", "stop"]
+    names = ["help", "new", "status", "stop", "schedules", "unschedule"]
+    assert [c["name"] for c in put.json] == names
+    assert [c["name"] for c in dc.commands()] == names
+    # /unschedule takes the schedule's id as a required string option.
+    assert put.json[-1]["options"] == [
+        {"type": 3, "name": "id", "description": put.json[-1]["description"], "required": True}
+    ]
     dm = [m["content"] for m in dc.sent_messages(DM_ID)]
     assert dm[1].startswith("Started a fresh context")
     [status] = [m["content"] for m in dc.sent_messages(CHANNEL_ID)]

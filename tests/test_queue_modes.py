@@ -8,6 +8,7 @@ assistant row) and what the platform was handed (one outcome naming every row).
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,16 @@ def test_collect_waits_for_the_burst_to_go_quiet() -> None:
     waiting = [row(1, 100.0), row(2, 100.5)]
     assert next_burst(COLLECT, waiting, 101.0) == WaitForMore(pytest.approx(1.0))
     assert next_burst(COLLECT, waiting, 102.0) == TakeBurst(tuple(waiting))
+
+
+def test_a_schedules_firing_is_a_turn_of_its_own_in_every_mode() -> None:
+    firing = dataclasses.replace(
+        row(2, 100.2), platform_message_id="schedule:s:2026-06-01T07:00:00Z"
+    )
+    waiting = [row(1, 100.0), firing, row(3, 100.4)]
+    for policy in (COLLECT, QueuePolicy("interrupt")):
+        assert next_burst(policy, waiting, 110.0) == TakeBurst((waiting[0],))  # not merged
+        assert next_burst(policy, waiting[1:], 110.0) == TakeBurst((firing,))  # alone
 
 
 def test_collect_starts_at_most_debounce_max_s_after_the_first_row() -> None:

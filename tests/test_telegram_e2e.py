@@ -56,7 +56,9 @@ async def test_private_chat_round_trip(
         ("telegram:42", "assistant", "Hello, **Alice here** & <friends>!", "final"),
     ]
     assert s.chunks()[0][0] == "delivered"
-    assert [c["command"] for c in tg.commands()] == ["start", "help", "new", "status", "stop"]
+    assert [c["command"] for c in tg.commands()] == [
+        *("start", "help", "new", "status", "stop", "schedules", "unschedule")
+    ]
     if mode == "webhook":
         assert tg.webhook_url == s.webhook_url and tg.webhook_secret == "s3cret-Token_1"
         assert not tg.calls_to("getUpdates")

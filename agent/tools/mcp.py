@@ -191,7 +191,10 @@ class McpToolBox:
     def find(self, name: str) -> ToolSpec | None:
         return self._index.get(name)
 
-    async def call(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> ToolOutcome:
+    async def call(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], *, conversation: str = ""
+    ) -> ToolOutcome:
+        # ``conversation``: the turn's (gateway.ports.ToolBox); a server's tools do not use it.
         started = self._clock()
         link = self._links.get(spec.server)
         outcome: Outcome = "unavailable"

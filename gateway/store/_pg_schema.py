@@ -189,6 +189,35 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE messages ADD COLUMN decided_by TEXT;
     CREATE UNIQUE INDEX messages_calls ON messages (user_row_id, call_id) WHERE role = 'tool';
     """,
+    # 10 (schedules, SPEC 16): scheduled messages, from the config or made by a conversation;
+    # ``cursor`` is the latest due time fired or skipped, the last_* columns what the last
+    # firing was (its user row: its answer and delivery are read through it).
+    """
+    CREATE TABLE schedules (
+        id              TEXT PRIMARY KEY,
+        conversation    TEXT NOT NULL,
+        kind            TEXT NOT NULL,
+        spec            TEXT NOT NULL,
+        action          TEXT NOT NULL,
+        body            TEXT NOT NULL,
+        timezone        TEXT NOT NULL DEFAULT 'UTC',
+        catch_up        TEXT NOT NULL DEFAULT 'latest',
+        enabled         BOOLEAN NOT NULL DEFAULT TRUE,
+        origin          TEXT NOT NULL,
+        created_by      TEXT NOT NULL DEFAULT '',
+        version         BIGINT NOT NULL DEFAULT 1,
+        first_seen      DOUBLE PRECISION NOT NULL,
+        created_at      DOUBLE PRECISION NOT NULL,
+        cursor          DOUBLE PRECISION,
+        last_due        DOUBLE PRECISION,
+        last_row        BIGINT,
+        last_fired_at   DOUBLE PRECISION,
+        missed          BIGINT NOT NULL DEFAULT 0,
+        last_failure    TEXT,
+        last_failure_at DOUBLE PRECISION
+    );
+    CREATE INDEX schedules_by_conversation ON schedules (conversation);
+    """,
 )
 
 

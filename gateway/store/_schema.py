@@ -173,6 +173,35 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE messages ADD COLUMN decided_by TEXT;
     CREATE UNIQUE INDEX messages_calls ON messages (user_row_id, call_id) WHERE role = 'tool';
     """,
+    # 12 (schedules, SPEC 16): scheduled messages, from the config or made by a conversation;
+    # ``cursor`` is the latest due time fired or skipped, the last_* columns what the last
+    # firing was (its user row: its answer and delivery are read through it).
+    """
+    CREATE TABLE schedules (
+        id              TEXT PRIMARY KEY,
+        conversation    TEXT NOT NULL,
+        kind            TEXT NOT NULL,
+        spec            TEXT NOT NULL,
+        action          TEXT NOT NULL,
+        body            TEXT NOT NULL,
+        timezone        TEXT NOT NULL DEFAULT 'UTC',
+        catch_up        TEXT NOT NULL DEFAULT 'latest',
+        enabled         INTEGER NOT NULL DEFAULT 1,
+        origin          TEXT NOT NULL,
+        created_by      TEXT NOT NULL DEFAULT '',
+        version         INTEGER NOT NULL DEFAULT 1,
+        first_seen      REAL NOT NULL,
+        created_at      REAL NOT NULL,
+        cursor          REAL,
+        last_due        REAL,
+        last_row        INTEGER,
+        last_fired_at   REAL,
+        missed          INTEGER NOT NULL DEFAULT 0,
+        last_failure    TEXT,
+        last_failure_at REAL
+    );
+    CREATE INDEX schedules_by_conversation ON schedules (conversation);
+    """,
 )
 
 

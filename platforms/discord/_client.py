@@ -26,7 +26,7 @@ from discord.http import Route
 from discord.webhook.async_ import AsyncWebhookAdapter, async_context
 
 from gateway.errors import PlatformError
-from gateway.messages import Failure
+from gateway.messages import ControlCommand, Failure
 from platforms._notices import send_notice
 from platforms.discord.convert import SLASH_COMMANDS
 from platforms.discord.errors import TRANSLATED, translate
@@ -267,7 +267,8 @@ async def serve(client: BotClient, token: str) -> None:
 async def register_commands(client: BotClient) -> None:
     """The control commands (``convert.SLASH_COMMANDS``) as global application commands."""
     payload: list[dict[str, Any]] = [
-        {"name": c.name, "description": c.description, "type": 1} for c in SLASH_COMMANDS
+        {"name": c.name, "description": c.description, "type": 1, **_options(c)}
+        for c in SLASH_COMMANDS
     ]
     try:
         assert client.application_id is not None
@@ -277,6 +278,14 @@ async def register_commands(client: BotClient) -> None:
         return
     names = [c.name for c in SLASH_COMMANDS]
     log.info("discord slash commands registered", extra={"commands": names})
+
+
+def _options(command: ControlCommand) -> dict[str, Any]:
+    """A command that takes an argument (``/unschedule ID``) has one required string option."""
+    if not command.argument:
+        return {}
+    option = {"type": 3, "name": command.argument, "description": command.description}
+    return {"options": [{**option, "required": True}]}
 
 
 @dataclass(frozen=True, slots=True)

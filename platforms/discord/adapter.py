@@ -446,14 +446,14 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
             return
         key = convert.conversation_key(seen.channel_id)
         match decision:
-            case convert.Command(name=name):
+            case convert.Command(name=name, args=args):
                 self._recent.watch(seen)
                 if seen.message_id in answered:
                     self._counts.duplicates += 1
                     return
                 # Run here, in order (its store part may fail and be tried again); only the
                 # answer is sent beside the actor.
-                reply = await self._intake.command(self.platform, key, name)
+                reply = await self._intake.command(self.platform, key, name, args)
                 self._counts.commands += 1
                 self._answer(seen.channel_id, reply, seen.message_id)
             case convert.Turn(text=text):
@@ -578,7 +578,8 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
                 allowed = await self._allowed(user.id, guild_id, str(user))
             if allowed:
                 key = convert.conversation_key(interaction.channel_id)
-                reply = await self._intake.command(self.platform, key, name)
+                args = convert.interaction_argument(interaction)
+                reply = await self._intake.command(self.platform, key, name, args)
                 self._counts.commands += 1
             else:
                 self._counts.refused += 1

@@ -178,6 +178,16 @@ def interaction_command(interaction: discord.Interaction[Any]) -> str | None:
     return str(name) if is_id(getattr(user, "id", None)) else None
 
 
+def interaction_argument(interaction: discord.Interaction[Any]) -> str:
+    """The value of a slash command's one string option (``/unschedule id:...``), else ""."""
+    data: Any = interaction.data
+    options = data.get("options") if isinstance(data, dict) else None
+    if not isinstance(options, list) or not options or not isinstance(options[0], dict):
+        return ""
+    value = options[0].get("value")
+    return value.strip()[:200] if isinstance(value, str) else ""
+
+
 @dataclass(frozen=True, slots=True)
 class Ignore:
     reason: str  # "bot", "guild_not_allowed", "not_addressed", "empty"
@@ -186,6 +196,7 @@ class Ignore:
 @dataclass(frozen=True, slots=True)
 class Command:
     name: str
+    args: str = ""  # what followed the name (/unschedule ID)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +233,10 @@ def decide(seen: Seen, config: DiscordConfig, bot_id: int) -> Decision:
         # An attachment alone is a turn (its text empty), nothing at all is nothing to answer.
         return Turn("") if seen.attachments else Ignore("empty")
     name = command_name(text)
-    return Command(name) if name is not None else Turn(text)
+    if name is None:
+        return Turn(text)
+    _, _, args = text.partition(" ")
+    return Command(name, args.strip())
 
 
 def turn_text(content: str, bot_id: int, mention_names: dict[int, str]) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from platforms.peer._admin_schedules import SCHEDULES_SCHEMA
 from platforms.peer._schemas import ref
 from platforms.peer.admin import CURSOR, MAX_LIMIT, MAX_QUERY, TICKET_TTL_S
 
@@ -141,6 +142,10 @@ ADMIN_SCHEMAS: dict[str, Any] = {
                         },
                         "call_id": _MAYBE_STRING,
                         "tool": _MAYBE_STRING,
+                        "scheduled": {
+                            "type": ["string", "null"],
+                            "description": "A user row a schedule fired: its id (SPEC 16).",
+                        },
                         "attachments": {
                             "type": "array",
                             "items": _object(
@@ -175,6 +180,7 @@ ADMIN_SCHEMAS: dict[str, Any] = {
             }
         }
     ),
+    "AdminSchedules": SCHEDULES_SCHEMA,
     "AdminPairing": _object(
         {
             "pending": {
@@ -369,6 +375,12 @@ def admin_paths() -> dict[str, Any]:
             "adminOutbox",
             "The newest 200 reply chunks not delivered (pending, sending, expired, failed).",
             "AdminOutbox",
+        ),
+        "/api/admin/schedules": _get(
+            "adminSchedules",
+            "Scheduled messages: next due time, last firing, its delivery (fired and never"
+            " delivered shows as such), missed due times, last failure (SPEC 16).",
+            "AdminSchedules",
         ),
         "/api/admin/pairing": _get(
             "adminPairing", "Pending pairing codes and the users approved.", "AdminPairing"

@@ -282,6 +282,11 @@ SCHEMAS: dict[str, Any] = {
                                 },
                             },
                         },
+                        "scheduled": {
+                            "type": "string",
+                            "description": "A user row a schedule fired (SPEC 16): the"
+                            " schedule's id; its due time is in the row's platform id.",
+                        },
                         "call_id": {"type": "string", "description": "A tool row's call."},
                         "tool": {"type": "string", "description": "A tool row's tool."},
                         "failure": {"type": "string", "enum": [*REASONS, *ATTACHMENT_FAILURES]},

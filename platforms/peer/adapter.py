@@ -503,8 +503,9 @@ class PeerAdapter:
         text, stream = ask.text, ask.stream
         del ask
         if text.startswith("/") and text[1:].split(" ", 1)[0] in CONTROL_COMMANDS:
+            name, _, args = text[1:].partition(" ")
             answer = await self._intake.command(
-                "peer", convert.conversation_key(session_id), text[1:].split(" ", 1)[0]
+                "peer", convert.conversation_key(session_id), name, args.strip()
             )
             body = convert.chat_response(session_id, answer, None)
             if not convert.wants_stream(stream, request.headers.get("Accept", "")):

@@ -48,9 +48,12 @@ from gateway.messages import (
     ConversationListing,
     OutboxChunk,
     PairingCode,
+    ScheduleRecord,
     StoredMessage,
+    schedule_of,
 )
 from gateway.timeline import Timeline
+from platforms.peer._admin_schedules import schedules_json
 from platforms.peer.convert import BadRequest, sse
 from platforms.peer.streaming import SSE_HEADERS
 
@@ -137,6 +140,8 @@ class AdminDeps:
     #: frozen dataclasses of counters and states, no secrets (GET /api/admin/diagnostics).
     statistics: Callable[[], Mapping[str, object]] = dict
     wall: Callable[[], float] = field(default=time.time)
+    #: Scheduled messages with their records (SPEC 16; GET /api/admin/schedules).
+    schedules: Callable[[], Awaitable[list[ScheduleRecord]]] | None = None
 
 
 class Tickets:
@@ -252,6 +257,7 @@ def message_json(row: StoredMessage) -> dict[str, Any]:
         "tool_calls": json.loads(row.tool_calls) if row.tool_calls else None,
         "call_id": row.call_id,
         "tool": row.tool,
+        "scheduled": schedule_of(row.platform_message_id) if row.role == "user" else None,
     }
 
 
@@ -351,6 +357,7 @@ class Admin:
         get("/api/admin/conversations", self._conversations)
         get("/api/admin/conversations/{key:[^/]+}/messages", self._messages)
         get("/api/admin/outbox", self._outbox)
+        get("/api/admin/schedules", self._schedules)
         get("/api/admin/pairing", self._pairing)
         post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/approve", self._approve)
         post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/reject", self._reject)
@@ -454,6 +461,10 @@ class Admin:
     async def _outbox(self, request: web.Request) -> web.Response:
         chunks = await self._deps.store.outbox_chunks(OUTBOX_LIMIT)
         return web.json_response({"chunks": [chunk_json(c) for c in chunks]})
+
+    async def _schedules(self, request: web.Request) -> web.Response:
+        records = await self._deps.schedules() if self._deps.schedules is not None else []
+        return web.json_response(schedules_json(records))
 
     async def _pairing(self, request: web.Request) -> web.Response:
         store = self._deps.store

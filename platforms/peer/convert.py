@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from gateway.messages import ATTACHMENT_FAILURES, Failure, StoredMessage, Usage
+from gateway.messages import ATTACHMENT_FAILURES, Failure, StoredMessage, Usage, schedule_of
 from platforms._text import text_problem
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -310,6 +310,7 @@ def transcript_json(rows: list[StoredMessage]) -> dict[str, Any]:
                 "created_at": _iso(r.created_at),
                 "state": _state(r),
                 **({"failure": r.failure} if r.failure else {}),
+                **_scheduled(r),
                 **_tool_fields(r),
                 **_usage_field(r),
                 **attachments_json(r),
@@ -325,6 +326,12 @@ def _state(row: StoredMessage) -> str:
     if row.role == "assistant" and row.state != "step":
         return "failed" if row.failure else "final"
     return row.state
+
+
+def _scheduled(row: StoredMessage) -> dict[str, Any]:
+    """A schedule's firing is marked with its schedule's id (SPEC 16)."""
+    schedule = schedule_of(row.platform_message_id) if row.role == "user" else None
+    return {"scheduled": schedule} if schedule is not None else {}
 
 
 def _tool_fields(row: StoredMessage) -> dict[str, Any]:

@@ -544,7 +544,8 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         match incoming.kind:
             case "command":
                 self._counts.commands += 1
-                text = await self._intake.command(PLATFORM, incoming.conversation, incoming.text)
+                name, _, args = incoming.text.partition(" ")
+                text = await self._intake.command(PLATFORM, incoming.conversation, name, args)
                 self._notify(SendNotice(incoming.target, text, reply_to))
             case "unreadable":
                 self._notify(SendNotice(incoming.target, convert.TEXT_ONLY, reply_to))

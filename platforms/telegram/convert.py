@@ -117,7 +117,8 @@ class Incoming:
     """An update that concerns botmux, before the access check.
 
     ``kind``: ``turn`` (``text`` is the user's message, or its caption, ``attachments`` what
-    it carries), ``command`` (``text`` is the command name, lower case), ``unreadable``
+    it carries), ``command`` (``text`` is the command name, lower case, then what followed
+    it after a space, if anything), ``unreadable``
     (nothing botmux reads: a sticker, a location...; answer what is read).
     """
 
@@ -315,7 +316,8 @@ def read(
             rest = text[command.end() :].strip()
             return incoming("turn", rest) if rest else incoming("command", "help")
         if name in CONTROL_COMMANDS or private or addressee is not None:
-            return incoming("command", name)
+            rest = text[command.end() :].strip()  # its argument (/unschedule ID)
+            return incoming("command", f"{name} {rest}" if rest else name)
         return None  # an unknown command in a group: probably another bot's
     addressed = (
         private or group_mode == "all" or _mentions_bot(message, me) or _replies_to_bot(message, me)

@@ -514,16 +514,28 @@ class FakeDiscord:
         return message
 
     async def inject_interaction(
-        self, channel_id: int, name: str, *, user_id: int, command_id: int | None = None
+        self,
+        channel_id: int,
+        name: str,
+        *,
+        user_id: int,
+        command_id: int | None = None,
+        options: list[JSON] | None = None,
     ) -> JSON:
-        """Dispatch INTERACTION_CREATE: `user_id` ran slash command `name` in the channel.
+        """Dispatch INTERACTION_CREATE: `user_id` ran slash command `name` in the channel
+        (with `options`, as Discord sends them: ``[{"type": 3, "name", "value"}]``).
 
         The bot answers through POST /interactions/{id}/{token}/callback, which
         `interaction_responses` records (and, unless ephemeral, stores as a channel message).
         """
         channel = self.world.channel(channel_id)
         user = self.world.add_user(user_id)
-        command = {"id": str(command_id or self.world.ids.next()), "name": name, "type": 1}
+        command = {
+            "id": str(command_id or self.world.ids.next()),
+            "name": name,
+            "type": 1,
+            **({"options": options} if options else {}),
+        }
         data = c.interaction(self.world, channel, user, c.APPLICATION_COMMAND, command)
         self._interactions[int(data["id"])] = {
             "token": data["token"],

@@ -71,7 +71,9 @@ class RecordingToolBox:
         found = self.tools.get(name)
         return found.spec if found else None
 
-    async def call(self, spec: ToolSpec, arguments: Mapping[str, Any]) -> ToolOutcome:
+    async def call(
+        self, spec: ToolSpec, arguments: Mapping[str, Any], *, conversation: str = ""
+    ) -> ToolOutcome:
         found = self.tools[spec.name]
         self.entered.set()
         if found.hold is not None:

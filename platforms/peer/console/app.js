@@ -220,6 +220,7 @@ async function refresh() {
     else if (name === "conversation") await loadTranscript(currentRoute()[1]);
     else if (name === "pairing") await loadPairing();
     else if (name === "outbox") await loadOutbox();
+    else if (name === "schedules") await loadSchedules();
   } finally {
     state.refreshing = false;
   }
@@ -255,6 +256,9 @@ async function route() {
     } else if (name === "outbox") {
       show("view-outbox", "outbox");
       await loadOutbox();
+    } else if (name === "schedules") {
+      show("view-schedules", "schedules");
+      await loadSchedules();
     } else if (name === "pairing") {
       show("view-pairing", "pairing");
       await loadPairing();
@@ -403,6 +407,7 @@ async function loadTranscript(key) {
     el("div", { class: "messages" }, data.messages.map((m) =>
       el("div", { class: `msg ${m.role}${m.failure ? " failed" : ""}`, "data-id": m.id },
         el("div", { class: "meta" }, `${m.role} · #${m.id} · ${m.state} · `, stamp(m.created_at),
+          m.scheduled ? ` · scheduled by ${m.scheduled}` : null,
           m.failure ? el("span", {}, " · ", el("span", { class: "badge bad" }, m.failure)) : null),
         el("div", { class: "content" }, m.content),
         m.attachments.length ? el("ul", { class: "attachments" }, m.attachments.map((a) =>
@@ -425,6 +430,37 @@ async function loadOutbox() {
         el("td", {}, c.seq), el("td", {}, stamp(c.created_at)),
         el("td", {}, c.text.length > 120 ? c.text.slice(0, 120) + "…" : c.text))),
     "Every reply was delivered.")));
+}
+
+// -- schedules ---------------------------------------------------------------------------------
+
+// A due time: UTC to the minute, as /schedules says it (they may be ahead, where "ago" is not).
+function utc(epoch) {
+  return new Date(epoch * 1000).toISOString().slice(0, 16).replace("T", " ") + " UTC";
+}
+
+const DELIVERY = { delivered: "ok", "not delivered": "bad", waiting: "warn", delivering: "warn" };
+
+async function loadSchedules() {
+  const data = await api("/api/admin/schedules");
+  const summary = data.undelivered
+    ? el("p", { class: "error" }, `${data.undelivered} schedule(s) fired and never delivered`)
+    : null;
+  $("view-schedules").replaceChildren(el("div", { class: "panel" },
+    el("h2", {}, "Scheduled messages"), summary,
+    table(["Schedule", "Conversation", "When", "Sends", "Next due", "Last firing", "Delivery", "Last failure"],
+      data.schedules.map((s) =>
+        el("tr", {}, el("td", { class: "mono" }, s.id, s.origin === "config" ? el("span", { class: "muted" }, " (config)") : null,
+          s.enabled ? null : el("span", { class: "badge warn" }, " disabled")),
+          el("td", {}, el("a", { href: "#conversation/" + encodeURIComponent(s.conversation), class: "mono" }, s.conversation)),
+          el("td", { class: "mono" }, s.when),
+          el("td", {}, `${s.action}: `, s.body.length > 60 ? s.body.slice(0, 60) + "…" : s.body),
+          el("td", {}, s.next_due ? utc(s.next_due) : "-"),
+          el("td", {}, s.last_due ? utc(s.last_due) : "never", s.missed ? el("span", { class: "muted" }, ` (missed ${s.missed})`) : null),
+          el("td", {}, el("span", { class: "badge " + (DELIVERY[s.delivery] || "") }, s.delivery),
+            s.delivered_id ? el("span", { class: "mono muted" }, ` ${s.delivered_id}`) : null),
+          el("td", {}, s.last_failure || s.answer_failure || ""))),
+    "No schedules: add [[schedules]] to the config, or let conversations make their own ([scheduler] agent_tools).")));
 }
 
 // -- pairing -----------------------------------------------------------------------------------
