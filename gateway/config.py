@@ -383,6 +383,8 @@ class GatewayConfig:
     queue_mode: QueueMode = "followup"
     debounce_s: Annotated[float, Ge(0)] = 1.5
     debounce_max_s: Annotated[float, Ge(0)] = 5.0
+    # Where the run file for botmux reload / check goes (gateway.control; "": the default).
+    run_dir: str = ""
 
 
 @dataclass(frozen=True, slots=True)
