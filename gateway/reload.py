@@ -226,6 +226,7 @@ class Reloader:
                 restart=",".join(result.plan.restart),
                 version=result.version,
                 reason=result.reason,
+                dry_run=dry_run,
             )
         )
         return result
