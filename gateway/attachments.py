@@ -22,13 +22,13 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, assert_never
 
 import anyio
 from pybase64 import b64encode
 
 from gateway.config import AgentConfig
-from gateway.documents import Unreadable, document_text, readable
+from gateway.documents import Unreadable, document_text, is_pdf, readable
 from gateway.errors import AttachmentTooLarge, GatewayError
 from gateway.events import AttachmentFetched, AttachmentHandled, Observe
 from gateway.messages import (
@@ -41,6 +41,7 @@ from gateway.messages import (
     StoredMessage,
     TurnResult,
 )
+from gateway.pdf import PdfBudget, PdfText, read_pdf
 from gateway.ports import Outlet, Transcriber
 from gateway.store import Blob, SaveAttachment, Store
 from policy import classify_send
@@ -50,6 +51,7 @@ log = logging.getLogger(__name__)
 REF_PREFIX = "sha256:"
 TOO_LARGE, UNSUPPORTED, NOT_CONFIGURED = ATTACHMENT_FAILURES
 _RETRY_CAP_S = 5.0  # the longest a fetch's one retry waits for a Retry-After
+PDF_READERS = 2  # PDF reading children at once, per gateway
 
 
 def size_text(size: int) -> str:
@@ -198,6 +200,9 @@ class Attachments:
         self._transcriber = transcriber
         self._config = config
         self._observe = observe
+        # PDFs are read in child processes (gateway.pdf), this many at once: each may use a
+        # CPU and up to document_memory_mb until its budget ends it.
+        self._readers = anyio.CapacityLimiter(PDF_READERS)
 
     def __repr__(self) -> str:
         return f"<Attachments max_bytes={self._config().max_attachment_bytes}>"
@@ -364,21 +369,68 @@ class Attachments:
     async def _read(
         self, row: StoredMessage, position: int, ref: AttachmentRef, data: bytes
     ) -> _Used:
-        limit = self._config().max_document_chars
-        try:
-            text, cut = await anyio.to_thread.run_sync(
-                document_text, ref.name, ref.content_type, data, limit
+        config = self._config()
+        limit = config.max_document_chars
+        if is_pdf(ref.name, ref.content_type):
+            budget = PdfBudget(
+                config.max_document_pages, limit, config.document_cpu_s, config.document_memory_mb
             )
-        except Unreadable as exc:
-            self._handled(row, ref, "read", "unreadable")
-            notice = f"I could not read {ref.name}: {exc}."
-            return _Used(ref, notice=notice, failure=Failure(UNSUPPORTED, False))
+            async with self._readers:
+                read = await read_pdf(data, budget)
+            if read.ending == "unreadable":
+                return self._unreadable(row, ref, f"the PDF could not be read: {read.detail}")
+            text, notice = pdf_outcome(ref.name, read, budget)
+            outcome = "over_budget" if read.ending == "budget" else "ok"
+        else:
+            try:
+                text, cut = await anyio.to_thread.run_sync(
+                    document_text, ref.name, ref.content_type, data, limit
+                )
+            except Unreadable as exc:
+                return self._unreadable(row, ref, str(exc))
+            notice, outcome = (too_long(ref.name, limit) if cut else ""), "ok"
+        # Kept whatever it says (a budget that ran out included): never read twice.
         await self._store.submit(SaveAttachment(row.id, position, text=text))
-        self._handled(row, ref, "read", "ok", len(data))
-        notice = ""
-        if cut:
-            notice = (
-                f"{ref.name} is longer than {limit} characters (max_document_chars);"
-                " only its beginning was read."
-            )
+        self._handled(row, ref, "read", outcome, len(data))
         return _Used(dataclasses.replace(ref, text=text), notice=notice)
+
+    def _unreadable(self, row: StoredMessage, ref: AttachmentRef, why: str) -> _Used:
+        self._handled(row, ref, "read", "unreadable")
+        notice = f"I could not read {ref.name}: {why}."
+        return _Used(ref, notice=notice, failure=Failure(UNSUPPORTED, False))
+
+
+def too_long(name: str, limit: int) -> str:
+    return (
+        f"{name} is longer than {limit} characters (max_document_chars);"
+        " only its beginning was read."
+    )
+
+
+def pdf_outcome(name: str, read: PdfText, budget: PdfBudget) -> tuple[str, str]:
+    """A PDF's text as kept (with a note on what of it was read, in brackets, as the model
+    sees it) and the notice for the reply ("" when it was read whole)."""
+    limit, cap = budget.max_chars, budget.max_pages
+    of = f" of {read.total:,}" if read.total is not None else ""
+    pages = f"pages 1-{read.read}{of}" if read.read != 1 else f"page 1{of}"
+    match read.ending:
+        case "done" | "unreadable":
+            return read.text, ""
+        case "chars":
+            text = f"{read.text[:limit]}\n[the document was cut at {limit} characters]"
+            return text, too_long(name, limit)
+        case "pages":
+            why = f"max_document_pages = {cap}"
+            return (
+                f"{read.text}\n[{pages} were read ({why})]",
+                f"{name}: only {pages} were read ({why}).",
+            )
+        case "budget" if read.read:
+            why = f"within its budget ({budget.describe()})"
+            text = f"{read.text}\n[{pages} were read; the rest could not be read {why}]"
+            return text, f"{name} could not be read whole {why}: {pages} were read."
+        case "budget":
+            why = f"the PDF could not be read within its budget ({budget.describe()})"
+            return f"[{why}]", f"{name}: {why}; its text was not used."
+        case _:
+            assert_never(read.ending)

@@ -164,6 +164,11 @@ class AgentConfig:
     max_attachments: Annotated[int, Ge(0)] = 10
     history_images: Annotated[int, Ge(0)] = 2
     max_document_chars: Annotated[int, Gt(0)] = 100_000
+    # A PDF is read in a child process (gateway.pdf): at most this many pages, within this
+    # much CPU (and twice it in wall time) and memory; past the budget, what was read is used.
+    max_document_pages: Annotated[int, Gt(0)] = 500
+    document_cpu_s: Annotated[float, Gt(0)] = 30.0
+    document_memory_mb: Annotated[int, Ge(256)] = 1024
     # Tools (SPEC 15): globs over <server>__<tool> and the built-in tools; none by default, so
     # a conversation no [[profiles]] entry matches is offered none. Then the tool loop's bounds.
     tools: tuple[Annotated[str, rule(checks.non_empty)], ...] = ()

@@ -43,6 +43,9 @@ LIVE_KEYS: tuple[str, ...] = (
     "agent.max_attachments",  # attachments (SPEC 9): read by the turn's step at each turn
     "agent.history_images",
     "agent.max_document_chars",
+    "agent.max_document_pages",
+    "agent.document_cpu_s",
+    "agent.document_memory_mb",
     "peer.tokens",
     "peer.auth_fail_limit",
     "peer.auth_fail_window_s",
