@@ -29,7 +29,7 @@ from pybase64 import b64encode
 
 from gateway.config import AgentConfig
 from gateway.documents import Unreadable, document_text, is_pdf, readable
-from gateway.errors import AttachmentTooLarge, GatewayError
+from gateway.errors import AttachmentRefused, AttachmentTooLarge, GatewayError
 from gateway.events import AttachmentFetched, AttachmentHandled, Observe
 from gateway.messages import (
     ATTACHMENT_FAILURES,
@@ -323,6 +323,10 @@ class Attachments:
                 fetched = None
                 failure = Failure(TOO_LARGE, False)
                 break
+            except AttachmentRefused as exc:  # not where the platform keeps files: no fetch
+                self._handled(row, ref, "fetch", UNSUPPORTED)
+                notice = f"{exc.name} was not fetched: {exc.why}; it was not used."
+                return _Used(ref, notice=notice, failure=Failure(UNSUPPORTED, False))
             except GatewayError as exc:
                 failure = classify_send(exc)
                 log.warning(
