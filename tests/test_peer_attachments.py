@@ -399,6 +399,34 @@ async def test_oversized_or_bad_data_is_refused_and_nothing_is_stored(tmp_path: 
     assert [r.last_user for r in fake.requests] == ["still here"]
 
 
+async def test_a_content_type_must_be_a_mime_type(tmp_path: Path) -> None:
+    """Review L-6: a CR/LF in content_type was stored, and the file could never be
+    downloaded (aiohttp refused the header). Now 400 naming the field, nothing stored; a
+    type with parameters is taken and served back as sent."""
+    notes = b64(b"buy milk")
+    hostile = {"name": "n.txt", "content_type": "text/plain\r\nSet-Cookie: x=1", "data": notes}
+    fine = {"name": "n.txt", "content_type": 'text/plain; charset="utf-8"', "data": notes}
+    async with (
+        open_fake_model() as fake,
+        running_gateway(config(tmp_path, fake)) as (_, url),
+        aiohttp.ClientSession() as http,
+    ):
+        for bad in (hostile["content_type"], "text", "text/plain; x", "a/" + "b" * 300):
+            body = {"message": "read", "attachments": [{**hostile, "content_type": bad}]}
+            status, answer = await chat(http, url, "m", body)
+            assert status == 400, (bad, answer)
+            assert answer["error"]["param"] == "attachments[0].content_type"
+            assert "attachments[0].content_type must be a MIME type" in answer["error"]["message"]
+        async with http.get(f"{url}/api/sessions/m/messages") as r:
+            assert (await r.json())["messages"] == []
+        status, answer = await chat(http, url, "m", {"message": "read", "attachments": [fine]})
+        assert status == 200, answer
+        sha = hashlib.sha256(b"buy milk").hexdigest()
+        async with http.get(f"{url}/api/sessions/m/attachments/{sha}") as r:
+            assert r.status == 200 and await r.read() == b"buy milk"
+            assert r.headers["Content-Type"] == 'text/plain; charset="utf-8"'
+
+
 async def test_an_attachment_is_scoped_to_its_token_and_deleted_with_its_session(
     tmp_path: Path,
 ) -> None:
