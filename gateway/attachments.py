@@ -27,6 +27,7 @@ from typing import Literal, assert_never
 import anyio
 from pybase64 import b64encode
 
+from gateway.byte_budget import ByteBudget
 from gateway.config import AgentConfig
 from gateway.documents import Unreadable, document_text, is_pdf, readable
 from gateway.errors import AttachmentRefused, AttachmentTooLarge, GatewayError
@@ -45,6 +46,7 @@ from gateway.pdf import PdfBudget, PdfText, read_pdf
 from gateway.ports import Outlet, Transcriber
 from gateway.store import Blob, SaveAttachment, Store
 from policy import classify_send
+from policy.classify import RATE_LIMIT
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,7 @@ REF_PREFIX = "sha256:"
 TOO_LARGE, UNSUPPORTED, NOT_CONFIGURED = ATTACHMENT_FAILURES
 _RETRY_CAP_S = 5.0  # the longest a fetch's one retry waits for a Retry-After
 PDF_READERS = 2  # PDF reading children at once, per gateway
+BUDGET_WAIT_S = 60.0  # the longest a file waits for room in max_attachment_bytes_in_flight
 
 
 def size_text(size: int) -> str:
@@ -120,6 +123,7 @@ class TurnInput:
     answer: TurnResult | None = None
     kept_images: tuple[Image, ...] = ()  # as the history keeps them
     rows: tuple[ChatMessage, ...] = ()  # a merged turn's user messages, as kept (``merged``)
+    held: int = 0  # bytes taken from the budget for its images: ``Attachments.release``
 
     @classmethod
     def plain(cls, row: StoredMessage, history: list[ChatMessage]) -> TurnInput:
@@ -148,6 +152,7 @@ class TurnInput:
             answer,
             tuple(image for i in inputs for image in i.kept_images),
             tuple(m for i in inputs for m in i.remembered),
+            sum(i.held for i in inputs),
         )
 
     @property
@@ -170,6 +175,7 @@ class _Used:
     image: Image = ""
     notice: str = ""
     failure: Failure | None = None
+    held: int = 0  # bytes of the gateway's budget its image holds until the turn ends
 
 
 @dataclass(slots=True)
@@ -190,6 +196,7 @@ class Attachments:
         *,
         vision: Callable[[], bool] = lambda: True,
         observe: Observe = lambda event: None,
+        budget_wait_s: float = BUDGET_WAIT_S,
     ) -> None:
         self._store = store
         # Whether any model of the chain sees images: if none does, an image stays a
@@ -203,15 +210,51 @@ class Attachments:
         # PDFs are read in child processes (gateway.pdf), this many at once: each may use a
         # CPU and up to document_memory_mb until its budget ends it.
         self._readers = anyio.CapacityLimiter(PDF_READERS)
+        self._budget = ByteBudget(
+            lambda: self._config().max_attachment_bytes_in_flight, wait_s=budget_wait_s
+        )
 
     def __repr__(self) -> str:
-        return f"<Attachments max_bytes={self._config().max_attachment_bytes}>"
+        return f"<Attachments max_bytes={self._config().max_attachment_bytes} {self._budget!r}>"
+
+    @property
+    def budget(self) -> ByteBudget:
+        return self._budget
+
+    def release(self, asked: TurnInput) -> None:
+        """The turn is over (answered, stopped, failed): its images' bytes leave the budget."""
+        self._budget.give(asked.held)
+
+    async def prepare_all(
+        self, rows: Sequence[StoredMessage], history: list[ChatMessage]
+    ) -> list[TurnInput]:
+        """:meth:`prepare` for each row of a burst; cut short, none of them holds bytes."""
+        done: list[TurnInput] = []
+        try:
+            for row in rows:
+                done.append(await self.prepare(row, history))
+        except BaseException:
+            for asked in done:
+                self.release(asked)
+            raise
+        return done
 
     async def prepare(self, row: StoredMessage, history: list[ChatMessage]) -> TurnInput:
-        """The turn's input for ``row`` (pending), its attachments fetched and used."""
-        recent = await self._recent_images(history)
+        """The turn's input for ``row`` (pending), its attachments fetched and used. The
+        bytes its images hold are in ``held`` until :meth:`release`."""
+        held: list[int] = []
+        try:
+            return await self._prepare(row, history, held)
+        except BaseException:
+            self._budget.give(sum(held))  # cut short (a /stop): nobody will release it
+            raise
+
+    async def _prepare(
+        self, row: StoredMessage, history: list[ChatMessage], held: list[int]
+    ) -> TurnInput:
+        recent = await self._recent_images(history, held)
         if not row.attachments:
-            return TurnInput(row.content, recent)
+            return TurnInput(row.content, recent, held=sum(held))
         cap = self._config().max_attachments
         notices: list[str] = []
         if len(row.attachments) > cap:
@@ -220,7 +263,10 @@ class Attachments:
                 f"Only {cap} attachments are read per message (max_attachments = {cap});"
                 f" not used: {names}."
             )
-        used = [await self._use(row, i, ref) for i, ref in enumerate(row.attachments[:cap])]
+        used: list[_Used] = []
+        for i, ref in enumerate(row.attachments[:cap]):
+            used.append(await self._within_budget(row, i, ref))
+            held.append(used[-1].held)
         notices = [u.notice for u in used if u.notice] + notices
         refs = [u.ref for u in used]
         text = compose(row.content, refs)
@@ -231,11 +277,13 @@ class Attachments:
             failures = [u.failure for u in used if u.failure is not None]
             failure = failures[0] if failures else Failure(UNSUPPORTED, False)
             answer = TurnResult(reply="\n".join(notices), failure=failure)
-        return TurnInput(text, recent, images, tuple(notices), answer, kept)
+        return TurnInput(text, recent, images, tuple(notices), answer, kept, held=sum(held))
 
-    async def _recent_images(self, history: list[ChatMessage]) -> list[ChatMessage]:
+    async def _recent_images(
+        self, history: list[ChatMessage], held: list[int]
+    ) -> list[ChatMessage]:
         """The history with the images of its last ``history_images`` user turns resolved
-        (data URLs) and every older image left out."""
+        (data URLs) and every older image left out (so is one the budget has no room for)."""
         if not any(m.images for m in history):
             return list(history)  # the usual case: one pass, nothing to resolve or leave out
         keep = self._config().history_images
@@ -249,16 +297,49 @@ class Attachments:
                 out[i] = dataclasses.replace(m, images=())
                 continue
             out[i] = dataclasses.replace(
-                m, images=tuple([await self._resolve(u) for u in m.images])
+                m, images=tuple([await self._resolve(u, held) for u in m.images])
             )
         return out
 
-    async def _resolve(self, image: Image) -> Image:
+    async def _resolve(self, image: Image, held: list[int]) -> Image:
         if isinstance(image, DataUrl) or not image.startswith(REF_PREFIX):
             return image
         sha, _, content_type = image.removeprefix(REF_PREFIX).partition(":")
         data = await self._store.read(Blob(sha))
-        return data_url(content_type, data) if data is not None else ""
+        if data is None:
+            return ""
+        taken = await self._budget.take(len(data))  # its size known only once read
+        if taken is None:
+            return ""
+        held.append(taken)
+        return data_url(content_type, data)
+
+    async def _within_budget(self, row: StoredMessage, position: int, ref: AttachmentRef) -> _Used:
+        """Use the attachment with its bytes counted in the gateway's budget: given back at
+        once unless it is an image sent as data (held until the turn is released)."""
+        loads = not (ref.kind == "image" and (is_link(row.platform, ref) or not self._vision()))
+        if not loads or (ref.kind != "image" and ref.text is not None):
+            return await self._use(row, position, ref)
+        taken = await self._budget.take(
+            ref.size if ref.size is not None else self._config().max_attachment_bytes
+        )
+        if taken is None:
+            self._handled(row, ref, "fetch", RATE_LIMIT)
+            notice = (
+                f"{ref.name} was not used: other conversations hold as many attachments as"
+                " botmux keeps in memory at once (max_attachment_bytes_in_flight); send it"
+                " again shortly."
+            )
+            return _Used(ref, notice=notice, failure=Failure(RATE_LIMIT, True))
+        try:
+            used = await self._use(row, position, ref)
+        except BaseException:
+            self._budget.give(taken)
+            raise
+        if isinstance(used.image, DataUrl):
+            return dataclasses.replace(used, held=taken)
+        self._budget.give(taken)
+        return used
 
     def _handled(
         self,

@@ -161,6 +161,9 @@ class AgentConfig:
     # Attachments (SPEC 9): the largest file fetched, how many per message, how many recent
     # turns' images are sent again with the history, and a document's inlined text.
     max_attachment_bytes: Annotated[int, Gt(0)] = 20 * 1024 * 1024
+    # Bytes of attachments all turns hold at once (images until their model call is over);
+    # past it a file waits for room (at most a minute), then is left out with a notice.
+    max_attachment_bytes_in_flight: Annotated[int, Gt(0)] = 256 * 1024 * 1024
     max_attachments: Annotated[int, Ge(0)] = 10
     history_images: Annotated[int, Ge(0)] = 2
     max_document_chars: Annotated[int, Gt(0)] = 100_000

@@ -41,6 +41,7 @@ LIVE_KEYS: tuple[str, ...] = (
     "agent.history_chars",
     "agent.stream",
     "agent.max_attachments",  # attachments (SPEC 9): read by the turn's step at each turn
+    "agent.max_attachment_bytes_in_flight",  # read at each take of the budget
     "agent.history_images",
     "agent.max_document_chars",
     "agent.max_document_pages",

@@ -211,8 +211,8 @@ async def test_history_images_are_resolved_for_recent_turns_only(tmp_path: Path)
     assert isinstance(later, TurnInput) and files.fetches == ["file-1"]
 
 
-async def admit_text(store: SqliteStore) -> StoredMessage:
-    inbound = Inbound("telegram", "telegram:1", "m2", "and now?")
+async def admit_text(store: SqliteStore, *refs: AttachmentRef, key: str = "m2") -> StoredMessage:
+    inbound = Inbound("telegram", "telegram:1", key, "and now?", attachments=refs)
     return (await store.submit(AdmitRow(inbound))).row
 
 
@@ -261,3 +261,28 @@ async def test_a_long_pdf_is_read_up_to_max_document_pages(tmp_path: Path) -> No
     assert (
         asked.text == f"[long.pdf]\n{shown}\n[pages 1-10 of 30 were read (max_document_pages = 10)]"
     )
+
+
+async def test_a_file_finding_no_room_in_the_budget_is_named_and_the_budget_comes_back(
+    tmp_path: Path,
+) -> None:
+    """Review L-7: past ``max_attachment_bytes_in_flight`` a file waits for room (here not
+    at all), then is left out with a notice; a finished turn gives its bytes back."""
+    agent = AgentConfig(max_attachment_bytes=LIMIT, max_attachment_bytes_in_flight=len(PHOTO))
+    files = Files(files={"file-1": PHOTO, "file-2": PHOTO})
+    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+        step = Attachments(store, {"telegram": files}, NoVoice(), lambda: agent, budget_wait_s=0)
+        first = await step.prepare(await admit(store, photo("file-1")), [])
+        assert len(first.images) == 1 and first.held == len(PHOTO) == step.budget.held
+        second = await step.prepare(await admit_text(store, photo("file-2", name="b.jpg")), [])
+        assert second.images == () and files.fetches == ["file-1"]  # not even fetched
+        assert second.notices == (
+            "b.jpg was not used: other conversations hold as many attachments as botmux keeps"
+            " in memory at once (max_attachment_bytes_in_flight); send it again shortly.",
+        )
+        assert second.text == "and now?"  # the rest is still answered
+        step.release(first)
+        step.release(second)
+        assert step.budget.held == 0
+        third = await step.prepare(await admit_text(store, photo("file-2"), key="m3"), [])
+        assert len(third.images) == 1 and files.fetches == ["file-1", "file-2"]

@@ -13,11 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
 import openai
 import pytest
 
 from gateway.config import Config, parse_config
-from tests.fakes.openai_server import FakeModel, ok, open_fake_model, rate_limited, unauthorized
+from tests.fakes.openai_server import (
+    FakeModel,
+    Hold,
+    ok,
+    open_fake_model,
+    rate_limited,
+    unauthorized,
+)
 from tests.harness import config_text, running_gateway
 
 pytestmark = pytest.mark.anyio
@@ -425,6 +433,44 @@ async def test_a_content_type_must_be_a_mime_type(tmp_path: Path) -> None:
         async with http.get(f"{url}/api/sessions/m/attachments/{sha}") as r:
             assert r.status == 200 and await r.read() == b"buy milk"
             assert r.headers["Content-Type"] == 'text/plain; charset="utf-8"'
+
+
+async def test_a_turn_waits_for_room_in_the_attachment_budget(tmp_path: Path) -> None:
+    """Review L-7: the images turns hold at once are bounded by
+    ``max_attachment_bytes_in_flight``. With room for one photo, a second conversation's
+    photo waits (nothing of it is sent) until the first turn's model call is over."""
+    photo = {"name": "cat.png", "content_type": "image/png", "data": b64(PHOTO)}
+    extra = f"[agent]\nmax_attachment_bytes_in_flight = {len(PHOTO) * 3 // 2}\n"
+    async with (
+        open_fake_model() as fake,
+        running_gateway(config(tmp_path, fake, extra=extra)) as (app, url),
+        aiohttp.ClientSession() as http,
+    ):
+        assert app.router is not None
+        fake.script(Hold())
+        replies: dict[str, str] = {}
+
+        async def send(session: str) -> None:
+            body = {"message": f"look {session}", "attachments": [photo]}
+            status, answer = await chat(http, url, session, body)
+            assert status == 200, answer
+            replies[session] = answer["message"]["content"]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "a")
+            with anyio.fail_after(10):
+                await fake.wait_for_requests(1)
+            tg.start_soon(send, "b")
+            with anyio.fail_after(10):
+                while (b := app.router.actors().get("peer:b")) is None or not (
+                    b.running or b.turns  # its turn started (or, unbounded, even answered)
+                ):
+                    await anyio.wait_all_tasks_blocked()
+            await anyio.wait_all_tasks_blocked()
+            assert len(fake.requests) == 1  # b's turn runs, and waits for room
+            fake.release()
+    assert "look a" in replies["a"] and "look b" in replies["b"]
+    assert [len(image_urls(r)) for r in fake.requests] == [1, 1]  # both photos were seen
 
 
 async def test_an_attachment_is_scoped_to_its_token_and_deleted_with_its_session(
