@@ -425,7 +425,7 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
         for m in messages:
             when = datetime.fromtimestamp(m.created_at).strftime("%Y-%m-%d %H:%M:%S")
             state = (m.failure and f"failed:{m.failure}") or m.state
-            print(f"#{m.id} {when} {m.role:<9} [{state}] {_printable(m.content)}")
+            print(f"#{m.id} {when} {m.role:<9} [{state}] {_printable(m.shown)}")
         return EXIT_OK
 
 

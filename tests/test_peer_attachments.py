@@ -9,6 +9,8 @@ import base64
 import hashlib
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ from tests.fakes.openai_server import (
     rate_limited,
     unauthorized,
 )
-from tests.harness import config_text, running_gateway
+from tests.harness import ROOT, config_text, running_gateway
 
 pytestmark = pytest.mark.anyio
 
@@ -303,6 +305,44 @@ async def test_voice_by_input_audio_is_transcribed_answered_and_stored(tmp_path:
     (listed,) = user["attachments"]
     assert listed["kind"] == "audio" and listed["transcript"] == "remind me to buy milk"
     assert listed["sha256"] == hashlib.sha256(VOICE).hexdigest()
+
+
+async def test_a_voice_notes_transcript_is_shown_with_its_row(tmp_path: Path) -> None:
+    """SPEC 9: the transcript is kept with its row and shown wherever the row's text is,
+    marked as one: the transcript route, the console's view of it, ``botmux sessions show``
+    (which printed the voice note's row with no text at all)."""
+    voice = {"name": "note.wav", "content_type": "audio/wav", "data": b64(VOICE)}
+    async with open_fake_model() as fake:
+        fake.transcript = "remind me to buy milk"
+        text = config_text(tmp_path / "b.db", fake.base_url, extra=transcription(fake))
+        file = tmp_path / "botmux.toml"
+        file.write_text(text)
+        cfg = parse_config(text, source=str(file), env={})
+        async with running_gateway(cfg) as (_, url), aiohttp.ClientSession() as http:
+            status, _ = await chat(http, url, "v", {"attachments": [voice]})
+            assert status == 200
+            status, _ = await chat(http, url, "v", {"message": "and", "attachments": [voice]})
+            assert status == 200
+            async with http.get(f"{url}/api/sessions/v/messages") as r:
+                route = [m["content"] for m in (await r.json())["messages"] if m["role"] == "user"]
+            async with http.get(f"{url}/api/admin/conversations/peer:v/messages") as r:
+                body = await r.json()
+                console = [m["content"] for m in body["messages"] if m["role"] == "user"]
+    heard = "[voice transcript] remind me to buy milk"
+    assert route == console == [heard, f"and\n{heard}"]
+    shown = await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [sys.executable, "-m", "gateway", "sessions", "show", "peer:v", "--config", str(file)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    )
+    assert shown.returncode == 0, shown.stderr
+    user_lines = [line for line in shown.stdout.splitlines() if " user " in line]
+    assert user_lines[0].endswith(f"[answered] {heard}")
+    assert user_lines[1].endswith("[answered] and") and f"    {heard}" in shown.stdout
 
 
 async def test_transcription_falls_back_on_429_and_fails_honestly_for_good(

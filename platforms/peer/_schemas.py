@@ -202,7 +202,12 @@ SCHEMAS: dict[str, Any] = {
                             "description": "tool: one tool call of a step, its content the"
                             " result once finished (SPEC 15).",
                         },
-                        "content": {"type": "string"},
+                        "content": {
+                            "type": "string",
+                            "description": "The row's text; a user row's voice notes add"
+                            " their transcripts, each on a line of its own after"
+                            " '[voice transcript] ' (SPEC 9).",
+                        },
                         "created_at": {"type": "string", "format": "date-time"},
                         "state": {
                             "type": "string",
