@@ -73,3 +73,36 @@ def webhook_secret(value: Any) -> str | None:
     if re.fullmatch(r"[A-Za-z0-9_-]{0,256}", value):
         return None
     return "must be 1-256 characters of A-Z, a-z, 0-9, _ and -"
+
+
+def host_port(value: str) -> tuple[str, int | None] | None:
+    """``host``, ``host:port``, ``[v6]``, ``[v6]:port`` or a bare IPv6 address as (the host
+    lowercased, IPv6 without brackets; the port, or None when not named), else None."""
+    value = value.strip().lower()
+    port: str | None = None
+    if value.startswith("["):
+        host, closed, rest = value[1:].partition("]")
+        if not closed or (rest and not rest.startswith(":")):
+            return None
+        port = rest[1:] if rest else None
+    elif value.count(":") > 1:  # an IPv6 address without brackets names no port
+        host = value
+    else:
+        host, colon, named = value.partition(":")
+        port = named if colon else None
+        if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", host):
+            return None
+    if value.startswith("[") or ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            return None
+    if port is not None and not (port.isdigit() and 1 <= int(port) <= 65535):
+        return None
+    return host, int(port) if port is not None else None
+
+
+def push_host(value: Any) -> str | None:
+    if host_port(value) is not None:
+        return None
+    return "must be a host name or address with an optional :port (hooks.example.com:8443)"

@@ -15,20 +15,13 @@ from typing import Literal
 
 from gateway.events import Observe
 from gateway.events_tools import ApprovalDecided, ApprovalRefused
-from gateway.messages import CallState
+from gateway.messages import APPROVAL_ANSWERS, ApprovalVerdict, CallState
 from gateway.steps import Decisions
 from gateway.store import CallRow, DecideCall, Store
 
-Verdict = Literal["approved", "denied", "not_allowed", "decided", "unknown"]
-
+Verdict = ApprovalVerdict
 #: What the person who clicked is told, by verdict.
-ANSWERS: dict[Verdict, str] = {
-    "approved": "Approved.",
-    "denied": "Denied.",
-    "not_allowed": "Only the person whose message started this, or an approver, can answer.",
-    "decided": "This was answered already.",
-    "unknown": "This request is no longer known.",
-}
+ANSWERS = APPROVAL_ANSWERS
 
 
 @dataclass(frozen=True, slots=True)

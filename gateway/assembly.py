@@ -15,7 +15,6 @@ and the peer listener, which shows every part, is started with them last.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -294,10 +293,9 @@ def _toolbox(config: Config, observe: Observe, clock: Callable[[], float]) -> To
     """The MCP servers' tools (SPEC 15); None without servers (the SDK is not imported)."""
     if not config.tools.mcp:
         return None
-    # The mcp SDK is imported only when tools are configured.
-    mcp = importlib.import_module("agent.tools.mcp")
-    box: ToolServers = mcp.McpToolBox(config.tools, observe=observe, clock=clock)
-    return box
+    from agent.tools.mcp import McpToolBox  # the SDK only when servers are configured
+
+    return McpToolBox(config.tools, observe=observe, clock=clock)
 
 
 def _a2a(

@@ -184,7 +184,8 @@ class AgentConfig:
 @dataclass(frozen=True, slots=True)
 class PeerToken:
     """One peer bearer token, a principal: named in logs and metrics (never shown itself),
-    limited to the sessions its globs match, with its own request rate (0: the default)."""
+    limited to the sessions its globs match, with its own request rate (0: the default) and
+    its share of the listener's connections (0: half of ``[peer] max_connections``)."""
 
     __pydantic_config__ = TABLE
 
@@ -194,6 +195,7 @@ class PeerToken:
         tuple[Annotated[str, rule(checks.non_empty)], ...], rule(checks.non_empty)
     ] = ("*",)
     requests_per_min: Annotated[int, Ge(0)] = 0
+    max_connections: Annotated[int, Ge(0)] = 0
 
     @staticmethod
     def default_name(token: str) -> str:
@@ -335,8 +337,14 @@ class DiscordConfig:
 # -- [a2a] (SPEC 12): the A2A server on the peer listener ------------------------------
 
 
-def _host_name(value: Any) -> str | None:
-    return None if re.match(r"^[A-Za-z0-9.:\[\]-]+$", value) else "must be a host name or address"
+def push_host(entry: str) -> tuple[str, int | None]:
+    """An ``[a2a] push_hosts`` entry (checked at load) as (host, port): the host lowercased,
+    IPv6 without brackets; the port None when the entry names none (then only the URL
+    scheme's default port is allowed)."""
+    parsed = checks.host_port(entry)
+    if parsed is None:
+        raise ValueError(f"not a push_hosts entry: {entry!r}")
+    return parsed
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +361,8 @@ class A2aSkill:
 @dataclass(frozen=True, slots=True)
 class A2aConfig:
     """A2A 1.0 at ``POST /a2a`` and the agent card (docs/A2A.md); on when the section is
-    present. ``push_hosts``: the only hosts push notifications go to (empty: refused)."""
+    present. ``push_hosts``: the only ``host[:port]``s push notifications go to (empty:
+    refused; no port: the scheme's default one)."""
 
     __pydantic_config__ = TABLE
 
@@ -361,7 +370,7 @@ class A2aConfig:
     description: str = "An AI assistant behind botmux"
     skills: tuple[A2aSkill, ...] = ()
     public_url: Annotated[str, rule(lambda v: checks.url(v) if v else None)] = ""
-    push_hosts: tuple[Annotated[str, rule(_host_name)], ...] = ()
+    push_hosts: tuple[Annotated[str, rule(checks.push_host)], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

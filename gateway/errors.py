@@ -192,6 +192,13 @@ class PlatformError(GatewayError):
         self.idempotent = idempotent
 
 
+class Unsendable(GatewayError):
+    """A reply chunk that can never be sent as it is stored: its platform's client library
+    refuses a value of it (an A2A push config's token with a CR/LF, stored before such
+    values were refused). Not the platform's refusal: the courier parks the chunk (failed,
+    reason ``poisoned``) instead of retrying it or letting the error end the gateway."""
+
+
 class AttachmentTooLarge(GatewayError):
     """An attachment is larger than ``[agent] max_attachment_bytes``: ``name`` is the file's
     name as the user sent it, ``limit`` the limit in bytes. Raised before fetching when the

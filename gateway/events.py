@@ -13,7 +13,8 @@ The log line keeps the shape it had when events were strings: the message is ``n
 some decisions carry is left out: see :func:`log_fields`).
 
 A leaf module, like ``messages`` and ``errors``: it imports nothing of ours but its own part
-(``events_tools``, the tool loop's events), so ``policy/`` and ``platforms/`` may import it.
+(``events_tools``, the tool loop's events; ``events_mcp``, the MCP servers'), so ``policy/``
+and ``platforms/`` may import it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
 from gateway.events_tools import (
     ApprovalAsked,
     ApprovalDecided,
@@ -578,6 +580,9 @@ Event = (
     | ApprovalDecided
     | ApprovalRefused
     | ToolLoopStopped
+    | ToolServerChanged
+    | ToolsListed
+    | ToolCalled
 )
 Observe = Callable[[Event], None]
 

@@ -79,6 +79,7 @@ from gateway.events import (
     TurnRerun,
     TurnStarted,
 )
+from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
 from gateway.events_tools import (
     ApprovalAsked,
     ApprovalDecided,
@@ -202,6 +203,9 @@ def place(event: Event) -> str | None:
             | AdminActed()
             | ApprovalRefused()
             | ToolLoopStopped()
+            | ToolServerChanged()
+            | ToolsListed()
+            | ToolCalled()
         ):
             return None
         case _:

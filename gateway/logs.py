@@ -207,6 +207,8 @@ def configure_logging(
     handler._botmux = True  # type: ignore[attr-defined]
     root.addHandler(handler)
     root.setLevel(level.upper())
-    for noisy in ("aiohttp.access", "httpx", "httpx2", "openai", "aiosqlite"):
+    # mcp: the MCP SDK says at INFO each reconnection of an HTTP server's event stream; what
+    # becomes of a server is said once by agent.tools (its state changes).
+    for noisy in ("aiohttp.access", "httpx", "httpx2", "openai", "aiosqlite", "mcp"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     return handler

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 #: What whoever waits for a turn learns when ``/stop`` cancelled it before it answered.
 STOPPED_REPLY = "The turn was stopped before it answered."
@@ -265,6 +265,18 @@ class ToolActivity:
 
 #: What a streaming turn hands to whoever shows its answer while the model writes it.
 StreamEvent = ReplyDelta | AttemptFailed | ToolActivity
+
+#: What became of a person's answer to a tool call's approval (SPEC 15, ``Intake.decide``).
+ApprovalVerdict = Literal["approved", "denied", "not_allowed", "decided", "unknown"]
+#: What the person who answered is told, by verdict: one table, so a platform that answers
+#: with a status of its own (the peer API's approvals route) reads the verdict back from it.
+APPROVAL_ANSWERS: dict[ApprovalVerdict, str] = {
+    "approved": "Approved.",
+    "denied": "Denied.",
+    "not_allowed": "Only the person whose message started this, or an approver, can answer.",
+    "decided": "This was answered already.",
+    "unknown": "This request is no longer known.",
+}
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ the config, event names; never a conversation key.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
@@ -56,6 +57,7 @@ from gateway.events import (
     TurnRerun,
     TurnStarted,
 )
+from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
 from gateway.events_tools import (
     ApprovalAsked,
     ApprovalDecided,
@@ -257,6 +259,38 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.tool_calls = Counter(
+            "botmux_tool_calls",
+            "Tool calls to MCP servers by server, tool (the server's own name) and outcome"
+            " (ok, error, timeout, unavailable)",
+            ["server", "tool", "outcome"],
+            registry=r,
+        )
+        self.tool_call_seconds = Histogram(
+            "botmux_tool_call_seconds",
+            "Tool calls to MCP servers, request to answer (or timeout)",
+            ["server"],
+            buckets=_LATENCY,
+            registry=r,
+        )
+        self.tool_servers_up = Gauge(
+            "botmux_tool_servers_up",
+            "MCP servers whose tools are offered (1) or not (0: starting or down)",
+            ["server"],
+            registry=r,
+        )
+        self.tool_listings = Counter(
+            "botmux_tool_listings",
+            "Tool lists read from MCP servers (at connection, on list_changed, on reload)",
+            ["server"],
+            registry=r,
+        )
+        self.tool_server_changes = Counter(
+            "botmux_tool_server_changes",
+            "MCP server state changes (up, starting, down, removed)",
+            ["server", "state"],
+            registry=r,
+        )
         self.config_reloads = Counter(
             "botmux_config_reloads",
             "Config reloads: applied, unchanged, refused, invalid, dry_run",
@@ -360,6 +394,19 @@ class Metrics:
                 self._child(self.tool_calls_started, tool, str(replayed).lower()).inc()
             case ApprovalAsked():
                 self._child(self.approvals, "asked").inc()
+            case ToolCalled(server=server, tool=tool, outcome=outcome, seconds=seconds):
+                self._child(self.tool_calls, server, tool, outcome).inc()
+                self._child(self.tool_call_seconds, server).observe(seconds)
+            case ToolsListed(server=server):
+                self._child(self.tool_listings, server).inc()
+            case ToolServerChanged(server=server, state=state):
+                self._child(self.tool_server_changes, server, state).inc()
+                if state == "removed":
+                    self._children.pop((id(self.tool_servers_up), (server,)), None)
+                    with suppress(KeyError):  # never set: removed before it was started
+                        self.tool_servers_up.remove(server)
+                else:
+                    self._child(self.tool_servers_up, server).set(1 if state == "up" else 0)
             case _:
                 assert_never(event)
 

@@ -313,6 +313,16 @@ class Transcripts(Protocol):
         """(content type, bytes) of one of the conversation's attachments (SPEC 9)."""
         ...
 
+    async def steps(self, turn_row_id: int) -> list[StoredStep]:
+        """The stored tool steps of the turn that starts with ``turn_row_id`` (SPEC 15), each
+        with its calls as stored (an A2A task's question, a call already answered)."""
+        ...
+
+    async def awaiting_call(self, conversation: str, call_id: str) -> int | None:
+        """The row of the newest call of ``conversation`` with the model's id ``call_id``
+        that still awaits an approval (what a peer client's answer names)."""
+        ...
+
 
 class PushConfigs(Protocol):
     """An A2A task's push notification configs (SPEC 12), stored as the adapter's JSON."""

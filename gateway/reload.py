@@ -84,6 +84,18 @@ LIVE_KEYS: tuple[str, ...] = (
     "discord.typing_deadline_s",
     "discord.streaming",
     "discord.stream_interval_s",
+    # Tools (SPEC 15): the toolbox reconfigures its servers; profiles, the offer, the approvers
+    # and the loop's bounds are read at each turn (the agent's generation, the live config).
+    "tools.mcp",
+    "tools.approvers",
+    "tools.approval_timeout_s",
+    "profiles",
+    "models",
+    "agent.tools",
+    "agent.max_parallel_tools",
+    "agent.max_tool_steps",
+    "agent.max_turn_s",
+    "agent.max_tool_result_chars",
 )
 
 
@@ -92,6 +104,9 @@ LIVE_KEYS: tuple[str, ...] = (
 _AT_START: dict[str, Callable[[Config], bool]] = {
     "agent.history_messages": lambda c: c.agent.compaction != "off",
     "agent.history_chars": lambda c: c.agent.compaction != "off",
+    # Without servers at start there is no toolbox (the SDK is not even imported): the first
+    # server needs a restart.
+    "tools.mcp": lambda c: not c.tools.mcp,
 }
 
 

@@ -4,7 +4,8 @@ Prometheus keeps history for those who scrape it; the console must draw one with
 Prometheus, so the observer also feeds this: per-minute counts of finished turns, failed
 turns, model calls and failed model calls, 60 minutes kept, nothing stored. It also
 counts what changed (:attr:`Timeline.version`) so the console's event stream can wait for a
-change instead of polling.
+change instead of polling; a reload is a change too, so every open stream re-checks its token
+at once.
 
 Imports only ``gateway.events`` (a leaf), so the peer adapter may read it.
 """
@@ -20,6 +21,7 @@ import anyio
 from gateway.events import (
     AdminActed,
     ChunkSent,
+    ConfigReloaded,
     Event,
     MessageAdmitted,
     ModelCalled,
@@ -88,7 +90,8 @@ class Timeline:
             | TurnCancelled
             | ChunkSent
             | SendFailed
-            | AdminActed,
+            | AdminActed
+            | ConfigReloaded,
         ):
             self.changed()
 

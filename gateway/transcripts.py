@@ -1,6 +1,7 @@
 """Stored turns read back (``gateway.ports.Transcripts``): a row, the reply that settled it,
-how its turn ended, a conversation's transcript and attachments. What a peer request, an A2A
-task or a response id reads, on any node, after any restart.
+how its turn ended, a conversation's transcript and attachments, a turn's tool steps and the
+call awaiting an approval (SPEC 15). What a peer request, an A2A task or a response id reads,
+on any node, after any restart.
 """
 
 from __future__ import annotations
@@ -10,10 +11,19 @@ from gateway.messages import (
     Failure,
     MessageState,
     StoredMessage,
+    StoredStep,
     TurnOutcome,
     Usage,
 )
-from gateway.store import AttachmentBytes, Message, ReplyTo, Store, Transcript
+from gateway.store import (
+    AttachmentBytes,
+    AwaitingCall,
+    Message,
+    ReplyTo,
+    Store,
+    Transcript,
+    TurnSteps,
+)
 from policy import TRANSIENT
 
 #: What a request waiting for a row learns when an operator purged it (``sessions purge``).
@@ -39,6 +49,12 @@ class StoredTranscripts:
 
     async def attachment(self, conversation: str, sha256: str) -> tuple[str, bytes] | None:
         return await self._store.read(AttachmentBytes(conversation, sha256))
+
+    async def steps(self, turn_row_id: int) -> list[StoredStep]:
+        return await self._store.read(TurnSteps(turn_row_id))
+
+    async def awaiting_call(self, conversation: str, call_id: str) -> int | None:
+        return await self._store.read(AwaitingCall(conversation, call_id))
 
     async def outcome(self, user_row_id: int) -> TurnOutcome | None:
         """How a user row's turn ended, read back from the store; None while it is pending."""

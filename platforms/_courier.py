@@ -8,6 +8,14 @@ chunk (so a restart does not send it again), and retries a failed send only when
 backoff, and a send that may have gone through is not repeated unless the platform
 deduplicates it. A chunk that cannot be delivered is marked failed and logged; the chunks
 after it are still sent.
+
+No error of one chunk leaves its lane (which would end the courier, its adapter and with them
+the gateway, and again at every start while the chunk waits in the outbox): a send that fails
+in a way that is no platform refusal (a bug, or a stored value the client library refuses:
+``Unsendable``) is *poisoned*: the chunk is parked (marked failed, reason ``poisoned``, logged
+once, a bug with its traceback, counted in ``botmux_delivery_attempts_total``) and never tried
+again. A store failure while recording is logged and leaves the chunk as the store has it (the
+next start or takeover sends what is still pending).
 """
 
 from __future__ import annotations
@@ -19,7 +27,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from gateway.errors import PlatformError
+from gateway.errors import PlatformError, StoreError, Unsendable
 from gateway.events import ChunkRecorded, ChunkSent, Observe, SendFailed, SendRetried
 from gateway.messages import OutboxChunk, StoredMessage, TurnOutcome
 from gateway.ports import Ledger
@@ -29,6 +37,8 @@ from policy.backoff import Backoff
 log = logging.getLogger(__name__)
 
 SendChunk = Callable[[OutboxChunk], Awaitable[str]]
+#: The failure reason of a parked chunk (its ``botmux_delivery_attempts_total`` reason).
+POISONED = "poisoned"
 
 
 class SentByCourier:
@@ -45,7 +55,8 @@ class CourierStatistics:
 
     sent: int  # chunks the platform took
     retries: int  # sends repeated after a retryable failure
-    failed: int  # chunks given up on (marked failed)
+    failed: int  # chunks given up on (marked failed), the poisoned included
+    poisoned: int  # chunks parked: their send failed unexpectedly
     lanes: int  # conversations with replies being sent now
     queued: int  # turns in the mailbox, not yet in a lane
 
@@ -80,7 +91,7 @@ class Courier:
         self._outstanding = 0
         self._idle = anyio.Event()
         self._idle.set()
-        self._sent = self._retries = self._failed = 0
+        self._sent = self._retries = self._failed = self._poisoned = 0
 
     def __repr__(self) -> str:
         return f"<Courier {self.platform} lanes={len(self._lanes)}>"
@@ -90,6 +101,7 @@ class Courier:
             sent=self._sent,
             retries=self._retries,
             failed=self._failed,
+            poisoned=self._poisoned,
             lanes=len(self._lanes),
             queued=self._send.statistics().current_buffer_used,
         )
@@ -133,11 +145,49 @@ class Courier:
         try:
             while lane:
                 for chunk in lane[0].chunks:
-                    await self._deliver_chunk(chunk)
+                    try:
+                        await self._deliver_chunk(chunk)
+                    except StoreError as exc:
+                        log.warning(
+                            "reply chunk not recorded: the store failed",
+                            extra={"chunk": chunk.id, "platform": self.platform, "error": str(exc)},
+                        )
+                    except Exception as exc:  # cancellation is no Exception: it goes on
+                        await self._park(chunk, exc)
                 lane.popleft()
                 self._settled()
         finally:
             del self._lanes[conversation]
+
+    async def _park(self, chunk: OutboxChunk, exc: Exception) -> None:
+        """A poisoned chunk: marked failed, never sent again; the lane goes on. Reported as
+        ``send_failed`` (reason ``poisoned``); a bug, not :class:`Unsendable`, also with
+        its traceback."""
+        self._failed += 1
+        self._poisoned += 1
+        if not isinstance(exc, Unsendable):
+            log.error(
+                "reply chunk parked: sending it raised an unexpected error",
+                exc_info=exc,
+                extra={"chunk": chunk.id, "platform": self.platform},
+            )
+        self._observe(
+            SendFailed(
+                chunk.conversation,
+                self.platform,
+                chunk.id,
+                POISONED,
+                1,
+                error=f"{type(exc).__name__}: {exc}"[:200],
+            )
+        )
+        try:
+            await self._ledger.undeliverable(chunk.id, POISONED)
+        except StoreError as error:
+            log.warning(
+                "parked reply chunk not recorded: the store failed",
+                extra={"chunk": chunk.id, "platform": self.platform, "error": str(error)},
+            )
 
     async def _deliver_chunk(self, chunk: OutboxChunk) -> None:
         await self._ledger.before_send(chunk.id)

@@ -14,6 +14,10 @@ and asyncio logs a traceback for each. Here, at the protocol level, before any r
   chat platforms); at the cap a new connection takes the place of the oldest one that has
   not sent a request head yet, and if every open one is busy with a request it gets ``503``
   with ``Retry-After`` and is closed;
+- a connection on which a principal (a peer token) made a request is counted as that
+  principal's until it closes (:meth:`GuardedHandler.claim`): the adapter refuses a request
+  of a principal that holds its share already, so one token cannot hold every slot with
+  waiting requests or streams;
 - protocol errors (a malformed request, an over-long header) are one warning line without a
   traceback, at most one a second (with a count of those left out), and client hang-ups are
   debug lines: no client can make botmux write ERROR tracebacks.
@@ -106,11 +110,14 @@ class ConnectionGuard:
         #: is closed to make room, so a slow-header flood cannot keep prompt clients out.
         self.waiting: dict[GuardedHandler, None] = {}
         self.quiet = _Quiet()
+        #: Connections counted as a principal's (a peer token's name), by principal.
+        self.held: dict[str, int] = {}
         self.stats = {
             "refused_connections": 0,
             "evicted_connections": 0,
             "header_timeouts": 0,
             "protocol_errors": 0,
+            "share_refusals": 0,
         }
 
     def __repr__(self) -> str:
@@ -126,6 +133,31 @@ class GuardedHandler(web.RequestHandler):
         self._header_timer: asyncio.TimerHandle | None = None
         self._heads_at_arm = 0
         self._refused = False
+        self._principal: str | None = None
+
+    def claim(self, principal: str, share: int) -> bool:
+        """Count this connection as ``principal``'s; False (nothing counted) when that
+        principal holds ``share`` connections already. A connection another principal used
+        before is moved over (a proxy's connection carries many clients' requests)."""
+        if self._principal == principal:
+            return True
+        if self._guard.held.get(principal, 0) >= share:
+            self._guard.stats["share_refusals"] += 1
+            return False
+        self._release()
+        self._principal = principal
+        self._guard.held[principal] = self._guard.held.get(principal, 0) + 1
+        return True
+
+    def _release(self) -> None:
+        if self._principal is None:
+            return
+        left = self._guard.held[self._principal] - 1
+        if left:
+            self._guard.held[self._principal] = left
+        else:
+            del self._guard.held[self._principal]
+        self._principal = None
 
     def _arm(self) -> None:
         self._heads_at_arm = self._request_count
@@ -183,6 +215,7 @@ class GuardedHandler(web.RequestHandler):
             return
         self._guard.open -= 1
         self._disarm()
+        self._release()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:

@@ -14,6 +14,11 @@ preview (waiting for a call in flight, so no preview edit can land after the fin
 hands back the preview message's id: the courier edits it into the answer's first chunk.
 A retry or a fallback (``AttemptFailed``, then pieces of a new attempt) replaces the text;
 previews are never ``binding``.
+
+A preview message that an approval request was sent under (SPEC 15: the approval asks in a
+message of its own) is *buried*: the answer edited into it would appear above the question,
+and an edit notifies nobody. It is deleted instead, and the answer sent as new messages
+below (:meth:`Previews.bury`).
 """
 
 from __future__ import annotations
@@ -328,6 +333,7 @@ class Previews:
         self._send, self._receive = anyio.create_memory_object_stream[Preview](mailbox)
         self._current: dict[str, Preview] = {}
         self._edit_into: dict[int, str] = {}  # a first chunk's id -> its preview message
+        self._buried: dict[int, str] = {}  # a row -> its preview message, under an approval
         self._opened = self._refused = 0
 
     def __repr__(self) -> str:
@@ -364,6 +370,13 @@ class Previews:
     def current(self, conversation: str) -> Preview | None:
         return self._current.get(conversation)
 
+    def bury(self, conversation: str) -> None:
+        """A message was sent below the conversation's preview message (an approval's): the
+        answer will not be edited into that preview but sent below, the preview deleted."""
+        preview = self._current.get(conversation)
+        if preview is not None and preview.message_id is not None:
+            self._buried[preview.row] = preview.message_id
+
     async def finish(self, conversation: str, row: int) -> str | None:
         """The turn of ``row`` ended: stop its preview; the preview message's id, if any."""
         preview = self._current.get(conversation)
@@ -380,9 +393,11 @@ class Previews:
     ) -> None:
         """The turn's outcome is being delivered: stop its preview (a call in flight completes,
         so nothing of it lands after the answer). Its message becomes the first chunk's
-        (:meth:`edit_target`), or is discarded when there is nothing to send (stopped). A
+        (:meth:`edit_target`), or is discarded when there is nothing to send (stopped) or an
+        approval was asked below it (:meth:`bury`). A
         turn from before a restart looks up (``lookup``) the preview its first run left."""
         row = outcome.user_row_id
+        buried = self._buried.pop(row, None)
         message_id = await self.finish(outcome.conversation, row)
         first = outcome.chunks[0] if outcome.chunks else None
         stale = row in self._resumed or (first is not None and first.created_at < self.started_at)
@@ -392,7 +407,7 @@ class Previews:
                 message_id = await lookup(row)
         if message_id is None:
             return
-        if first is not None:
+        if first is not None and message_id != buried:
             self._edit_into[first.id] = message_id
             return
         with contextlib.suppress(PlatformError):  # decoration: a stale preview is no failure

@@ -23,6 +23,17 @@ def clean_text(text: str) -> str:
     return _CONTROL.sub("", _SURROGATE.sub("\ufffd", text))
 
 
+def text_problem(text: str) -> str | None:
+    """Why the API routes (peer, A2A) refuse ``text`` as a message, or None: a client that
+    sent NUL or a lone surrogate gets a clear error instead of the store's failure to encode
+    it (which reads as "the store is unavailable; retry", and a retry never succeeds)."""
+    if "\x00" in text:
+        return "must not contain NUL characters"
+    if _SURROGATE.search(text):
+        return "is not valid Unicode (lone surrogate)"
+    return None
+
+
 def is_id(value: object) -> bool:
     """A platform id: an int, and not a bool (which Python counts as one)."""
     return isinstance(value, int) and not isinstance(value, bool)

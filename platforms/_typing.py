@@ -3,8 +3,10 @@
 ``keep_typing`` sends the platform's typing action at once and then every ``every`` seconds
 while its block runs, and stops when the block ends, however it ends (answer, failure,
 ``/stop``, shutdown), or at ``deadline`` at the latest, or once ``until`` is set (the
-first preview of the answer appeared). A failed typing call is logged and
-never fails the turn: it is decoration.
+first preview of the answer appeared). While ``quiet()`` holds (the turn waits for a person
+to approve a tool call, SPEC 15) no typing action is sent: "typing…" under a question that
+waits for the user would say the opposite of what is happening. A failed typing call is
+logged and never fails the turn: it is decoration.
 
 A typing call still under way when the block ends is let finish, for at most ``settle``
 seconds, before the block is left. Cancelling it would close its kept-alive connection
@@ -37,6 +39,7 @@ async def keep_typing(
     conversation: str = "",
     until: anyio.Event | None = None,
     settle: float = SETTLE_S,
+    quiet: Callable[[], bool] = lambda: False,
 ) -> AsyncIterator[None]:
     calling = False
     ended = False
@@ -45,18 +48,19 @@ async def keep_typing(
         nonlocal calling
         with anyio.move_on_after(deadline):
             while until is None or not until.is_set():
-                calling = True
-                try:
-                    await send_action()
-                except Exception as exc:  # decoration only: never fail the turn
-                    log.info(
-                        "typing indicator failed",
-                        extra={"conversation": conversation, "error": type(exc).__name__},
-                    )
-                finally:
-                    calling = False
-                if ended:  # the block ended during the call: it was let finish
-                    return
+                if not quiet():
+                    calling = True
+                    try:
+                        await send_action()
+                    except Exception as exc:  # decoration only: never fail the turn
+                        log.info(
+                            "typing indicator failed",
+                            extra={"conversation": conversation, "error": type(exc).__name__},
+                        )
+                    finally:
+                        calling = False
+                    if ended:  # the block ended during the call: it was let finish
+                        return
                 if until is None:
                     await anyio.sleep(every)
                     continue

@@ -153,7 +153,9 @@ def classify_send(exc: BaseException) -> Failure:
     status = exc.status
     if status == 429:
         reason = RATE_LIMIT
-    elif status >= 500:
+    elif status >= 500 or 300 <= status < 400:
+        # botmux follows no redirect (an A2A push receiver's would take the task and its
+        # token off push_hosts): a 3xx is the receiver's passing state, as a 5xx is.
         reason = SERVER
     elif status == 0:
         reason = CONNECTION

@@ -33,10 +33,8 @@ from gateway.session import SessionActor, SessionDeps
 from gateway.steps import Decisions, StoredSteps
 from gateway.store import AdmitRow, Store, Transcript, open_sqlite_store
 from tests.fakes.openai_server import FakeModel
-from tests.harness import make_config
+from tests.harness import FAST, make_config
 
-#: Quick retries, so a test of the failure policy takes milliseconds.
-FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
 KEY = "peer:s"
 
 

@@ -1,5 +1,8 @@
-"""Shared pytest setup: the anyio backend, a throwaway PostgreSQL server, and a spy on the
-model request's JSON encoder.
+"""Shared pytest setup: the anyio backend, a throwaway PostgreSQL server, the fixtures every
+module may ask for (``open_store`` over both backends, ``model``: the fake model, ``tg``: the
+fake Telegram; a module that needs them set up otherwise defines its own of the same name), a
+spy on the model request's JSON encoder, and the fast lane's markers and their check
+(``tests/lanes.py``).
 
 PostgreSQL: ``BOTMUX_TEST_POSTGRES`` (a server URL, set by ``.ci/run``) is used when set;
 otherwise the first test that needs it starts one for the session (``tests/pgserver.py``). Each
@@ -12,7 +15,7 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,12 @@ import pytest
 
 from agent import _body
 from tests import pgserver
+from tests.fakes.openai_server import FakeModel, open_fake_model
+from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
+from tests.support.stores import open_store
+
+pytest_plugins = ["tests.lanes"]
+__all__ = ["open_store"]  # a fixture defined in tests/support/stores.py, offered to every module
 
 
 @pytest.fixture
@@ -55,6 +64,20 @@ def postgres_url(postgres_server: str) -> str:
     name = f"t{os.getpid()}_{next(_numbers)}"
     pgserver.create_database(postgres_server, name)
     return postgres_server.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture
+async def model() -> AsyncIterator[FakeModel]:
+    """The fake model (tests/fakes/openai_server.py), echoing unless scripted."""
+    async with open_fake_model() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def tg() -> AsyncIterator[FakeTelegram]:
+    """The fake Telegram Bot API (tests/fakes/telegram_server.py)."""
+    async with open_fake_telegram() as fake:
+        yield fake
 
 
 @pytest.fixture

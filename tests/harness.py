@@ -1,4 +1,5 @@
-"""Running botmux for tests: in-process (fast) or as a real process (for signals and crashes).
+"""Running botmux for tests: its config text, in-process (fast) or as a real process (for
+signals and crashes), and several nodes of a cluster.
 
 Both use the real config loader, store, actors and peer server; only the outside world (the
 model provider, the chat platforms) is replaced by loopback fakes.
@@ -15,16 +16,22 @@ import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import anyio
 import asyncpg
 
 from gateway.app import GatewayApp
+from gateway.assembly import ToolServers
 from gateway.config import Config, parse_config
 
+if TYPE_CHECKING:
+    from tests.fakes.telegram_server import FakeTelegram
+
 ROOT = Path(__file__).resolve().parent.parent
+#: ``[model]`` keys for quick retries, so a test of the failure policy takes milliseconds.
+FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
 
 
 def free_port() -> int:
@@ -59,12 +66,29 @@ def make_config(store: Path, model_url: str | None, **kw: Any) -> Config:
     return parse_config(config_text(store, model_url, **kw), source="test", env={})
 
 
+def telegram_section(tg: FakeTelegram, keys: str = "") -> str:
+    """A ``[telegram]`` section that points botmux at the fake Telegram ``tg``; ``keys`` adds
+    lines to it."""
+    return f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n' + keys
+
+
+def fallback(url: str, model: str = "gpt-fallback", key: str = "sk-fallback-key-9") -> str:
+    """A ``[[model.fallbacks]]`` entry (to put in ``model_extra``)."""
+    return f'\n[[model.fallbacks]]\nbase_url = "{url}"\nmodel = "{model}"\napi_keys = ["{key}"]\n'
+
+
 @asynccontextmanager
 async def running_gateway(
-    config: Config, *, clock: Callable[[], float] = time.monotonic
+    config: Config,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    read: Callable[[], Config] | None = None,
+    tools: ToolServers | None = None,
 ) -> AsyncIterator[tuple[GatewayApp, str]]:
-    """Run a gateway in this event loop; yield it and its peer API's base URL."""
-    app = GatewayApp(config, clock=clock)
+    """Run a gateway in this event loop; yield it and its peer API's base URL. ``read``:
+    what a reload reads (else the config it runs); ``tools``: the agent's tools instead of
+    ``[[tools.mcp]]`` servers' (tests/fakes/toolbox.py)."""
+    app = GatewayApp(config, clock=clock, read=read, tools=tools)
     async with anyio.create_task_group() as tg:
         await tg.start(app.run)
         assert app.peer is not None and app.peer.port is not None
@@ -136,6 +160,19 @@ class GatewayProcess:
     def log_tail(self, lines: int = 60) -> str:
         """The end of the log, for a failure message."""
         return "\n".join(self.log().splitlines()[-lines:])
+
+
+def botmux_process(
+    tmp_path: Path, model_url: str | None, *, db: Path | None = None, **kw: Any
+) -> GatewayProcess:
+    """botmux as a process (not started) on a free port: its config (:func:`config_text` with
+    ``kw``) in ``tmp_path/botmux.toml``, its store ``db`` (``tmp_path/botmux.db``), its log
+    ``tmp_path/botmux.log``."""
+    port = free_port()
+    config = tmp_path / "botmux.toml"
+    store = db or tmp_path / "botmux.db"
+    config.write_text(config_text(store, model_url, listen=f"127.0.0.1:{port}", **kw))
+    return GatewayProcess(config, port, tmp_path / "botmux.log")
 
 
 def children(parent: int, marker: str) -> list[int]:

@@ -5,59 +5,20 @@ updates; what an operator sees: the rows, and the model calls made."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
-from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
-from a2a.client.client import Client
+from a2a.client import A2ACardResolver
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import TaskNotCancelableError
 
 from tests.fakes.openai_server import Hold, model_not_found, ok, open_fake_model, streamed
 from tests.harness import make_config, running_gateway
+from tests.support.a2a import A2A, a2a_client, answer, message, send
 
-pytestmark = pytest.mark.anyio
-
-A2A = '[a2a]\nname = "helper"\ndescription = "answers"\n'
-A2A += '[[a2a.skills]]\nid = "chat"\nname = "Chat"\ndescription = "talks"\n'
-
-
-@asynccontextmanager
-async def a2a_client(
-    url: str, *, streaming: bool = False, legacy: bool = False, token: str = ""
-) -> AsyncIterator[Client]:
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    async with httpx.AsyncClient(headers=headers, timeout=30) as http:
-        card = await A2ACardResolver(http, url).get_agent_card()
-        if legacy:  # only the 0.3 interface: the SDK's 0.3 transport (message/send, ...)
-            keep = [i for i in card.supported_interfaces if i.protocol_version == "0.3"]
-            del card.supported_interfaces[:]
-            card.supported_interfaces.extend(keep)
-        client = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
-        try:
-            yield client
-        finally:
-            await client.close()
-
-
-def message(text: str, message_id: str, context: str = "") -> pb.SendMessageRequest:
-    msg = pb.Message(message_id=message_id, role=pb.ROLE_USER, context_id=context)
-    msg.parts.add(text=text)
-    return pb.SendMessageRequest(message=msg)
-
-
-async def send(client: Client, request: pb.SendMessageRequest) -> pb.Task:
-    events = [event async for event in client.send_message(request)]
-    assert len(events) == 1 and events[0].HasField("task")
-    return events[0].task
-
-
-def answer(task: pb.Task) -> str:
-    return "".join(p.text for a in task.artifacts for p in a.parts)
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 def rows(db: Path) -> list[tuple[str, str, str, str]]:
@@ -296,7 +257,7 @@ async def test_a_failed_turn_is_a_failed_task_with_the_reason(tmp_path: Path) ->
 
 
 async def test_push_config_methods_of_the_sdk(tmp_path: Path) -> None:
-    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1:9"]\n[[a2a.skills]]')
     async with (
         open_fake_model() as fake,
         running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=extra)) as (_, url),

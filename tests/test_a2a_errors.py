@@ -15,7 +15,7 @@ import pytest
 from gateway.config import parse_config
 from tests.fakes.openai_server import open_fake_model
 from tests.harness import config_text, make_config, running_gateway
-from tests.test_a2a import A2A
+from tests.support.a2a import A2A
 
 pytestmark = pytest.mark.anyio
 
@@ -63,6 +63,7 @@ CASES: list[tuple[str, bytes | dict[str, Any], dict[str, str], int, Any]] = [
 ]
 
 
+@pytest.mark.gateway
 async def test_bad_input_is_a_json_rpc_error_and_nothing_is_stored(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
     answers: dict[str, tuple[int, Any, int]] = {}
@@ -86,6 +87,7 @@ async def test_bad_input_is_a_json_rpc_error_and_nothing_is_stored(tmp_path: Pat
         assert list(conn.execute("SELECT COUNT(*) FROM messages")) == [(0,)]
 
 
+@pytest.mark.gateway
 async def test_a_task_is_its_tokens_own(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
     async with open_fake_model() as fake:

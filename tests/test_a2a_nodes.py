@@ -12,9 +12,18 @@ from a2a.types import a2a_pb2 as pb
 
 from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.harness import GatewayProcess, cluster_node, config_text, free_port, pg_fetch
-from tests.test_a2a import A2A, a2a_client, answer, message, send
+from tests.support.a2a import (
+    A2A,
+    a2a_client,
+    answer,
+    message,
+    push_request,
+    push_to,
+    receiver,
+    send,
+)
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120), pytest.mark.process]
 
 
 async def stop(*nodes: GatewayProcess) -> None:
@@ -91,12 +100,11 @@ async def test_a_task_sent_to_one_node_is_read_and_cancelled_through_another(
 
 
 async def test_a_push_notification_survives_a_crash(tmp_path: Path) -> None:
-    from tests.test_a2a_push import push_request, receiver
-
-    async with open_fake_model() as fake, receiver(failures=10**6) as hook:
+    hook_port = free_port()
+    async with open_fake_model() as fake, receiver(failures=10**6, port=hook_port) as hook:
         port = free_port()
         config = tmp_path / "botmux.toml"
-        extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+        extra = push_to(hook_port)
         listen = f"127.0.0.1:{port}"
         config.write_text(config_text(tmp_path / "b.db", fake.base_url, listen=listen, extra=extra))
         gw = GatewayProcess(config, port, tmp_path / "gw.log")

@@ -3,69 +3,19 @@ with the client's token, and only to ``[a2a] push_hosts``."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, PushNotificationNotSupportedError
-from aiohttp import web
 
 from tests.fakes.openai_server import Hold, open_fake_model
-from tests.harness import make_config, running_gateway
-from tests.test_a2a import A2A, a2a_client, message, send
+from tests.harness import free_port, make_config, running_gateway
+from tests.support.a2a import A2A, a2a_client, message, push_request, push_to, receiver, send
 
-pytestmark = pytest.mark.anyio
-
-
-@dataclass
-class Receiver:
-    """A client's webhook that answers 503 to its first ``failures`` notifications."""
-
-    failures: int
-    url: str = ""
-    attempts: list[tuple[dict[str, str], dict[str, Any]]] = field(default_factory=list)
-    delivered: anyio.Event = field(default_factory=anyio.Event)
-    tried: anyio.Event = field(default_factory=anyio.Event)
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.attempts.append((dict(request.headers), json.loads(await request.read())))
-        self.tried.set()
-        if len(self.attempts) <= self.failures:
-            return web.Response(status=503)
-        self.delivered.set()
-        return web.Response(status=200)
-
-
-@asynccontextmanager
-async def receiver(failures: int) -> AsyncIterator[Receiver]:
-    hook = Receiver(failures)
-    app = web.Application()
-    app.router.add_post("/hook", hook.handle)
-    runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.1)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    hook.url = f"http://127.0.0.1:{port}/hook"
-    try:
-        yield hook
-    finally:
-        await runner.cleanup()
-
-
-def push_request(text: str, message_id: str, url: str) -> pb.SendMessageRequest:
-    request = message(text, message_id, "ctx-push")
-    config = request.configuration.task_push_notification_config
-    config.url = url
-    config.token = "client-token-1"
-    return request
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 def outbox(db: Path) -> list[tuple[str, str]]:
@@ -75,10 +25,11 @@ def outbox(db: Path) -> list[tuple[str, str]]:
 
 async def test_a_notification_is_retried_until_the_receiver_takes_it(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
-    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    port = free_port()
+    extra = push_to(port)
     async with (
         open_fake_model() as fake,
-        receiver(failures=2) as hook,
+        receiver(failures=2, port=port) as hook,
         running_gateway(make_config(db, fake.base_url, extra=extra)) as (_, url),
         a2a_client(url) as client,
     ):
@@ -101,7 +52,7 @@ async def test_a_notification_is_retried_until_the_receiver_takes_it(tmp_path: P
 
 async def test_push_is_refused_outside_push_hosts_and_when_off(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
-    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    extra = push_to(free_port())
     async with (
         open_fake_model() as fake,
         running_gateway(make_config(db, fake.base_url, extra=extra)) as (_, url),
@@ -128,10 +79,11 @@ async def test_push_is_refused_outside_push_hosts_and_when_off(tmp_path: Path) -
 
 
 async def test_a_cancelled_task_is_notified_too(tmp_path: Path) -> None:
-    extra = A2A.replace("[[a2a.skills]]", 'push_hosts = ["127.0.0.1"]\n[[a2a.skills]]')
+    port = free_port()
+    extra = push_to(port)
     async with (
         open_fake_model() as fake,
-        receiver(failures=1) as hook,
+        receiver(failures=1, port=port) as hook,
         running_gateway(make_config(tmp_path / "b.db", fake.base_url, extra=extra)) as (_, url),
         a2a_client(url) as client,
     ):

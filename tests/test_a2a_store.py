@@ -3,11 +3,6 @@ replaced, deleted, read back after a reopen, and gone with their conversation.""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from pathlib import Path
-from typing import Any
-
 import pytest
 
 from gateway.messages import Inbound
@@ -16,21 +11,10 @@ from gateway.store import (
     DeleteConversation,
     PushConfigsOf,
     SetPushConfig,
-    open_sqlite_store,
 )
-from gateway.store.postgres import open_postgres_store
+from tests.support.stores import Opener
 
 pytestmark = pytest.mark.anyio
-
-Opener = Callable[[], AbstractAsyncContextManager[Any]]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    if request.param == "sqlite":
-        return lambda: open_sqlite_store(str(tmp_path / "s.db"))
-    url = request.getfixturevalue("postgres_url")
-    return lambda: open_postgres_store(url, node="n1")
 
 
 async def test_push_configs_are_kept_per_task_and_survive_a_reopen(open_store: Opener) -> None:

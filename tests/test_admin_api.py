@@ -9,7 +9,6 @@ import dataclasses
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +19,10 @@ import pytest
 from gateway.config import Config, parse_config
 from platforms.peer.admin import PAGE_FILES, PAGE_ROUTES, Tickets
 from platforms.peer.openapi import build_openapi
-from tests.fakes.openai_server import Fail, FakeModel, Hold, open_fake_model
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import config_text, running_gateway
+from tests.fakes.openai_server import Fail, FakeModel, Hold
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness import config_text, running_gateway, telegram_section
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.anyio
 
@@ -33,12 +33,6 @@ TOKENS = (
     f'[[peer.tokens]]\ntoken = "{OTHER}"\nname = "bots"\nsessions = ["bot-*"]\n'
 )
 AUTH = {"Authorization": f"Bearer {OPS}"}
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
 
 
 def config(tmp_path: Path, model: FakeModel, extra: str = TOKENS) -> Config:
@@ -76,6 +70,7 @@ async def next_event(response: aiohttp.ClientResponse) -> tuple[str, dict[str, A
             return name, json.loads(data)
 
 
+@pytest.mark.gateway
 async def test_every_admin_route_refuses_a_missing_or_wrong_token_and_the_page_holds_none(
     tmp_path: Path, model: FakeModel
 ) -> None:
@@ -96,10 +91,15 @@ async def test_every_admin_route_refuses_a_missing_or_wrong_token_and_the_page_h
         ticket = (await (await http.post(f"{url}/api/admin/events/ticket", headers=AUTH)).json())[
             "ticket"
         ]
-        expiry, name, mac = ticket.split(".")
+        expiry, name, nonce, mac = ticket.split(".")
         assert app.peer is not None
         failed = app.peer.statistics().unauthorized
-        for forged in (f"{expiry}.Ym90cw.{mac}", f"{int(expiry) + 600}.{name}.{mac}", ticket + "x"):
+        for forged in (
+            f"{expiry}.Ym90cw.{nonce}.{mac}",
+            f"{int(expiry) + 600}.{name}.{nonce}.{mac}",
+            f"{expiry}.{name}.{nonce}x.{mac}",
+            ticket + "x",
+        ):
             r = await http.get(f"{url}/api/admin/events", params={"ticket": forged})
             assert r.status == 401, forged
         # An expired ticket is what a reconnecting page has: no failed authentication.
@@ -118,6 +118,7 @@ async def test_every_admin_route_refuses_a_missing_or_wrong_token_and_the_page_h
         assert 'data-auth="token"' in await (await http.get(f"{url}/console/")).text()
 
 
+@pytest.mark.gateway
 async def test_conversations_are_searched_paged_and_read_with_their_transcript(
     tmp_path: Path, model: FakeModel
 ) -> None:
@@ -173,6 +174,7 @@ async def test_conversations_are_searched_paged_and_read_with_their_transcript(
         assert outbox == {"chunks": []}  # peer replies are delivered in the HTTP response
 
 
+@pytest.mark.gateway
 async def test_the_event_stream_pushes_overviews_and_tickets_are_never_logged(
     tmp_path: Path, model: FakeModel, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -208,28 +210,66 @@ async def test_the_event_stream_pushes_overviews_and_tickets_are_never_logged(
 
 
 def test_a_ticket_is_good_for_a_minute_and_only_from_this_process() -> None:
-    now = [1000.0]
-    tickets = Tickets(ttl_s=60, wall=lambda: now[0])
+    clock = Clock()
+    tickets = Tickets(ttl_s=60, wall=clock)
     ticket = tickets.mint("ops")
     assert tickets.check(ticket) == "ops"
     assert tickets.check(tickets.mint("")) == ""
-    assert Tickets(ttl_s=60, wall=lambda: now[0]).check(ticket) is None  # another key
-    now[0] += 61
-    assert tickets.check(ticket) is None
+    assert Tickets(ttl_s=60, wall=clock).check(ticket) is None  # another key
+    # Redeemed (a stream opened), it opens nothing more (security review 2026-12-05, L-1).
+    assert tickets.redeem(ticket) == "ops"
+    assert tickets.redeem(ticket) is None
+    assert tickets.redeem(tickets.mint("ops")) == "ops"  # a new one does
+    clock.now += 61
+    assert tickets.check(ticket) is None and tickets.redeem(ticket) is None
     assert tickets.check("") is None and tickets.check("...") is None
+    assert tickets.redeem(tickets.mint("ops")) == "ops"
 
 
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
+@pytest.mark.gateway
+async def test_a_ticket_opens_one_stream_and_a_reload_ends_a_removed_tokens_streams(
+    tmp_path: Path, model: FakeModel
+) -> None:
+    """Security review 2026-12-05, L-1: a replayed ticket is refused, and a stream whose
+    token a reload removed ends at once; the other operator's stream goes on."""
+    second = "ops-second-token-0123456789"
+    running = [config(tmp_path, model, extra=TOKENS + f'[[peer.tokens]]\ntoken = "{second}"\n')]
+    events = "/api/admin/events"
+    async with (
+        running_gateway(running[0], read=lambda: running[0]) as (app, url),
+        aiohttp.ClientSession() as http,
+    ):
+
+        async def ticket(token: str) -> str:
+            headers = {"Authorization": f"Bearer {token}"}
+            r = await http.post(f"{url}/api/admin/events/ticket", headers=headers)
+            return str((await r.json())["ticket"])
+
+        mine, theirs = await ticket(OPS), await ticket(second)
+        with anyio.fail_after(10):
+            async with (
+                http.get(url + events, params={"ticket": mine}) as one,
+                http.get(url + events, params={"ticket": theirs}) as two,
+            ):
+                assert (one.status, two.status) == (200, 200)
+                assert (await next_event(one))[0] == (await next_event(two))[0] == "overview"
+                replayed = await http.get(url + events, params={"ticket": mine})
+                assert replayed.status == 401
+                running[0] = config(tmp_path, model)  # the second token removed
+                r = await http.post(f"{url}/api/admin/reload", json={}, headers=AUTH)
+                assert (await r.json())["outcome"] == "applied"
+                await two.content.read()  # its stream ended, cleanly
+                assert (await next_event(one))[0] == "overview"  # this one goes on
+                assert app.peer is not None and app.peer.admin is not None
+                assert app.peer.admin.streams == 1
 
 
+@pytest.mark.gateway
 async def test_pairing_decisions_are_made_over_the_api_and_logged_with_the_token_name(
     tmp_path: Path, model: FakeModel, tg: FakeTelegram, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    section = f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [42]\n'
+    section = telegram_section(tg, "allow_users = [42]\n")
     async with (
         running_gateway(config(tmp_path, model, TOKENS + section)) as (_, url),
         aiohttp.ClientSession() as http,
@@ -282,6 +322,7 @@ async def test_pairing_decisions_are_made_over_the_api_and_logged_with_the_token
     assert not [r for r in caplog.records if OPS in f"{r.getMessage()} {r.__dict__}"]
 
 
+@pytest.mark.gateway
 async def test_without_tokens_the_admin_api_keeps_the_loopback_rules(
     tmp_path: Path, model: FakeModel, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -311,6 +352,7 @@ async def test_without_tokens_the_admin_api_keeps_the_loopback_rules(
     assert action.by == "loopback" and action.result == "unknown"  # type: ignore[attr-defined]
 
 
+@pytest.mark.gateway
 async def test_the_overview_shows_running_turns_benched_keys_failures_and_the_cluster(
     tmp_path: Path, model: FakeModel, postgres_url: str
 ) -> None:
@@ -370,10 +412,11 @@ async def test_the_overview_shows_running_turns_benched_keys_failures_and_the_cl
         assert broken["last_failure"] is not None
 
 
+@pytest.mark.gateway
 async def test_diagnostics_show_every_parts_statistics_and_no_secret(
     tmp_path: Path, model: FakeModel, tg: FakeTelegram
 ) -> None:
-    section = f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [42]\n'
+    section = telegram_section(tg, "allow_users = [42]\n")
     async with (
         running_gateway(config(tmp_path, model, TOKENS + section)) as (_, url),
         aiohttp.ClientSession() as http,

@@ -25,19 +25,13 @@ from tests.fakes._pdf import pdf_with_text
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, Ok, Request, open_fake_model
 from tests.fakes.push_receiver import push_receiver
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import make_config, running_gateway
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness import make_config, running_gateway, telegram_section
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 ALICE = 42
 VISION = 'input = ["text", "image"]\n'
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
 
 
 @pytest.fixture
@@ -67,10 +61,7 @@ def user_parts(request: Request) -> list[dict[str, Any]]:
 
 
 def telegram_config(tmp: Path, tg: FakeTelegram, model: FakeModel, **kw: str) -> Config:
-    section = (
-        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-        f"allow_users = [{ALICE}]\n" + kw.get("extra", "")
-    )
+    section = telegram_section(tg) + f"allow_users = [{ALICE}]\n" + kw.get("extra", "")
     return make_config(
         tmp / "botmux.db", model.base_url, extra=section, model_extra=kw.get("model_extra", "")
     )
@@ -155,6 +146,7 @@ async def test_a_voice_note_is_transcribed_answered_and_stored(
     assert assistant.content == reply
 
 
+@pytest.mark.process
 async def test_a_pdfs_text_reaches_the_model(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:

@@ -16,11 +16,11 @@ import pytest
 
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram
-from tests.harness import GatewayProcess, config_text, free_port
-from tests.test_crash_matrix import assert_one_answer, crash_at, settle
-from tests.test_discord_e2e import BOB, CHANNEL_ID, discord_toml, mention, open_world
+from tests.harness import telegram_section
+from tests.support.crashes import assert_one_answer, crash_at, make_gateway, settle
+from tests.support.discord_world import BOB, CHANNEL_ID, discord_toml, mention, open_world
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 ALICE = 42
 POINTS = ("after_admission", "after_attachment_fetch")
@@ -34,29 +34,14 @@ async def model() -> AsyncIterator[FakeModel]:
         yield fake
 
 
-def make_gateway(tmp_path: Path, model: FakeModel, section: str) -> GatewayProcess:
-    """botmux as a process, its model able to see images."""
-    port = free_port()
-    config = tmp_path / "botmux.toml"
-    text = config_text(
-        tmp_path / "botmux.db",
-        model.base_url,
-        listen=f"127.0.0.1:{port}",
-        extra=section,
-        model_extra=VISION,
-    )
-    config.write_text(text + "\n[gateway]\nidle_evict_s = 600\n")
-    return GatewayProcess(config, port, tmp_path / "botmux.log")
-
-
 @pytest.mark.parametrize("point", POINTS)
 async def test_telegram_photo(tmp_path: Path, model: FakeModel, point: str) -> None:
     async with open_fake_telegram() as tg:
         section = (
-            f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-            f"allow_users = [{ALICE}]\npoll_timeout_s = 1\nrequest_timeout_s = 3\n"
+            telegram_section(tg)
+            + f"allow_users = [{ALICE}]\npoll_timeout_s = 1\nrequest_timeout_s = 3\n"
         )
-        gateway = make_gateway(tmp_path, model, section)
+        gateway = make_gateway(tmp_path, model, section, model_extra=VISION)
         extra = tg.files.photo(os.urandom(20_000), caption="what is this?")
         try:
             await gateway.start(env={"BOTMUX_FAILPOINT": f"{point}:kill"})
@@ -78,7 +63,7 @@ async def test_telegram_photo(tmp_path: Path, model: FakeModel, point: str) -> N
 @pytest.mark.parametrize("point", POINTS)
 async def test_discord_image(tmp_path: Path, model: FakeModel, point: str) -> None:
     async with open_world() as dc:
-        gateway = make_gateway(tmp_path, model, discord_toml(dc))
+        gateway = make_gateway(tmp_path, model, discord_toml(dc), model_extra=VISION)
         image = dc.cdn.attachment(os.urandom(20_000), filename="cat.png", content_type="image/png")
         try:
             await gateway.start(env={"BOTMUX_FAILPOINT": f"{point}:kill"})

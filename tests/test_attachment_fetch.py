@@ -22,18 +22,12 @@ from platforms.telegram import _files as telegram_files
 from platforms.telegram._transport import BotApiRequest
 from policy.classify import classify_send
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
+from tests.fakes.telegram_server import FakeTelegram
 
 pytestmark = pytest.mark.anyio
 
 MIB = 1024 * 1024
 BIG = 16 * MIB  # far more than the loopback socket buffers hold: a stopped read shows
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
 
 
 @pytest.fixture

@@ -28,9 +28,9 @@ from platforms.telegram import TelegramAdapter
 from platforms.telegram import convert as telegram_convert
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.runtime import HeldIntake
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram, sticker_extra
+from tests.fakes.telegram_server import FakeTelegram, sticker_extra
 from tests.harness import free_port
-from tests.test_discord_convert import seen
+from tests.support.discord_world import seen
 
 pytestmark = pytest.mark.anyio
 
@@ -56,12 +56,6 @@ class CountingIntake(HeldIntake):
     async def wait_attempts(self, count: int) -> None:
         while self.attempts < count:
             await self._changed.wait()
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
 
 
 def read(update: dict[str, Any], limit: int = 20 * 1024 * 1024) -> telegram_convert.Incoming:

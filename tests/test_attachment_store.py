@@ -5,10 +5,6 @@ conversation taking its files with it (but not another conversation's copy)."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -25,23 +21,13 @@ from gateway.store import (
     PendingRows,
     SaveAttachment,
     Transcript,
-    open_sqlite_store,
 )
-from gateway.store.postgres import open_postgres_store
+from tests.support.stores import Opener
 
 pytestmark = pytest.mark.anyio
 
-Opener = Callable[[], AbstractAsyncContextManager[Any]]
 PHOTO = b"\x89PNG fake photo bytes"
 SHA = hashlib.sha256(PHOTO).hexdigest()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    if request.param == "sqlite":
-        return lambda: open_sqlite_store(str(tmp_path / "s.db"))
-    url = request.getfixturevalue("postgres_url")
-    return lambda: open_postgres_store(url, node="n1", lease_s=5.0)
 
 
 def photo_ref(sha256: str | None = None) -> AttachmentRef:

@@ -216,6 +216,7 @@ async def admit_text(store: SqliteStore, *refs: AttachmentRef, key: str = "m2") 
     return (await store.submit(AdmitRow(inbound))).row
 
 
+@pytest.mark.process
 async def test_a_pdf_over_its_budget_is_cut_short_and_never_read_again(tmp_path: Path) -> None:
     """Review H-3: pages sharing one heavy content stream (about 5 s of CPU a page) from a
     4.6 KB file. The reading child is ended by its CPU budget; the reply says so, and what
@@ -245,6 +246,7 @@ async def test_a_pdf_over_its_budget_is_cut_short_and_never_read_again(tmp_path:
     assert again.text == asked.text and events == []
 
 
+@pytest.mark.process
 async def test_a_long_pdf_is_read_up_to_max_document_pages(tmp_path: Path) -> None:
     pdf = pdf_blank_pages(30, text_every=4)
     files = Files(files={"pdf-1": pdf})

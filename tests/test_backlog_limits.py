@@ -15,9 +15,13 @@ import pytest
 from gateway.messages import Inbound
 from gateway.store import AdmitRow, open_sqlite_store
 from tests.fakes.openai_server import Hold, ok, open_fake_model
-from tests.harness import GatewayProcess, config_text, free_port, make_config, running_gateway
+from tests.harness import (
+    botmux_process,
+    make_config,
+    running_gateway,
+)
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 def user_rows(db: Path) -> list[tuple[str, str]]:
@@ -27,22 +31,18 @@ def user_rows(db: Path) -> list[tuple[str, str]]:
         )
 
 
+@pytest.mark.process
 @pytest.mark.timeout(180)
 async def test_a_flood_of_one_conversation_stores_the_cap_and_refuses_the_rest(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "botmux.db"
-    port = free_port()
-    config = tmp_path / "botmux.toml"
     async with open_fake_model() as fake:
         fake.default = lambda r: Hold(
             ok(f"echo: {r.last_user}")
         )  # the slowest model: no turn ends during the flood
-        config.write_text(
-            config_text(db, fake.base_url, listen=f"127.0.0.1:{port}")
-            + "\n[gateway]\nmax_pending_per_conversation = 32\ndrain_timeout_s = 0\n"
-        )
-        gateway = GatewayProcess(config, port, tmp_path / "botmux.log")
+        keys = "[gateway]\nmax_pending_per_conversation = 32\ndrain_timeout_s = 0\n"
+        gateway = botmux_process(tmp_path, fake.base_url, extra=keys)
         await gateway.start()
         refused: list[tuple[int, str | None, dict[str, object]]] = []
         all_refused = anyio.Event()

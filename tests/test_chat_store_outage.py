@@ -37,7 +37,7 @@ from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model
 from tests.fakes.runtime import HeldIntake
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import free_port, make_config, running_gateway
+from tests.harness import free_port, make_config, running_gateway, telegram_section
 
 pytestmark = pytest.mark.anyio
 
@@ -143,14 +143,14 @@ async def telegram_gateway(
 ) -> AsyncIterator[tuple[GatewayApp, FakeTelegram]]:
     async with open_fake_telegram() as tg:
         section = (
-            f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-            f"allow_users = [{ALICE}]\ntyping_interval_s = 1\n{webhook}"
+            telegram_section(tg) + f"allow_users = [{ALICE}]\ntyping_interval_s = 1\n{webhook}"
         )
         config = make_config(tmp_path / "botmux.db", model.base_url, extra=section)
         async with running_gateway(config) as (app, _):
             yield app, tg
 
 
+@pytest.mark.gateway
 async def test_telegram_update_is_not_confirmed_while_the_store_cannot_commit(
     tmp_path: Path, model: FakeModel
 ) -> None:
@@ -171,6 +171,7 @@ async def test_telegram_update_is_not_confirmed_while_the_store_cannot_commit(
     assert [r.last_user for r in model.requests] == ["while locked", "after"]
 
 
+@pytest.mark.gateway
 async def test_telegram_webhook_answers_503_while_the_store_cannot_commit(
     tmp_path: Path, model: FakeModel
 ) -> None:
@@ -192,6 +193,7 @@ async def test_telegram_webhook_answers_503_while_the_store_cannot_commit(
     assert user_rows(db) == [("while locked", "answered")]
 
 
+@pytest.mark.gateway
 @pytest.mark.parametrize("table", ["approved_users", "pairing_codes"])
 async def test_telegram_access_check_failing_in_the_store_leaves_the_update_with_telegram(
     tmp_path: Path, model: FakeModel, table: str
@@ -246,6 +248,7 @@ async def discord_gateway(
             yield app, dc
 
 
+@pytest.mark.gateway
 async def test_discord_message_is_kept_and_admitted_once_the_store_commits_again(
     tmp_path: Path, model: FakeModel
 ) -> None:
@@ -263,6 +266,7 @@ async def test_discord_message_is_kept_and_admitted_once_the_store_commits_again
     assert [r.last_user for r in model.requests] == ["while locked", "behind it"]
 
 
+@pytest.mark.gateway
 @pytest.mark.parametrize("table", ["approved_users", "pairing_codes"])
 async def test_discord_access_check_failing_in_the_store_is_tried_again(
     tmp_path: Path, model: FakeModel, table: str
@@ -283,6 +287,7 @@ async def test_discord_access_check_failing_in_the_store_is_tried_again(
     assert user_rows(db) == [("am I in?", "answered")]
 
 
+@pytest.mark.gateway
 async def test_discord_slash_command_the_store_failed_is_told_to_try_again(
     tmp_path: Path, model: FakeModel
 ) -> None:

@@ -15,7 +15,7 @@ from gateway.messages import Inbound
 from gateway.store import AdmitRow, RequestPairing, open_sqlite_store
 from tests.harness import ROOT
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 HOSTILE = "hi \x1b]0;PWNED\x07\x1b[2J\x1b[31mred \u202egnp.exe\x9b\nfake #99 row"
 

@@ -28,7 +28,7 @@ import pytest
 from tests.fakes.openai_server import FakeModel, Hold, Ok, Sleep, open_fake_model
 from tests.harness import GatewayProcess, cluster_node, pg_fetch
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(180), pytest.mark.process]
 
 LEASE_S = 2.0
 HEARTBEAT_S = 0.4

@@ -21,7 +21,7 @@ from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.fakes.tcp_proxy import proxy_to
 from tests.harness import GatewayProcess, cluster_node, pg_fetch
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120), pytest.mark.process]
 
 TURNS = 6
 LEASE_S = 5.0  # longer than the drain: the turns still run at its deadline

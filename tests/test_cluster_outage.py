@@ -19,7 +19,7 @@ from tests.fakes.openai_server import Hold, open_fake_model
 from tests.fakes.tcp_proxy import proxy_to
 from tests.harness import make_config, running_gateway
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60), pytest.mark.gateway]
 
 
 async def test_a_node_cut_off_from_the_database_stops_its_turns_and_recovers(

@@ -172,6 +172,7 @@ def test_the_attributes_stay_frozen_dataclasses() -> None:
     assert (moved.peer.host, moved.peer.port) == ("::1", 9)
 
 
+@pytest.mark.process
 def test_check_names_three_problems_and_exits_2(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import subprocess
     import sys
@@ -219,6 +220,25 @@ def test_the_limits_of_spec_sections_11_and_14_and_their_defaults() -> None:
     assert store.command_timeout_s == 10.0
     proxies = parse("[peer]\ntrusted_proxies = ['10.0.0.0/8', '192.168.1.7', '::1', 'fd00::/8']")
     assert proxies.peer.trusted_proxies == ("10.0.0.0/8", "192.168.1.7", "::1", "fd00::/8")
+
+
+def test_push_hosts_entries_may_name_a_port() -> None:
+    from gateway.config import push_host
+
+    good = ["hooks.example.com", "Hooks.Example.com:8443", "127.0.0.1:8080", "[::1]:8080", "::1"]
+    config = parse(f"[a2a]\npush_hosts = {good!r}")
+    assert config.a2a is not None
+    assert [push_host(h) for h in config.a2a.push_hosts] == [
+        ("hooks.example.com", None),
+        ("hooks.example.com", 8443),
+        ("127.0.0.1", 8080),
+        ("::1", 8080),
+        ("::1", None),
+    ]
+    bad = ["host:0", "host:65536", "https://host", "a b", "[::1", "host:port", "-x", "[nope]:1"]
+    with pytest.raises(ConfigError) as err:
+        parse(f"[a2a]\npush_hosts = {bad!r}")
+    assert [p for p, _ in err.value.errors] == [f"a2a.push_hosts[{n}]" for n in range(len(bad))]
 
 
 @pytest.mark.parametrize(

@@ -142,6 +142,7 @@ def test_check_says_which_profile_each_platform_gets() -> None:
     ]
 
 
+@pytest.mark.process
 def test_botmux_check_prints_servers_and_profiles(tmp_path: Path) -> None:
     path = tmp_path / "botmux.toml"
     path.write_text(TOOLS.replace("${MCP_TOKEN}", "literal-token"))

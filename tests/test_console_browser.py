@@ -22,11 +22,11 @@ import anyio
 import pytest
 
 from gateway.config import Config, parse_config
-from tests.fakes.openai_server import FakeModel, open_fake_model
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import config_text, running_gateway
+from tests.fakes.openai_server import FakeModel
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness import config_text, running_gateway, telegram_section
 
-pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120), pytest.mark.gateway, pytest.mark.process]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 if CHROMIUM is None:
@@ -45,18 +45,6 @@ HOSTILE = '<img src="/pwned" onerror="alert(1)">'  # a Telegram user's chosen na
 
 
 @pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
-
-
-@pytest.fixture
 def shots(tmp_path: Path) -> Callable[[str], str]:
     folder = Path(os.environ.get("BOTMUX_CONSOLE_SCREENSHOTS") or tmp_path / "screenshots")
     folder.mkdir(parents=True, exist_ok=True)
@@ -64,9 +52,8 @@ def shots(tmp_path: Path) -> Callable[[str], str]:
 
 
 def gateway_config(tmp_path: Path, model: FakeModel, tg: FakeTelegram) -> Config:
-    extra = (
-        f'[[peer.tokens]]\ntoken = "{OPS}"\nname = "ops"\n\n'
-        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [42]\n'
+    extra = f'[[peer.tokens]]\ntoken = "{OPS}"\nname = "ops"\n\n' + telegram_section(
+        tg, "allow_users = [42]\n"
     )
     config = parse_config(
         config_text(tmp_path / "botmux.db", model.base_url, extra=extra), source="t", env={}

@@ -15,11 +15,9 @@ from gateway.store import (
     OutboxChunks,
     SearchConversations,
 )
-from tests.test_store import Opener, open_store
+from tests.support.stores import Opener
 
 pytestmark = pytest.mark.anyio
-
-__all__ = ["open_store"]  # the two-backend fixture, used below
 
 
 def inbound(conversation: str, pmid: str, text: str = "hi") -> Inbound:

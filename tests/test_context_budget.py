@@ -12,7 +12,7 @@ import pytest
 from tests.fakes.openai_server import ok, open_fake_model, rate_limited
 from tests.harness import make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 async def test_max_tokens_is_sent_per_endpoint(tmp_path: Path) -> None:

@@ -32,7 +32,6 @@ from gateway.messages import (
 )
 from gateway.ports import Watch
 from gateway.store import AdmitRow, AnswerTurn, History, SummaryOf
-from gateway.store.postgres import open_postgres_store
 from gateway.store.sqlite import open_sqlite_store
 from gateway.summaries import StoredSummaries
 from policy import classify
@@ -44,13 +43,12 @@ from tests.fakes.openai_server import (
     rate_limited,
     server_error,
 )
-from tests.harness import make_config, running_gateway
+from tests.harness import FAST, make_config, running_gateway
 
 pytestmark = pytest.mark.anyio
 
 LIMIT = 4000  # the fake's window, and the config's context_tokens
 OUT = 500  # max_output_tokens: the prompt gets LIMIT - OUT
-FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
 
 
 def window_config(
@@ -89,6 +87,7 @@ def long_text(i: int) -> str:
     return f"turn {i}: " + ("lorem ipsum dolor sit amet " * 45)  # ~1,200 chars, ~300 tokens
 
 
+@pytest.mark.gateway
 @pytest.mark.parametrize("compaction", ["off", "summary"])
 async def test_500_long_turns_never_overflow_the_window(tmp_path: Path, compaction: str) -> None:
     async with open_fake_model() as fake:
@@ -125,6 +124,7 @@ async def test_500_long_turns_never_overflow_the_window(tmp_path: Path, compacti
     assert last[1]["role"] == "system" and summary.content in last[1]["content"]
 
 
+@pytest.mark.gateway
 async def test_a_forced_overflow_is_trimmed_and_tried_once_more(tmp_path: Path) -> None:
     limit, out = 1500, 100
     async with open_fake_model() as fake:
@@ -150,6 +150,7 @@ async def test_a_forced_overflow_is_trimmed_and_tried_once_more(tmp_path: Path) 
     )
 
 
+@pytest.mark.gateway
 async def test_each_endpoint_gets_a_request_built_for_its_own_window(tmp_path: Path) -> None:
     async with open_fake_model() as fake:
         extra = (
@@ -172,6 +173,7 @@ async def test_each_endpoint_gets_a_request_built_for_its_own_window(tmp_path: P
     assert small.max_tokens == 200
 
 
+@pytest.mark.gateway
 async def test_a_message_that_alone_cannot_fit_gets_an_honest_reply(tmp_path: Path) -> None:
     async with open_fake_model() as fake:
         fake.enforce_context(1000)
@@ -185,6 +187,7 @@ async def test_a_message_that_alone_cannot_fit_gets_an_honest_reply(tmp_path: Pa
     assert [r.last_user for r in fake.requests] == ["short"]  # no call for the long one
 
 
+@pytest.mark.gateway
 async def test_new_clears_the_summary(tmp_path: Path) -> None:
     async with open_fake_model() as fake:
         fake.enforce_context(LIMIT)
@@ -299,15 +302,6 @@ async def test_a_streamed_overflow_is_trimmed_and_streams_the_retry(tmp_path: Pa
     assert shown.events[0] == AttemptFailed(1, "context_overflow")
     assert {e.attempt for e in shown.events[1:] if isinstance(e, ReplyDelta)} == {2}
     assert "".join(e.text for e in shown.events if isinstance(e, ReplyDelta)) == result.reply
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Any]:
-    """Compaction on each backend (its store methods are tested on both in test_summary_store)."""
-    if request.param == "sqlite":
-        return lambda: open_sqlite_store(str(tmp_path / "s.db"))
-    url = request.getfixturevalue("postgres_url")
-    return lambda: open_postgres_store(url, node="n1")
 
 
 async def seed(store: Any, key: str, turns: int = 12) -> None:

@@ -10,8 +10,6 @@ deduplicate it) at most twice. docs/RELIABILITY.md has the table.
 from __future__ import annotations
 
 import os
-import signal
-import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,15 +21,13 @@ from gateway.failpoints import EVENTS
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram
-from tests.harness import GatewayProcess, config_text, free_port
-from tests.test_discord_e2e import BOB, CHANNEL_ID, discord_toml, mention, open_world
+from tests.harness import telegram_section
+from tests.support.crashes import LONG, assert_one_answer, crash_at, make_gateway, settle
+from tests.support.discord_world import BOB, CHANNEL_ID, discord_toml, mention, open_world
 
 pytestmark = pytest.mark.anyio
 
 ALICE = 42
-# Two paragraphs, each longer than half of Discord's 2000 and Telegram's 4096 limits: the
-# reply is cut into several chunks, so "between chunks" is a real place.
-LONG = ("Lorem ipsum dolor sit amet. " * 90 + "\n\n") * 2 + "The end."
 # A text message never fetches a file: the attachment failpoint has its own tests, with files
 # (the chat platforms', whose files are fetched; a peer's arrive inline and are never fetched).
 ATTACHMENT_POINTS = ("after_attachment_fetch",)
@@ -55,38 +51,7 @@ async def model() -> AsyncIterator[FakeModel]:
         yield fake
 
 
-def make_gateway(
-    tmp_path: Path, model: FakeModel, section: str = "", gateway_keys: str = ""
-) -> GatewayProcess:
-    port = free_port()
-    config = tmp_path / "botmux.toml"
-    config.write_text(
-        config_text(
-            tmp_path / "botmux.db", model.base_url, listen=f"127.0.0.1:{port}", extra=section
-        )
-        + "\n[gateway]\nidle_evict_s = 600\n"
-        + gateway_keys
-    )
-    return GatewayProcess(config, port, tmp_path / "botmux.log")
-
-
-def rows(db: Path) -> list[tuple[str, str]]:
-    with sqlite3.connect(db) as conn:
-        return list(conn.execute("SELECT role, state FROM messages ORDER BY id"))
-
-
-async def crash_at(gateway: GatewayProcess, point: str) -> None:
-    """Wait for the armed process to kill itself; fail loudly if it never gets there."""
-    with anyio.fail_after(20):
-        code = await gateway.wait()
-    assert code == -signal.SIGKILL, f"exit {code}, not killed at {point}:\n{gateway.log()}"
-    assert f"failpoint {point} reached" in gateway.log()
-
-
-def assert_one_answer(db: Path) -> None:
-    assert rows(db) == [("user", "answered"), ("assistant", "final")]
-
-
+@pytest.mark.process
 @pytest.mark.parametrize("point", [p for p in POINTS if p not in CHUNK_POINTS])
 async def test_peer(tmp_path: Path, model: FakeModel, point: str) -> None:
     gateway = make_gateway(tmp_path, model)
@@ -113,11 +78,12 @@ async def test_peer(tmp_path: Path, model: FakeModel, point: str) -> None:
     ("point", "unrecorded"),
     [(p, "resend") for p in POINTS] + [("after_send_before_record", "drop")],
 )
+@pytest.mark.process
 async def test_telegram(tmp_path: Path, model: FakeModel, point: str, unrecorded: str) -> None:
     async with open_fake_telegram() as tg:
         section = (
-            f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-            f"allow_users = [{ALICE}]\npoll_timeout_s = 1\nrequest_timeout_s = 3\n"
+            telegram_section(tg)
+            + f"allow_users = [{ALICE}]\npoll_timeout_s = 1\nrequest_timeout_s = 3\n"
         )
         keys = f'unrecorded_sends = "{unrecorded}"\n'
         gateway = make_gateway(tmp_path, model, section, keys)
@@ -141,6 +107,7 @@ async def test_telegram(tmp_path: Path, model: FakeModel, point: str, unrecorded
         assert len(sent) - len(set(sent)) == (1 if resent else 0)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("point", POINTS)
 async def test_discord(tmp_path: Path, model: FakeModel, point: str) -> None:
     async with open_world() as dc:
@@ -162,12 +129,6 @@ async def test_discord(tmp_path: Path, model: FakeModel, point: str) -> None:
 
 def replies(dc: FakeDiscord) -> str:
     return "".join(m["content"] for m in dc.sent_messages(CHANNEL_ID))
-
-
-async def settle(gateway: GatewayProcess) -> None:
-    """Stop the restarted gateway cleanly, so every send it was making has finished."""
-    gateway.signal(signal.SIGTERM)
-    assert await gateway.wait() == 0, gateway.log()
 
 
 def assert_delivered(sent: list[str], *, duplicates_allowed: int) -> None:

@@ -19,7 +19,7 @@ from gateway.messages import STOPPED_REPLY
 from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.harness import ROOT, GatewayProcess, config_text, free_port, make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 DAY = 86_400
 
@@ -76,6 +76,7 @@ async def test_delete_route_removes_the_session_and_stops_its_turn(tmp_path: Pat
     assert rows(db, "SELECT COUNT(*) FROM outbox WHERE conversation = 'peer:gone'") == [(1,)]
 
 
+@pytest.mark.process
 async def test_cli_purge_and_delete(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
     config = tmp_path / "botmux.toml"
@@ -124,6 +125,7 @@ async def test_cli_purge_and_delete(tmp_path: Path) -> None:
     assert b"no conversation peer:busy" in done.stderr
 
 
+@pytest.mark.process
 async def test_the_retention_sweep_of_a_running_gateway(tmp_path: Path) -> None:
     db = tmp_path / "b.db"
     async with open_fake_model() as fake:

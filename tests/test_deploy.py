@@ -13,6 +13,8 @@ import pytest
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 BIN = Path(sys.executable).parent
 
+pytestmark = pytest.mark.process
+
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, capture_output=True, text=True, env=env, check=False)

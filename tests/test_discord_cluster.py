@@ -208,6 +208,7 @@ async def rows_are_exactly_once(url: str, total: int) -> None:
     assert {r["state"]: r["n"] for r in outbox} == {"delivered": total}
 
 
+@pytest.mark.process
 async def test_shards_spread_over_the_nodes_and_every_channel_is_answered_once_in_order(
     make_node: NodeFactory, dc: FakeDiscord, postgres_url: str
 ) -> None:
@@ -255,6 +256,7 @@ async def test_shards_spread_over_the_nodes_and_every_channel_is_answered_once_i
     assert {c.client for c in dc.calls("PUT", "/applications/{application_id}/commands")} == {"n0"}
 
 
+@pytest.mark.process
 async def test_with_one_shard_exactly_one_node_runs_the_gateway(
     make_node: NodeFactory, dc: FakeDiscord, postgres_url: str
 ) -> None:
@@ -272,6 +274,7 @@ async def test_with_one_shard_exactly_one_node_runs_the_gateway(
         assert (await readiness(node))["discord"] is True
 
 
+@pytest.mark.process
 async def test_sigkill_of_a_shard_node_hands_the_shard_over_without_loss_or_duplicates(
     make_node: NodeFactory, dc: FakeDiscord, postgres_url: str
 ) -> None:
@@ -315,6 +318,7 @@ async def test_sigkill_of_a_shard_node_hands_the_shard_over_without_loss_or_dupl
     )
 
 
+@pytest.mark.process
 async def test_a_frozen_shard_node_closes_its_connection_when_it_wakes(
     make_node: NodeFactory, dc: FakeDiscord, postgres_url: str
 ) -> None:
@@ -353,6 +357,7 @@ async def test_a_frozen_shard_node_closes_its_connection_when_it_wakes(
     print("\ndiscord shard closed after waking:", json.dumps({"seconds": closed_s}))
 
 
+@pytest.mark.process
 async def test_sigterm_of_a_shard_node_hands_its_shards_over_at_once(
     make_node: NodeFactory, dc: FakeDiscord, postgres_url: str
 ) -> None:

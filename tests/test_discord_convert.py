@@ -12,25 +12,10 @@ from gateway.errors import ConfigError
 from gateway.messages import OutboxChunk
 from platforms.discord import convert
 from platforms.discord.convert import Command, Ignore, Seen, Turn
+from tests.support.discord_world import SEEN_BOT_ID as BOT
+from tests.support.discord_world import seen
 
-BOT = 42
 CONFIG = DiscordConfig(token="t", allow_guilds=(7,), answer_all_channels=(500,))
-
-
-def seen(content: str, **kw: object) -> Seen:
-    base: dict[str, object] = {
-        "message_id": 1000,
-        "channel_id": 100,
-        "guild_id": 7,
-        "parent_id": None,
-        "author_id": 5,
-        "author_name": "bob",
-        "author_is_bot": False,
-        "content": content,
-        "mentions_bot": f"<@{BOT}>" in content or f"<@!{BOT}>" in content,
-        "replies_to_bot": False,
-    }
-    return Seen(**{**base, **kw})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -10,88 +10,37 @@ import signal
 import sqlite3
 import sys
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
 import pytest
 
-from gateway.app import GatewayApp
-from tests.fakes.discord_server import FakeDiscord, open_fake_discord
-from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
-from tests.harness import ROOT, GatewayProcess, config_text, free_port, make_config, running_gateway
+from tests.fakes.discord_server import FakeDiscord
+from tests.fakes.openai_server import FakeModel, Hold, ok
+from tests.harness import ROOT, botmux_process
+from tests.support.discord_world import (
+    ALICE,
+    BOB,
+    BOT_ID,
+    CHANNEL_ID,
+    DM_ID,
+    OPEN_CHANNEL_ID,
+    OTHER_BOT_ID,
+    OTHER_CHANNEL_ID,
+    STRANGER,
+    STRANGER_DM_ID,
+    THREAD_ID,
+    discord_config_text,
+    discord_toml,
+    mention,
+    open_world,
+    running_botmux,
+)
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
-TOKEN = "discord-test-token"
-BOT_ID = 990_000_000_000_000_001
-OTHER_BOT_ID = 990_000_000_000_000_002
-ALICE = 990_000_000_000_000_010  # on allow_users
-BOB = 990_000_000_000_000_011  # a guild member, not on allow_users
-STRANGER = 990_000_000_000_000_012  # DMs the bot, needs pairing
-GUILD_ID = 990_000_000_000_000_100
-CHANNEL_ID = 990_000_000_000_000_101  # mention required
-OPEN_CHANNEL_ID = 990_000_000_000_000_102  # answer_all_channels
-THREAD_ID = 990_000_000_000_000_103
-OTHER_GUILD_ID = 990_000_000_000_000_200  # not on allow_guilds
-OTHER_CHANNEL_ID = 990_000_000_000_000_201
-DM_ID = 990_000_000_000_000_300  # alice's DM
-STRANGER_DM_ID = 990_000_000_000_000_301
 SEND_ROUTE = "/channels/{channel_id}/messages"
 TYPING_ROUTE = "/channels/{channel_id}/typing"
-
-
-@asynccontextmanager
-async def open_world() -> AsyncIterator[FakeDiscord]:
-    async with open_fake_discord(token=TOKEN, bot_user_id=BOT_ID) as dc:
-        dc.add_user(ALICE, "alice")
-        dc.add_user(BOB, "bob")
-        dc.add_user(OTHER_BOT_ID, "otherbot", bot=True)
-        dc.add_guild(GUILD_ID, "botmux guild", member_ids=[ALICE, BOB, OTHER_BOT_ID])
-        dc.add_text_channel(GUILD_ID, CHANNEL_ID, "general")
-        dc.add_text_channel(GUILD_ID, OPEN_CHANNEL_ID, "ask-the-bot")
-        dc.add_thread(GUILD_ID, CHANNEL_ID, THREAD_ID, "a thread")
-        dc.add_guild(OTHER_GUILD_ID, "elsewhere", member_ids=[ALICE])
-        dc.add_text_channel(OTHER_GUILD_ID, OTHER_CHANNEL_ID, "random")
-        dc.add_dm_channel(DM_ID, ALICE)
-        dc.add_dm_channel(STRANGER_DM_ID, STRANGER)
-        yield dc
-
-
-def discord_toml(dc: FakeDiscord, extra: str = "") -> str:
-    """The test world's section; guilds open to every member unless ``extra`` decides."""
-    access = "" if "guild_access" in extra else 'guild_access = "everyone"\n'
-    return (
-        "[discord]\n"
-        f'token = "{TOKEN}"\n'
-        f'api_base = "{dc.api_base}"\n'
-        f'gateway_url = "{dc.gateway_url}"\n'
-        f"allow_users = [{ALICE}]\n"
-        f"allow_guilds = [{GUILD_ID}]\n"
-        f"answer_all_channels = [{OPEN_CHANNEL_ID}]\n"
-        "guild_ready_timeout_s = 0.05\n"
-        "identify_delay_s = 0\n"
-        "connect_timeout_s = 10\n" + access + extra
-    )
-
-
-def discord_config_text(tmp_path: Path, dc: FakeDiscord, model: FakeModel, **kw: str) -> str:
-    return config_text(
-        tmp_path / "botmux.db", model.base_url, extra=discord_toml(dc, kw.get("extra", ""))
-    )
-
-
-@asynccontextmanager
-async def running_botmux(
-    tmp_path: Path, dc: FakeDiscord, model: FakeModel, extra: str = ""
-) -> AsyncIterator[GatewayApp]:
-    config = make_config(tmp_path / "botmux.db", model.base_url, extra=discord_toml(dc, extra))
-    async with running_gateway(config) as (app, _):
-        yield app
-
-
-def mention(text: str) -> str:
-    return f"<@{BOT_ID}> {text}"
 
 
 def rows(db: Path) -> list[tuple[str, str, str]]:
@@ -102,12 +51,6 @@ def rows(db: Path) -> list[tuple[str, str, str]]:
 @pytest.fixture
 async def dc() -> AsyncIterator[FakeDiscord]:
     async with open_world() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
         yield fake
 
 
@@ -360,6 +303,7 @@ async def test_messages_sent_while_the_session_was_lost_are_backfilled_and_answe
 # -- access: allow lists and DM pairing --------------------------------------------------------
 
 
+@pytest.mark.process
 async def test_allow_lists_and_dm_pairing_approved_by_the_operator(
     tmp_path: Path, dc: FakeDiscord, model: FakeModel
 ) -> None:
@@ -474,20 +418,11 @@ async def test_a_chunk_resent_after_a_restart_is_deduplicated_by_its_nonce(
     assert len(model.requests) == 1
 
 
+@pytest.mark.process
 async def test_kill_9_between_admission_and_reply_gives_one_reply_after_restart(
     tmp_path: Path, dc: FakeDiscord, model: FakeModel
 ) -> None:
-    port = free_port()
-    config = tmp_path / "botmux.toml"
-    config.write_text(
-        config_text(
-            tmp_path / "botmux.db",
-            model.base_url,
-            listen=f"127.0.0.1:{port}",
-            extra=discord_toml(dc),
-        )
-    )
-    gateway = GatewayProcess(config, port, tmp_path / "botmux.log")
+    gateway = botmux_process(tmp_path, model.base_url, extra=discord_toml(dc))
     model.default = lambda r: Hold()
     try:
         await gateway.start()

@@ -12,9 +12,9 @@ import anyio
 import pytest
 
 from tests.fakes.discord_server import DISCORD_LIMITS, FakeDiscord
-from tests.fakes.openai_server import FakeModel, open_fake_model, streamed
+from tests.fakes.openai_server import FakeModel, streamed
 from tests.harness import make_config, running_gateway
-from tests.test_discord_e2e import (
+from tests.support.discord_world import (
     ALICE,
     OPEN_CHANNEL_ID,
     discord_toml,
@@ -22,7 +22,7 @@ from tests.test_discord_e2e import (
     running_botmux,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 MESSAGE_ROUTE = "/channels/{channel_id}/messages/{message_id}"
 SEND_ROUTE = "/channels/{channel_id}/messages"
@@ -39,12 +39,6 @@ ANSWER = "".join(PIECES)
 @pytest.fixture
 async def dc() -> AsyncIterator[FakeDiscord]:
     async with open_world() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
         yield fake
 
 

@@ -35,7 +35,7 @@ from tests.harness import (
     wait_for_child,
 )
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway, pytest.mark.process]
 
 READER = "gateway._pdf_child"
 

@@ -11,16 +11,15 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
 import pytest
 
-from tests.fakes.openai_server import FakeModel, open_fake_model
-from tests.harness import ROOT, GatewayProcess, config_text, free_port
+from tests.fakes.openai_server import FakeModel
+from tests.harness import ROOT, botmux_process
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 def check(config: Path) -> tuple[int, str]:
@@ -108,21 +107,13 @@ def test_a_store_readable_by_others_is_warned_about(tmp_path: Path) -> None:
     assert warnings(check(config)[1]) == []
 
 
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
-
-
 async def test_run_logs_what_check_warns_about_and_serves(tmp_path: Path, model: FakeModel) -> None:
-    port = free_port()
     db = tmp_path / "botmux.db"
     sqlite3.connect(db).close()
     db.chmod(0o640)
-    config = tmp_path / "botmux.toml"
-    config.write_text(config_text(db, model.base_url, listen=f"127.0.0.1:{port}"))
+    gateway = botmux_process(tmp_path, model.base_url, db=db)
+    config = gateway.config_path
     config.chmod(0o644)  # and it holds the model key
-    gateway = GatewayProcess(config, port, tmp_path / "botmux.log")
     try:
         await gateway.start()
         gateway.signal(signal.SIGTERM)

@@ -26,28 +26,12 @@ from tests.fakes.openai_server import (
     server_error,
     unauthorized,
 )
-from tests.harness import make_config, running_gateway
+from tests.harness import fallback, make_config, running_gateway
+from tests.support.clocks import ShiftedClock
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\n"
-
-
-class Clock:
-    """A monotonic clock the test can move forward (benches are measured on it)."""
-
-    def __init__(self) -> None:
-        import time
-
-        self._base = time.monotonic
-        self.offset = 0.0
-
-    def __call__(self) -> float:
-        return self._base() + self.offset
-
-
-def fallback(url: str, model: str = "gpt-fallback", key: str = "sk-fallback-key-9") -> str:
-    return f'\n[[model.fallbacks]]\nbase_url = "{url}"\nmodel = "{model}"\napi_keys = ["{key}"]\n'
 
 
 async def chat(url: str, session: str, text: str) -> dict[str, Any]:
@@ -109,7 +93,7 @@ async def test_timeouts_then_recovery_then_429_falls_back(tmp_path: Path) -> Non
 
 
 async def test_rotation_skips_benched_keys_until_their_time(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = ShiftedClock()  # benches are measured on it
     keys = ("sk-key-one-1111", "sk-key-two-2222", "sk-key-three-3333")
     async with open_fake_model() as fake:
         config = make_config(tmp_path / "b.db", fake.base_url, keys=keys, model_extra=FAST)

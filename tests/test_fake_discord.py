@@ -462,3 +462,89 @@ async def test_past_the_global_limit_every_route_gets_a_global_429(dc: FakeDisco
     assert (headers["X-RateLimit-Global"], headers["X-RateLimit-Scope"]) == ("true", "global")
     assert [(c.method, c.status) for c in dc.rate_limited()] == [("POST", 429)]
     assert dc.sent_messages() == []
+
+
+# -- buttons and component interactions (what approvals rely on) ---------------------------
+
+
+class ClickingClient(RecordingClient):
+    """Answers each click by its button: "yes" updates the message and removes its buttons
+    (7), "no" answers the clicker alone (4, ephemeral), "later" only acknowledges (6)."""
+
+    def __init__(self, *, intents: discord.Intents) -> None:
+        super().__init__(intents=intents)
+        self.clicks: list[tuple[str, int, int]] = []  # custom_id, user, message
+
+    async def on_interaction(self, interaction: discord.Interaction[Any]) -> None:
+        data: Any = interaction.data or {}
+        assert interaction.type is discord.InteractionType.component
+        assert interaction.message is not None and interaction.user is not None
+        custom_id = str(data["custom_id"])
+        self.clicks.append((custom_id, interaction.user.id, interaction.message.id))
+        if custom_id == "yes":
+            await interaction.response.edit_message(content="approved", view=None)
+        elif custom_id == "no":
+            await interaction.response.send_message("not yours", ephemeral=True)
+        else:
+            await interaction.response.defer()
+
+
+def buttons(*custom_ids: str) -> discord.ui.View:
+    view = discord.ui.View(timeout=None)
+    for custom_id in custom_ids:
+        view.add_item(discord.ui.Button(label=custom_id, custom_id=custom_id))
+    return view
+
+
+async def test_clicks_on_buttons_reach_the_bot_and_each_callback_type_does_its_part(
+    dc: FakeDiscord,
+) -> None:
+    client = ClickingClient(intents=bot_intents())
+    point_discord_py_at(client, api_base=dc.api_base, gateway_url=dc.gateway_url)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(client.start, TOKEN)
+        try:
+            with anyio.fail_after(10):
+                assert await client.lifecycle.receive() == "ready"
+                channel = client.get_partial_messageable(CHANNEL_ID)
+                sent = await channel.send("Approve?", view=buttons("yes", "no", "later"))
+                assert dc.custom_ids(CHANNEL_ID, sent.id) == ["yes", "no", "later"]
+                for n, custom_id in enumerate(["no", "later", "yes"], 1):
+                    clicked = await dc.inject_click(CHANNEL_ID, sent.id, custom_id, user_id=USER_ID)
+                    await dc.wait_until(lambda n=n: len(dc.interaction_responses) == n)
+        finally:
+            await client.close()
+            await client.aclose_streams()
+    assert clicked["type"] == 3 and clicked["data"] == {"custom_id": "yes", "component_type": 2}
+    assert clicked["message"]["components"][0]["components"][0]["custom_id"] == "yes"
+    assert client.clicks == [(c, USER_ID, sent.id) for c in ("no", "later", "yes")]
+    assert [(r["type"], r["data"].get("flags")) for r in dc.interaction_responses] == [
+        (4, 64),
+        (6, None),
+        (7, None),
+    ]
+    # The update changed the message in place; the ephemeral answer is not in the channel.
+    assert dc.visible_contents(CHANNEL_ID) == ["approved"]
+    assert dc.custom_ids(CHANNEL_ID, sent.id) == []
+    assert [m["content"] for m in dc.history(CHANNEL_ID) if m["flags"] == 0] == ["approved"]
+    with pytest.raises(LookupError):  # the message shows no button any more
+        await dc.inject_click(CHANNEL_ID, sent.id, "yes", user_id=USER_ID)
+
+
+async def test_components_are_checked_and_an_interaction_is_answered_once(
+    dc: FakeDiscord,
+) -> None:
+    row = {"type": 1, "components": [{"type": 2, "style": 1, "label": "a", "custom_id": "x"}]}
+    twice = {"type": 1, "components": [row["components"][0], row["components"][0]]}
+    async with running_client(dc) as client:
+        route = discord.http.Route("POST", SEND_ROUTE, channel_id=CHANNEL_ID)
+        with pytest.raises(discord.HTTPException, match="Invalid Form Body"):
+            await client.http.request(route, json={"content": "x", "components": [twice]})
+        sent = await client.http.request(route, json={"content": "x", "components": [row]})
+        assert sent["components"] == [row]
+        clicked = await dc.inject_click(CHANNEL_ID, int(sent["id"]), "x", user_id=USER_ID)
+        callback = f"/interactions/{clicked['id']}/{clicked['token']}/callback"
+        async with aiohttp.ClientSession() as http:
+            for expected in (200, 400):  # Discord takes one callback per interaction
+                async with http.post(dc.api_base + callback, json={"type": 6}) as response:
+                    assert response.status == expected

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 from aiohttp import ClientSession, web
-from telegram import Bot, BotCommand, Update
+from telegram import Bot, BotCommand, InlineKeyboardButton, InlineKeyboardMarkup, Message, Update
 from telegram.error import (
     BadRequest,
     Conflict,
@@ -25,7 +25,14 @@ from telegram.error import (
     RetryAfter,
     TimedOut,
 )
-from telegram.ext import Application, CommandHandler, ContextTypes, MessageHandler, filters
+from telegram.ext import (
+    Application,
+    CallbackQueryHandler,
+    CommandHandler,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
 
 from tests.fakes._rate_limits import Limit
 from tests.fakes.telegram_server import (
@@ -35,6 +42,7 @@ from tests.fakes.telegram_server import (
     open_fake_telegram,
     photo_extra,
 )
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.anyio
 
@@ -407,12 +415,12 @@ async def test_group_overall_and_draft_limits_and_the_window_reopens(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv("PTB_TIMEDELTA", "true")
-    now = [1000.0]
+    clock = Clock()
     limits = TelegramLimits(
         per_chat=None, per_group=Limit(2, 60.0), overall=Limit(3, 1.0), draft_per_chat=Limit(1, 1.0)
     )
     async with open_fake_telegram(limits=limits) as tg, make_bot(tg) as bot:
-        tg.clock = lambda: now[0]
+        tg.clock = clock
         await bot.send_message(-1001, "1")
         await bot.send_message(-1001, "2")
         with pytest.raises(RetryAfter) as group:
@@ -423,12 +431,12 @@ async def test_group_overall_and_draft_limits_and_the_window_reopens(
         await bot.send_message_draft(42, 1, "d1")
         with pytest.raises(RetryAfter):
             await bot.send_message_draft(42, 1, "d2")
-        now[0] += 1.0  # the overall and draft windows have passed, the group's has not
+        clock.now += 1.0  # the overall and draft windows have passed, the group's has not
         await bot.send_message(43, "overall again")
         await bot.send_message_draft(42, 1, "d2")
         with pytest.raises(RetryAfter):
             await bot.send_message(-1001, "3")
-        now[0] += 59.0
+        clock.now += 59.0
         await bot.send_message(-1001, "3")
     assert group.value.retry_after == dt.timedelta(seconds=60)
     assert overall.value.retry_after == dt.timedelta(seconds=1)
@@ -449,3 +457,105 @@ async def test_without_limits_nothing_is_refused(tg: FakeTelegram) -> None:
             await bot.edit_message_text(str(i), chat_id=-1001, message_id=sent.message_id)
     assert tg.rate_limited() == []
     assert tg.visible_messages(-1001) == ["39"]
+
+
+# -- inline keyboards and callback queries (what approvals rely on) -----------------------
+
+
+def approve_deny(row: int = 7) -> InlineKeyboardMarkup:
+    return InlineKeyboardMarkup(
+        [
+            [
+                InlineKeyboardButton("Approve", callback_data=f"ap:{row}:y"),
+                InlineKeyboardButton("Deny", callback_data=f"ap:{row}:n"),
+            ]
+        ]
+    )
+
+
+async def test_a_click_on_an_inline_button_reaches_the_bot_as_a_callback_query(
+    tg: FakeTelegram,
+) -> None:
+    """PTB sends a keyboard, gets the click as a callback query (only when it allowed them),
+    answers it and edits the message: the keyboard goes with an edit that does not resend it."""
+    clicks: list[tuple[str, int, str, int]] = []
+    app = make_app(tg)
+
+    async def on_click(update: Update, context: ContextTypes.DEFAULT_TYPE) -> None:
+        query = update.callback_query
+        assert query is not None and isinstance(query.message, Message)
+        clicks.append((str(query.data), query.from_user.id, query.id, query.message.message_id))
+        await query.answer("Approved.")
+        await query.edit_message_text("approved by Alice")
+
+    app.add_handler(CallbackQueryHandler(on_click))
+    async with app:
+        await app.start()
+        assert app.updater is not None
+        await app.updater.start_polling(
+            poll_interval=0, timeout=10, allowed_updates=["message", "callback_query"]
+        )
+        try:
+            sent = await app.bot.send_message(42, "Approve?", reply_markup=approve_deny())
+            assert tg.keyboard(42, sent.message_id) == ["ap:7:y", "ap:7:n"]
+            assert sent.reply_markup == approve_deny()  # Telegram returns the keyboard
+            update = tg.inject_callback_query(42, sent.message_id, "ap:7:y")
+            with anyio.fail_after(10):
+                await tg.wait_until(lambda: len(tg.callback_answers()) == 1)
+                await tg.wait_for_calls("editMessageText")
+                await tg.wait_for_confirmed(update["update_id"])
+        finally:
+            await app.updater.stop()
+            await app.stop()
+    query = update["callback_query"]
+    assert set(query) == {"id", "from", "message", "chat_instance", "data"}
+    assert query["message"]["reply_markup"]["inline_keyboard"][0][1]["text"] == "Deny"
+    assert clicks == [("ap:7:y", 42, query["id"], sent.message_id)]
+    (answer,) = tg.callback_answers()
+    assert (answer.query_id, answer.text, answer.show_alert) == (query["id"], "Approved.", False)
+    assert tg.visible_messages(42) == ["approved by Alice"]
+    assert tg.keyboard(42, sent.message_id) == []  # edited without reply_markup: removed
+    with pytest.raises(LookupError):  # the message shows no button any more
+        tg.inject_callback_query(42, sent.message_id, "ap:7:n")
+
+
+async def test_callback_queries_are_made_only_for_a_bot_that_allowed_them(
+    tg: FakeTelegram,
+) -> None:
+    async with make_bot(tg) as bot:
+        sent = await bot.send_message(-1001, "Approve?", reply_markup=approve_deny())
+        await bot.get_updates(allowed_updates=["message"])
+        tg.inject_callback_query(-1001, sent.message_id, "ap:7:n")
+        assert await bot.get_updates() == ()  # Telegram made no update of it
+        assert len(tg.unwanted) == 1
+        await bot.get_updates(allowed_updates=[])  # empty: every usual kind
+        tg.inject_callback_query(-1001, sent.message_id, "ap:7:n", user_id=99, username="bob")
+        (update,) = await bot.get_updates()
+    query = update.callback_query
+    assert query is not None and query.data == "ap:7:n"
+    assert (query.from_user.id, query.from_user.username) == (99, "bob")
+
+
+async def test_keyboards_and_answers_are_checked_as_the_bot_api_does(tg: FakeTelegram) -> None:
+    async with make_bot(tg) as bot:
+        too_long = InlineKeyboardMarkup([[InlineKeyboardButton("x", callback_data="d" * 65)]])
+        with pytest.raises(BadRequest, match=r"(?i)button_data_invalid"):
+            await bot.send_message(42, "x", reply_markup=too_long)
+        no_action = {"inline_keyboard": [[{"text": "only text"}]]}
+        with pytest.raises(BadRequest, match=r"(?i)text buttons are unallowed"):
+            await bot._post("sendMessage", {"chat_id": 42, "text": "x", "reply_markup": no_action})
+        sent = await bot.send_message(42, "Approve?", reply_markup=approve_deny())
+        with pytest.raises(BadRequest, match=r"(?i)message is not modified"):
+            await bot.edit_message_reply_markup(42, sent.message_id, reply_markup=approve_deny())
+        edited = await bot.edit_message_reply_markup(42, sent.message_id, reply_markup=None)
+        assert isinstance(edited, Message) and edited.reply_markup is None
+        assert tg.keyboard(42, sent.message_id) == []
+        await bot.edit_message_reply_markup(42, sent.message_id, reply_markup=approve_deny(8))
+        update = tg.inject_callback_query(42, sent.message_id, "ap:8:y")
+        query_id = update["callback_query"]["id"]
+        with pytest.raises(BadRequest, match=r"(?i)message_too_long"):
+            await bot.answer_callback_query(query_id, text="x" * 201)
+        assert await bot.answer_callback_query(query_id, text="Not yours.", show_alert=True)
+        with pytest.raises(BadRequest, match=r"(?i)query is too old"):  # once only
+            await bot.answer_callback_query(query_id, text="again")
+    assert [(a.text, a.show_alert) for a in tg.callback_answers()] == [("Not yours.", True)]

@@ -23,7 +23,6 @@ import itertools
 import json
 import logging
 import sqlite3
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,11 +38,11 @@ from platforms._chunking import utf16_len
 from platforms.discord.convert import clean_text as discord_clean
 from platforms.telegram.convert import clean_text as telegram_clean
 from tests.fakes.discord_server import FakeDiscord
-from tests.fakes.openai_server import FakeModel, open_fake_model
+from tests.fakes.openai_server import FakeModel
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.test_discord_e2e import ALICE as D_ALICE  # Discord's Alice; ALICE is Telegram's
-from tests.test_discord_e2e import BOB as D_BOB
-from tests.test_discord_e2e import (
+from tests.support.discord_world import ALICE as D_ALICE  # Discord's Alice; ALICE is Telegram's
+from tests.support.discord_world import BOB as D_BOB
+from tests.support.discord_world import (
     BOT_ID,
     CHANNEL_ID,
     DM_ID,
@@ -55,10 +54,10 @@ from tests.test_discord_e2e import (
     open_world,
     running_botmux,
 )
-from tests.test_telegram_e2e import ALICE, BOT, GROUP
-from tests.test_telegram_e2e import setup as telegram_setup
+from tests.support.telegram_world import ALICE, BOT, GROUP
+from tests.support.telegram_world import setup as telegram_setup
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 JSON = dict[str, Any]
 # Characters: 7 times Telegram's limit, 15 times Discord's, and still under [gateway]
@@ -67,12 +66,6 @@ HUGE = 30_000
 STRANGER_TG = 777
 UNKNOWN_CHANNEL = 990_000_000_000_000_900
 UNKNOWN_GUILD = 990_000_000_000_000_901
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
 
 
 # -- what every batch must leave behind ------------------------------------------------------

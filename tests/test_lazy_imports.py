@@ -3,7 +3,9 @@
 openai (with httpx2, ~48 MB resident) loads at start only when transcription is configured
 (asyncpg only with a PostgreSQL store, markdown-it only with a chat platform):
 chat calls, plain and streamed, go on aiohttp itself (agent/_wire.py); pypdf (with cryptography, ~12 MB) at the first PDF; the chat platforms' libraries
-only with their platform. Checked in a fresh interpreter, as ``botmux run`` imports.
+only with their platform; the MCP SDK (with pydantic models of every protocol version, starlette,
+httpx2) only when ``[[tools.mcp]]`` lists a server (``agent.tools.mcp``). Checked in a fresh
+interpreter, as ``botmux run`` imports.
 """
 
 from __future__ import annotations
@@ -12,17 +14,29 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.process
+
 ROOT = Path(__file__).resolve().parents[1]
 
 PROBE = """
 import sys
 import gateway.app, gateway.cli
+import agent.tools
 from agent.clients import ClientPool
 heavy = ("openai", "httpx2", "pypdf", "telegram", "discord", "cryptography", "asyncpg")
 heavy += ("markdown_it",)
+heavy += ("mcp", "mcp_types")
 print(",".join(m for m in heavy if m in sys.modules))
 ClientPool.load_library()
 print("openai" in sys.modules)
+"""
+
+TOOLS = """
+import sys
+import agent.tools.mcp
+print(",".join(m for m in ("mcp", "mcp_types") if m in sys.modules))
 """
 
 CHAT = """
@@ -73,3 +87,12 @@ def test_a_chat_turn_plain_or_streamed_needs_no_openai_package() -> None:
     replies, loaded = done.stdout.splitlines()
     assert replies == "ab echo: two"
     assert loaded == ""
+
+
+def test_the_mcp_sdk_loads_with_the_toolbox_module_only() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", TOOLS], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert (
+        done.stdout.strip() == "mcp,mcp_types"
+    )  # the probe can see it: what the test above checks

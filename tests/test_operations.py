@@ -17,7 +17,7 @@ from gateway.logs import configure_logging
 from tests.fakes.openai_server import error, open_fake_model, rate_limited
 from tests.harness import make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 def sample(text: str, name: str, **labels: str) -> float:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -18,14 +17,12 @@ import pytest
 from gateway.access import PAIRING_MAX_PENDING
 from gateway.config import parse_config
 from gateway.store import ApprovePairing, PairingCodes, RejectPairing, RequestPairing
-from tests.fakes.openai_server import FakeModel, open_fake_model
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import ROOT, config_text, running_gateway
-from tests.test_store import Opener, open_store
+from tests.fakes.openai_server import FakeModel
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness import ROOT, config_text, running_gateway, telegram_section
+from tests.support.stores import Opener
 
 pytestmark = pytest.mark.anyio
-
-__all__ = ["open_store"]  # the two-backend fixture, used below
 
 
 async def test_one_code_per_user_and_rejected_codes_hold_their_user(open_store: Opener) -> None:
@@ -62,18 +59,6 @@ async def test_one_code_per_user_and_rejected_codes_hold_their_user(open_store: 
         assert await store.submit(ApprovePairing("telegram", c)) == "u3"
 
 
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
-
-
 async def botmux(config: Path, *args: str) -> tuple[int, str]:
     done = await anyio.run_process(
         [sys.executable, "-m", "gateway", *args, "--config", str(config)], cwd=ROOT, check=False
@@ -81,12 +66,14 @@ async def botmux(config: Path, *args: str) -> tuple[int, str]:
     return done.returncode, (done.stdout + done.stderr).decode()
 
 
+@pytest.mark.gateway
+@pytest.mark.process
 async def test_strangers_cannot_squat_pairing_and_the_operator_rejects_one(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
     assert PAIRING_MAX_PENDING >= 100
     strangers = list(range(701, 711))  # ten: three used to fill every slot
-    section = f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [42]\n'
+    section = telegram_section(tg, "allow_users = [42]\n")
     text = config_text(tmp_path / "botmux.db", model.base_url, extra=section)
     path = tmp_path / "botmux.toml"
     path.write_text(text)

@@ -48,6 +48,7 @@ def bearer(token: str) -> dict[str, str]:
 # -- H1: presented tokens ------------------------------------------------------------------
 
 
+@pytest.mark.gateway
 async def test_a_bearer_with_nothing_after_it_is_no_token(tmp_path: Path) -> None:
     config = peer_config(tmp_path, tokens=(RIGHT,), auth_fail_limit=0)
     async with running_gateway(config) as (_, url), client_from("127.0.0.1") as http:
@@ -62,6 +63,7 @@ async def test_a_bearer_with_nothing_after_it_is_no_token(tmp_path: Path) -> Non
             assert r.status == 200, repr(header)
 
 
+@pytest.mark.gateway
 async def test_a_configured_token_with_blanks_matches_the_stripped_one(tmp_path: Path) -> None:
     config = peer_config(tmp_path, tokens=(f" {RIGHT}\r",))
     async with running_gateway(config) as (_, url), client_from("127.0.0.1") as http:
@@ -71,6 +73,7 @@ async def test_a_configured_token_with_blanks_matches_the_stripped_one(tmp_path:
 # -- H4: the lockout never refuses a valid token ---------------------------------------------
 
 
+@pytest.mark.gateway
 async def test_a_valid_token_is_served_during_another_clients_lockout(tmp_path: Path) -> None:
     config = peer_config(tmp_path, tokens=(RIGHT,), auth_fail_limit=2, auth_fail_window_s=600)
     async with (
@@ -98,6 +101,7 @@ async def test_a_valid_token_is_served_during_another_clients_lockout(tmp_path: 
         assert app.peer.statistics().unauthorized == 2
 
 
+@pytest.mark.gateway
 async def test_behind_a_trusted_proxy_the_forwarded_address_is_limited(tmp_path: Path) -> None:
     """127.0.0.1 plays the proxy (trusted); the forwarded addresses are its clients."""
     config = peer_config(
@@ -138,6 +142,7 @@ async def test_behind_a_trusted_proxy_the_forwarded_address_is_limited(tmp_path:
 # -- H5: without tokens, only this machine's programs ----------------------------------------
 
 
+@pytest.mark.gateway
 async def test_without_tokens_only_local_requests_are_served(tmp_path: Path) -> None:
     async with (
         open_fake_model() as fake,
@@ -199,6 +204,7 @@ def two_tokens(tmp_path: Path, model_url: str) -> Config:
     return parse_config(text, source="test", env={})
 
 
+@pytest.mark.gateway
 async def test_a_token_cannot_reach_another_tokens_sessions(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -266,6 +272,7 @@ def test_plain_string_tokens_are_principals_with_every_session(tmp_path: Path) -
     assert isinstance(token, PeerToken)
 
 
+@pytest.mark.gateway
 async def test_a_tokens_own_rate_overrides_the_default(tmp_path: Path) -> None:
     limited = PeerToken(token=TOKEN_A, name="slow", requests_per_min=1)
     config = peer_config(tmp_path, tokens=(limited, TOKEN_B), token_burst=2)

@@ -16,8 +16,9 @@ from gateway.config import PeerToken
 from gateway.router import RouterStatistics
 from tests.fakes.openai_server import Hold, ok, open_fake_model, unauthorized
 from tests.harness import make_config, running_gateway
+from tests.support.clocks import ShiftedClock
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 def rows(db: Path) -> list[tuple[str, str, str]]:
@@ -345,9 +346,7 @@ async def test_bearer_tokens_guard_every_route_but_the_probes(tmp_path: Path) ->
 
 
 async def test_idle_actors_are_evicted_and_come_back_with_their_history(tmp_path: Path) -> None:
-    from tests.test_failure_policy import Clock
-
-    clock = Clock()
+    clock = ShiftedClock()
     async with open_fake_model() as fake:
         config = make_config(
             tmp_path / "b.db", fake.base_url, extra="[gateway]\nidle_evict_s = 60\n"

@@ -30,7 +30,7 @@ from tests.fakes.openai_server import (
 )
 from tests.harness import ROOT, config_text, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 PHOTO = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
 PHOTO_SHA = hashlib.sha256(PHOTO).hexdigest()
@@ -307,6 +307,7 @@ async def test_voice_by_input_audio_is_transcribed_answered_and_stored(tmp_path:
     assert listed["sha256"] == hashlib.sha256(VOICE).hexdigest()
 
 
+@pytest.mark.process
 async def test_a_voice_notes_transcript_is_shown_with_its_row(tmp_path: Path) -> None:
     """SPEC 9: the transcript is kept with its row and shown wherever the row's text is,
     marked as one: the transcript route, the console's view of it, ``botmux sessions show``
@@ -383,6 +384,7 @@ async def test_voice_without_transcription_configured_says_so(tmp_path: Path) ->
     assert fake.requests == [] and fake.transcriptions == []
 
 
+@pytest.mark.process
 async def test_documents_pdf_and_text_are_read_other_types_named(tmp_path: Path) -> None:
     files = [
         {

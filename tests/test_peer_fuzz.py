@@ -34,7 +34,7 @@ from platforms.peer.openapi import build_openapi
 from tests.fakes.openai_server import open_fake_model
 from tests.harness import make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 TOKEN = "fuzz-peer-token-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
@@ -96,6 +96,7 @@ async def test_the_document_is_valid_openapi_and_names_exactly_the_served_routes
                 concrete = path.replace("{session_id}", "s").replace("{model_id}", "botmux")
                 concrete = concrete.replace("{sha256}", "0" * 64)
                 concrete = concrete.replace("{response_id}", "resp_1")
+                concrete = concrete.replace("{call_id}", "call_1")
                 r = await http.request(method.upper(), url + concrete)
                 assert r.status == (401 if needs_token else 200), (method, path)
                 # Every status a route answers is documented, with an Error body for errors.
@@ -160,6 +161,7 @@ async def run_schemathesis(url: str, workdir: Path) -> tuple[int, str, dict, lis
     return result.returncode, output, summary, entries
 
 
+@pytest.mark.process
 @pytest.mark.timeout(180)
 async def test_schemathesis_finds_no_5xx_every_error_is_json_and_the_gateway_keeps_serving(
     tmp_path: Path,

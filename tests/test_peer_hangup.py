@@ -12,7 +12,7 @@ import pytest
 from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.harness import make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 async def test_a_client_that_hangs_up_releases_its_waiting_request(tmp_path: Path) -> None:

@@ -16,13 +16,12 @@ import pytest
 
 from gateway.config import PeerToken
 from tests.fakes.openai_server import ok, open_fake_model, server_error
-from tests.harness import make_config, running_gateway
+from tests.harness import FAST, make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 TOKEN_A = "token-a-0123456789abcdef0123"
 TOKEN_B = "token-b-fedcba9876543210fedc"
-FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
 
 
 def user_rows(db: Path) -> list[tuple[str, str]]:

@@ -17,7 +17,7 @@ from gateway.config import Config, parse_config
 from tests.fakes.openai_server import Hold, Usage, ok, open_fake_model, streamed, unauthorized
 from tests.harness import config_text, make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 TOKEN_A = "token-a-0123456789abcdef0123"
 TOKEN_B = "token-b-fedcba9876543210fedc"

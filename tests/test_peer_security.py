@@ -27,19 +27,12 @@ from platforms.peer.limits import (
     token_digests,
 )
 from tests.harness import config_text, make_config, running_gateway
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.anyio
 
 RIGHT = "right-token-0123456789abcdef"
 OTHER = "other-token-fedcba9876543210"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 # -- the decisions, on a clock the test moves ----------------------------------------------
@@ -178,6 +171,7 @@ async def assert_429(response: aiohttp.ClientResponse, code: str) -> int:
     return retry_after
 
 
+@pytest.mark.gateway
 async def test_failed_auth_is_limited_per_address_and_others_go_on(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -218,6 +212,7 @@ async def test_failed_auth_is_limited_per_address_and_others_go_on(
     assert all("guess-number-x" not in r.getMessage() + str(r.__dict__) for r in caplog.records)
 
 
+@pytest.mark.gateway
 async def test_an_address_is_let_in_again_when_the_window_has_passed(tmp_path: Path) -> None:
     window = 0.3
     config = peer_config(tmp_path, tokens=(RIGHT,), auth_fail_limit=2, auth_fail_window_s=window)
@@ -241,6 +236,7 @@ async def test_an_address_is_let_in_again_when_the_window_has_passed(tmp_path: P
         assert (await wrong.get(f"{url}/v1/models")).status == 401  # counted afresh
 
 
+@pytest.mark.gateway
 async def test_each_token_has_its_own_request_rate(tmp_path: Path) -> None:
     per_min, burst = 600, 3  # ten a second, three at once
     config = peer_config(
@@ -272,6 +268,7 @@ async def test_each_token_has_its_own_request_rate(tmp_path: Path) -> None:
         assert app.peer.statistics().rate_limited == 1
 
 
+@pytest.mark.gateway
 async def test_without_tokens_nothing_is_limited(tmp_path: Path) -> None:
     config = peer_config(tmp_path, auth_fail_limit=1, token_requests_per_min=1, token_burst=1)
     async with running_gateway(config) as (_, url), client_from("127.0.0.1", "any") as http:

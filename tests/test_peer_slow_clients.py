@@ -17,10 +17,11 @@ import aiohttp
 import anyio
 import pytest
 
+from gateway.config import parse_config
 from tests.fakes.openai_server import Hold, Sleep, ok, open_fake_model, streamed
 from tests.harness import GatewayProcess, config_text, free_port, make_config, running_gateway
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 def gateway(
@@ -195,6 +196,7 @@ async def test_at_the_connection_cap_idle_ones_make_room_and_busy_ones_503(
     assert "connection cap reached" in node.log()
 
 
+@pytest.mark.gateway
 async def test_a_stream_that_goes_quiet_after_a_piece_gets_a_keepalive(tmp_path: Path) -> None:
     """The keep-alive compares the pieces written once a ``sse_keepalive_s``: a stream silent
     after its first piece gets a comment within twice that of it, and the answer completes."""
@@ -220,6 +222,7 @@ async def test_a_stream_that_goes_quiet_after_a_piece_gets_a_keepalive(tmp_path:
             assert b'"last"' in b"".join(rest) and rest[-1] == b"data: [DONE]"
 
 
+@pytest.mark.gateway
 async def test_a_long_stream_gets_keepalives_and_a_hang_up_is_no_error(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -263,3 +266,56 @@ async def test_a_long_stream_gets_keepalives_and_a_hang_up_is_no_error(
                 await fake.wait_for_completed(2)
     assert [r.levelname for r in caplog.records if r.levelname in ("ERROR", "CRITICAL")] == []
     assert all(r.exc_info is None for r in caplog.records if r.name.startswith("platforms"))
+
+
+@pytest.mark.gateway
+async def test_one_token_holds_at_most_its_share_of_the_connections(tmp_path: Path) -> None:
+    """Security review 2026-12-05, L-2: a token's waiting requests took every slot and the
+    others got 503. Now a token holds at most half of ``max_connections`` (or its own
+    ``max_connections``): past it 429, and another token still gets in."""
+    hog, other = "hog-token-0123456789abcdef", "other-token-0123456789abcd"
+    listen = 'listen = "127.0.0.1:0"\n'
+    async with open_fake_model() as fake:
+        fake.default = lambda r: Hold(ok(f"re {r.last_user}"))
+        text = config_text(tmp_path / "b.db", fake.base_url).replace(
+            listen,
+            listen
+            + "max_connections = 6\n"
+            + f'[[peer.tokens]]\ntoken = "{hog}"\nname = "hog"\n'
+            + f'[[peer.tokens]]\ntoken = "{other}"\nname = "other"\nmax_connections = 1\n',
+        )
+        config = parse_config(text, source="test", env={})
+        as_hog = {"Authorization": f"Bearer {hog}"}
+        as_other = {"Authorization": f"Bearer {other}"}
+        async with (
+            running_gateway(config) as (_, url),
+            aiohttp.ClientSession(headers=as_hog) as http,
+            aiohttp.ClientSession(headers=as_other) as first,
+            aiohttp.ClientSession(headers=as_other) as second,
+        ):
+            statuses: list[int] = []
+            codes: list[str] = []
+            refused = anyio.Event()
+
+            async def chat(n: int) -> None:
+                url_n = f"{url}/api/sessions/s{n}/chat"
+                async with http.post(url_n, json={"message": f"m{n}"}) as r:
+                    statuses.append(r.status)
+                    if r.status == 429:
+                        codes.append((await r.json())["error"]["code"])
+                if statuses.count(429) == 3:
+                    refused.set()
+
+            async with anyio.create_task_group() as tg:
+                for n in range(6):
+                    tg.start_soon(chat, n)
+                with anyio.fail_after(10):
+                    await fake.wait_for_requests(3)  # three wait for the model...
+                    await refused.wait()  # ...and three were refused at once
+                    assert (await first.get(f"{url}/v1/models")).status == 200
+                    # Its own share is one connection: the first session's, idle, holds it.
+                    over = await second.get(f"{url}/v1/models")
+                    assert over.status == 429 and over.headers["Retry-After"] == "1"
+                fake.release()
+    assert sorted(statuses) == [200, 200, 200, 429, 429, 429]
+    assert codes == ["too_many_connections"] * 3

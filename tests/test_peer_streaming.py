@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import anyio
@@ -17,35 +15,14 @@ import openai
 import pytest
 
 from tests.fakes.openai_server import Usage, ok, open_fake_model, streamed
-from tests.harness import make_config, running_gateway
+from tests.harness import FAST, fallback, make_config, running_gateway
+from tests.support.sse import sse_events
 
-pytestmark = pytest.mark.anyio
-
-FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
-
-
-def fallback(url: str) -> str:
-    return f'\n[[model.fallbacks]]\nbase_url = "{url}"\nmodel = "gpt-fallback"\napi_keys = ["sk-fb-1"]\n'
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 def client(url: str) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
-
-
-async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, Any]]:
-    """(event name, data) of each server-sent event; comments are skipped."""
-    name, data = "message", ""
-    async for raw in response.content:
-        line = raw.decode().rstrip("\r\n")
-        if line.startswith(":"):
-            continue
-        if line.startswith("event: "):
-            name = line[7:]
-        elif line.startswith("data: "):
-            data = line[6:]
-        elif not line and data:
-            yield name, (data if data == "[DONE]" else json.loads(data))
-            name, data = "message", ""
 
 
 def rows(db: Path) -> list[tuple[str, str, str, str | None]]:

@@ -11,20 +11,13 @@ from gateway.errors import PlatformError
 from gateway.messages import AttemptFailed, ReplyDelta
 from platforms._chunking import utf16_len
 from platforms._preview import Budget, Preview, Previews, PreviewsStatistics, Rate, cut
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.anyio
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_budget_allows_its_rate_per_key_and_pauses_a_key() -> None:
-    clock = Clock()
+    clock = Clock(100.0)
     budget = Budget({"chat": Rate(2, 3.0), "all": Rate(3, 1.0)}, clock)
     chat_a, chat_b, everyone = ("chat", 1), ("chat", 2), ("all", "")
     assert budget.ready_at([chat_a, everyone]) == 100.0
@@ -45,7 +38,7 @@ def test_the_budget_allows_its_rate_per_key_and_pauses_a_key() -> None:
 def test_a_call_counts_from_its_start_and_then_as_of_its_answer() -> None:
     """The platform counts a call on arrival, after we sent it: a window that ran from the
     send would empty before the platform's does, and a burst at its edge would get a 429."""
-    clock = Clock()
+    clock = Clock(100.0)
     budget = Budget({"chat": Rate(2, 5.0)}, clock)
     chat = [("chat", 1)]
     with budget.spend(chat):

@@ -3,11 +3,6 @@ its first edit, read back by the turn re-run after a crash; a later record repla
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from pathlib import Path
-from typing import Any
-
 import anyio
 import pytest
 
@@ -18,21 +13,10 @@ from gateway.store import (
     DeleteConversation,
     PreviewOf,
     RecordPreview,
-    open_sqlite_store,
 )
-from gateway.store.postgres import open_postgres_store
+from tests.support.stores import Opener
 
 pytestmark = pytest.mark.anyio
-
-Opener = Callable[[], AbstractAsyncContextManager[Any]]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    if request.param == "sqlite":
-        return lambda: open_sqlite_store(str(tmp_path / "s.db"))
-    url = request.getfixturevalue("postgres_url")
-    return lambda: open_postgres_store(url, node="n1")
 
 
 async def test_a_preview_message_is_recorded_and_survives_a_reopen(open_store: Opener) -> None:

@@ -16,9 +16,9 @@ import pytest
 
 from gateway.store import RequestPairing
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
-from tests.harness import GatewayProcess, config_text, free_port
+from tests.harness import GatewayProcess, botmux_process, config_text, free_port
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 
 @pytest.fixture
@@ -29,13 +29,7 @@ async def fake() -> AsyncIterator[FakeModel]:
 
 @pytest.fixture
 def gateway(tmp_path: Path, fake: FakeModel) -> GatewayProcess:
-    port = free_port()
-    config = tmp_path / "botmux.toml"
-    config.write_text(
-        config_text(tmp_path / "botmux.db", fake.base_url, listen=f"127.0.0.1:{port}")
-        + "\n[gateway]\ndrain_timeout_s = 20\n"
-    )
-    return GatewayProcess(config, port, tmp_path / "botmux.log")
+    return botmux_process(tmp_path, fake.base_url, extra="[gateway]\ndrain_timeout_s = 20\n")
 
 
 @pytest.fixture(autouse=True)

@@ -20,9 +20,11 @@ import pytest
 
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.test_crash_matrix import ALICE, LONG, crash_at, make_gateway, settle
+from tests.harness import telegram_section
+from tests.support.crashes import LONG, crash_at, make_gateway, settle
+from tests.support.telegram_world import ALICE
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 BURST = ("hello", "one more thing", "and a last one")
 # (failpoint, the pass it fires at): each a step of the merged turn.
@@ -55,8 +57,8 @@ async def model() -> AsyncIterator[FakeModel]:
 
 def section(tg: FakeTelegram, mode: str) -> str:
     return (
-        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-        f"allow_users = [{ALICE}]\npoll_timeout_s = 1\nrequest_timeout_s = 3\n"
+        telegram_section(tg)
+        + f"allow_users = [{ALICE}]\npoll_timeout_s = 1\nrequest_timeout_s = 3\n"
         f'streaming = "off"\nqueue_mode = "{mode}"\n'
     )
 

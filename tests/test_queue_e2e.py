@@ -16,27 +16,15 @@ import pytest
 
 from gateway.app import GatewayApp
 from gateway.config import parse_config
-from tests.fakes.openai_server import FakeModel, ok, open_fake_model, streamed
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import config_text, running_gateway
-from tests.test_discord_e2e import ALICE, DM_ID, open_world, running_botmux
+from tests.fakes.openai_server import FakeModel, ok, streamed
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness import config_text, running_gateway, telegram_section
+from tests.support.discord_world import ALICE, DM_ID, open_world, running_botmux
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 GROUP = -1001234
 BURST = ("hi", "quick question", "about my order", "it has not arrived", "what now?")
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
 
 
 @asynccontextmanager
@@ -47,9 +35,8 @@ async def gateway(db: Path, model: FakeModel, extra: str) -> AsyncIterator[tuple
 
 
 def telegram(tg: FakeTelegram, keys: str) -> str:
-    return (
-        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\npoll_timeout_s = 1\n'
-        f'allow_chats = [{GROUP}]\ngroup_mode = "all"\n{keys}'
+    return telegram_section(
+        tg, f'poll_timeout_s = 1\nallow_chats = [{GROUP}]\ngroup_mode = "all"\n{keys}'
     )
 
 

@@ -47,8 +47,7 @@ from tests import actors
 from tests.actors import Platform
 from tests.actors import Session as World
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model, streamed
-from tests.test_store import Opener, inbound
-from tests.test_store import open_store as open_store  # the fixture, over both backends
+from tests.support.stores import Opener, inbound
 
 pytestmark = pytest.mark.anyio
 

@@ -12,10 +12,10 @@ import pytest
 from gateway.config import parse_config
 from tests.fakes.openai_server import open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram
-from tests.harness import config_text, make_config, running_gateway
-from tests.test_discord_e2e import discord_toml, open_world
+from tests.harness import config_text, make_config, running_gateway, telegram_section
+from tests.support.discord_world import discord_toml, open_world
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 async def readyz(url: str) -> tuple[int, dict[str, Any]]:
@@ -35,9 +35,7 @@ async def until_status(url: str, status: int) -> dict[str, Any]:
 
 async def test_readyz_is_503_while_telegram_is_unreachable(tmp_path: Path) -> None:
     async with open_fake_telegram() as tg, open_fake_model() as model:
-        section = (
-            f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\npoll_timeout_s = 1\n'
-        )
+        section = telegram_section(tg, "poll_timeout_s = 1\n")
         config = parse_config(
             config_text(tmp_path / "b.db", model.base_url, extra=section), source="t", env={}
         )

@@ -17,7 +17,6 @@ import sqlite3
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,22 @@ import pytest
 
 from gateway.app import GatewayApp
 from gateway.config import parse_config
-from tests.fakes.openai_server import FakeModel, open_fake_model, streamed_text
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import ROOT, GatewayProcess, config_text, free_port
-from tests.test_peer_streaming import sse_events
+from tests.fakes.openai_server import FakeModel, streamed_text
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness import ROOT, GatewayProcess, config_text, free_port, telegram_section
+from tests.support.discord_world import ALICE as DC_ALICE
+from tests.support.discord_world import (
+    DM_ID,
+    GUILD_ID,
+    OTHER_CHANNEL_ID,
+    OTHER_GUILD_ID,
+    discord_toml,
+    mention,
+    open_world,
+)
+from tests.support.sse import sse_events
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 OLD_KEY, NEW_KEY, NEXT_KEY = "sk-old-key-0000001", "sk-new-key-0000002", "sk-next-key-000003"
 ALICE, BOB = 42, 77  # Alice is allowed from the start; Bob only after the reload
@@ -78,22 +87,6 @@ def rows(db: Path) -> list[tuple[str, str, str, str]]:
         return list(conn.execute(query))
 
 
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
-
-
-def telegram_section(tg: FakeTelegram, users: str) -> str:
-    return f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nallow_users = [{users}]\n'
-
-
 async def queued_turns(app: GatewayApp) -> int:
     assert app.router is not None
     return sum(s.queued for s in app.router.actors().values())
@@ -103,7 +96,9 @@ async def test_reload_under_load_drops_nothing_and_the_next_turns_use_the_new_co
     tmp_path: Path, model: FakeModel, tg: FakeTelegram
 ) -> None:
     db = tmp_path / "botmux.db"
-    text = config_text(db, model.base_url, keys=(OLD_KEY,), extra=telegram_section(tg, "42"))
+    text = config_text(
+        db, model.base_url, keys=(OLD_KEY,), extra=telegram_section(tg, "allow_users = [42]\n")
+    )
     file = ConfigFile(tmp_path / "botmux.toml", text)
     # Every answer streams, and holds after its first piece until the test lets it go.
     model.default = lambda r: streamed_text(f"echo: {r.last_user}", 3, hold_after=1)
@@ -238,6 +233,7 @@ async def chat(url: str, text: str) -> str:
         return str((await r.json())["message"]["content"])
 
 
+@pytest.mark.process
 async def test_sighup_and_botmux_reload_in_a_real_process(tmp_path: Path, model: FakeModel) -> None:
     port = free_port()
     env = {"BOTMUX_RUN_DIR": str(tmp_path / "run")}
@@ -315,6 +311,7 @@ async def test_sighup_and_botmux_reload_in_a_real_process(tmp_path: Path, model:
     assert not list((tmp_path / "run").glob("*.json"))  # the run file went with the process
 
 
+@pytest.mark.process
 async def test_check_exits_with_the_files_status_whatever_the_running_gateway_thinks(
     tmp_path: Path, model: FakeModel, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -396,19 +393,6 @@ async def test_peer_tokens_and_limits_change_live_and_the_route_names_who_asked(
 async def test_a_discord_guild_allowed_by_a_reload_is_answered(
     tmp_path: Path, model: FakeModel
 ) -> None:
-    from tests.test_discord_e2e import (
-        ALICE as DC_ALICE,
-    )
-    from tests.test_discord_e2e import (
-        DM_ID,
-        GUILD_ID,
-        OTHER_CHANNEL_ID,
-        OTHER_GUILD_ID,
-        discord_toml,
-        mention,
-        open_world,
-    )
-
     async with open_world() as dc:
         text = config_text(tmp_path / "b.db", model.base_url, extra=discord_toml(dc))
         file = ConfigFile(tmp_path / "botmux.toml", text)

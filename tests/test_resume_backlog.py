@@ -16,9 +16,9 @@ import pytest
 
 from tests.bench._seed import create, seed
 from tests.fakes.openai_server import FakeModel, Hold, Ok, Request, open_fake_model
-from tests.harness import GatewayProcess, config_text, free_port
+from tests.harness import GatewayProcess, botmux_process
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 PENDING = 240  # over 120 conversations: two rows each, behind one answered turn
 UNDELIVERED = 60  # replies committed before the crash, their chunk not sent
@@ -36,13 +36,9 @@ async def gateway(tmp_path: Path, fake: FakeModel) -> AsyncIterator[GatewayProce
     await create(db)
     seed(db, conversations=120, pairs=1, pending=PENDING, undelivered=UNDELIVERED)
     db.chmod(0o600)
-    port = free_port()
-    config = tmp_path / "botmux.toml"
-    config.write_text(
-        config_text(db, fake.base_url, listen=f"127.0.0.1:{port}")
-        + "\n[gateway]\nmax_concurrent_turns = 4\n"
+    process = botmux_process(
+        tmp_path, fake.base_url, db=db, extra="[gateway]\nmax_concurrent_turns = 4\n"
     )
-    process = GatewayProcess(config, port, tmp_path / "botmux.log")
     yield process
     await process.kill()
 

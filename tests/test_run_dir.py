@@ -77,6 +77,7 @@ def squat(directory: Path, files: dict[str, str] | None = None) -> None:
         os.lchown(path, NOBODY, NOBODY)
 
 
+@pytest.mark.process
 @root_only
 async def test_another_users_run_directory_is_refused_and_no_token_leaves(
     tmp_path: Path, attacker: PushReceiver
@@ -99,6 +100,7 @@ async def test_another_users_run_directory_is_refused_and_no_token_leaves(
     assert attacker.received == []  # neither a token nor the config's text
 
 
+@pytest.mark.process
 async def test_a_run_directory_others_may_write_is_refused(
     tmp_path: Path, attacker: PushReceiver
 ) -> None:
@@ -115,6 +117,7 @@ async def test_a_run_directory_others_may_write_is_refused(
     assert attacker.received == []
 
 
+@pytest.mark.process
 async def test_a_symlinked_run_file_or_directory_is_not_followed(
     tmp_path: Path, attacker: PushReceiver
 ) -> None:
@@ -137,6 +140,7 @@ async def test_a_symlinked_run_file_or_directory_is_not_followed(
     assert attacker.received == []
 
 
+@pytest.mark.process
 @root_only
 async def test_the_gateway_writes_no_run_file_through_another_users_directory(
     tmp_path: Path,

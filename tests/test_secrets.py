@@ -23,11 +23,10 @@ import pytest
 
 from gateway.config import PeerToken, parse_config
 from gateway.errors import ConfigError
-from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import error, open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram
 from tests.harness import GatewayProcess, free_port
-from tests.test_discord_e2e import BOB, CHANNEL_ID, mention, open_world
+from tests.support.discord_world import BOB, CHANNEL_ID, mention, open_world
 
 MODEL_KEY = "sk-live-4f1c9e2b7a6d5830"
 PEER_TOKEN = "peer-token-b7e1c04d9a2f"
@@ -36,12 +35,13 @@ WEBHOOK_SECRET = "tg_webhook_secret_91c2"
 ALICE = 42
 
 
+@pytest.mark.process
 @pytest.mark.anyio
 async def test_no_secret_in_logs_store_replies_or_error_bodies(tmp_path: Path) -> None:
     seen: list[str] = []
     async with open_fake_model() as model, open_fake_telegram(token=TELEGRAM_TOKEN) as tg:
         async with open_world() as dc:
-            discord_token = discord_token_of(dc)
+            discord_token = dc.token  # the world's
             port = free_port()
             config = tmp_path / "botmux.toml"
             config.write_text(
@@ -113,13 +113,6 @@ async def test_no_secret_in_logs_store_replies_or_error_bodies(tmp_path: Path) -
     assert "[REDACTED]" in log  # they were there to redact, and were
 
 
-def discord_token_of(dc: FakeDiscord) -> str:
-    """The world of the Discord e2e tests is built with this token."""
-    from tests.test_discord_e2e import TOKEN
-
-    return str(TOKEN)
-
-
 # -- the config ----------------------------------------------------------------------------
 
 
@@ -137,6 +130,7 @@ def check(config: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
 def test_an_empty_peer_token_variable_is_refused_not_read_as_no_auth(tmp_path: Path) -> None:
     config = tmp_path / "botmux.toml"
     config.write_text('[peer]\nlisten = "0.0.0.0:8642"\ntokens = ["${BOTMUX_PEER_TOKEN}"]\n')
@@ -268,6 +262,7 @@ def test_no_repr_shows_a_secret() -> None:
     assert "name='ci'" in repr(config.peer)  # a token is named, never shown
 
 
+@pytest.mark.process
 def test_no_config_error_echoes_a_value_from_the_environment(tmp_path: Path) -> None:
     secret = "123456:SECRET-from-the-environment"
     text = (

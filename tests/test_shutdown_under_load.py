@@ -12,9 +12,9 @@ import anyio
 import pytest
 
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
-from tests.harness import GatewayProcess, config_text, free_port
+from tests.harness import GatewayProcess, botmux_process
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 TURNS = 100
 
 
@@ -26,13 +26,8 @@ async def model() -> AsyncIterator[FakeModel]:
 
 
 def gateway_for(tmp_path: Path, model: FakeModel, drain_s: float) -> GatewayProcess:
-    port = free_port()
-    config = tmp_path / "botmux.toml"
-    config.write_text(
-        config_text(tmp_path / "botmux.db", model.base_url, listen=f"127.0.0.1:{port}")
-        + f"\n[gateway]\nmax_concurrent_turns = 128\ndrain_timeout_s = {drain_s}\n"
-    )
-    return GatewayProcess(config, port, tmp_path / "botmux.log")
+    keys = f"[gateway]\nmax_concurrent_turns = 128\ndrain_timeout_s = {drain_s}\n"
+    return botmux_process(tmp_path, model.base_url, extra=keys)
 
 
 def states(db: Path) -> dict[str, int]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -17,20 +16,14 @@ import pytest
 
 from platforms.telegram.errors import TOKEN_REFUSED
 from tests.fakes.discord_server import FakeDiscord
-from tests.fakes.openai_server import FakeModel, open_fake_model
+from tests.fakes.openai_server import FakeModel
 from tests.fakes.telegram_server import open_fake_telegram
 from tests.harness import ROOT, config_text, free_port
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 TG_TOKEN = "123456789:AAHsecretTELEGRAMtokenXYZ"
 DC_TOKEN = "MTIzNDU2Nzg5.secretDISCORDtoken.XYZabc"
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
 
 
 async def run_botmux(config: Path) -> tuple[int, str, str]:

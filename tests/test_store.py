@@ -7,17 +7,16 @@ import os
 import sqlite3
 import stat
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import asyncpg
 import pytest
 
 from gateway.errors import LeaseLost, StoreError, TurnSettled
-from gateway.messages import Failure, Inbound, StoredMessage, TurnResult
+from gateway.messages import Failure, StoredMessage, TurnResult
 from gateway.store import (
     AdmitRow,
     AnswerTurn,
@@ -49,32 +48,9 @@ from gateway.store import (
 from gateway.store._pg_schema import MIGRATIONS as PG_MIGRATIONS
 from gateway.store._schema import MIGRATIONS
 from gateway.store.postgres import PostgresStore, open_postgres_store
+from tests.support.stores import Opener, inbound
 
 pytestmark = pytest.mark.anyio
-
-Opener = Callable[..., AbstractAsyncContextManager[Any]]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    """Opens the same store each time it is called (``node`` names a PostgreSQL node)."""
-    if request.param == "sqlite":
-        path = str(tmp_path / "s.db")
-
-        def sqlite(node: str = "") -> AbstractAsyncContextManager[Any]:
-            return open_sqlite_store(path)
-
-        return sqlite
-    url = request.getfixturevalue("postgres_url")
-
-    def postgres(node: str = "n1", lease_s: float = 5.0) -> AbstractAsyncContextManager[Any]:
-        return open_postgres_store(url, node=node, lease_s=lease_s)
-
-    return postgres
-
-
-def inbound(text: str, pmid: str, conversation: str = "peer:a") -> Inbound:
-    return Inbound(platform="peer", conversation=conversation, platform_message_id=pmid, text=text)
 
 
 async def count_rows(store: Store) -> int:

@@ -5,10 +5,6 @@ delete (SPEC section 14)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -29,22 +25,10 @@ from gateway.store import (
     PurgeConversation,
     Transcript,
     Undelivered,
-    open_sqlite_store,
 )
-from gateway.store.postgres import open_postgres_store
+from tests.support.stores import Opener
 
 pytestmark = pytest.mark.anyio
-
-Opener = Callable[[], AbstractAsyncContextManager[Any]]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    if request.param == "sqlite":
-        path = str(tmp_path / "s.db")
-        return lambda: open_sqlite_store(path)
-    url = request.getfixturevalue("postgres_url")
-    return lambda: open_postgres_store(url, node="n1")
 
 
 def inbound(pmid: str, conversation: str = "peer:a", text: str = "hello") -> Inbound:

@@ -30,9 +30,9 @@ from tests.fakes.openai_server import (
     server_error,
 )
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import config_text, running_gateway
+from tests.harness import config_text, running_gateway, telegram_section
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 PEER, TELEGRAM, DISCORD = 300, 100, 100  # conversations: 500 in all
 MESSAGES = 10
@@ -74,8 +74,7 @@ async def test_fault_storm_loses_nothing_and_answers_once_in_order(tmp_path: Pat
             dc.add_user(user, f"u{user}")
             dc.add_dm_channel(user + 1_000_000, user)
         sections = (
-            f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-            f"allow_users = {tg_users}\npoll_timeout_s = 1\n\n"
+            telegram_section(tg) + f"allow_users = {tg_users}\npoll_timeout_s = 1\n\n"
             f'[discord]\ntoken = "storm.token"\napi_base = "{dc.api_base}"\n'
             f'gateway_url = "{dc.gateway_url}"\nallow_users = {dc_users}\n'
             "guild_ready_timeout_s = 0.05\nslash_commands = false\n\n"

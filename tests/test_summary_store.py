@@ -5,10 +5,6 @@ never brought back by a summary made before a reset."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
-from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,23 +19,12 @@ from gateway.store import (
     SaveSummary,
     Store,
     SummaryOf,
-    open_sqlite_store,
 )
-from gateway.store.postgres import open_postgres_store
+from tests.support.stores import Opener
 
 pytestmark = pytest.mark.anyio
 
-Opener = Callable[[], AbstractAsyncContextManager[Any]]
 _pmids = itertools.count()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    if request.param == "sqlite":
-        path = str(tmp_path / "s.db")
-        return lambda: open_sqlite_store(path)
-    url = request.getfixturevalue("postgres_url")
-    return lambda: open_postgres_store(url, node="n1")
 
 
 async def answered(store: Store, conversation: str, n: int) -> list[int]:

@@ -8,7 +8,6 @@ The last test does the same through a real gateway that is draining.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -20,17 +19,11 @@ from platforms.telegram import TelegramAdapter
 from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
 from tests.fakes.runtime import HeldIntake
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import config_text, running_gateway
+from tests.harness import config_text, running_gateway, telegram_section
 
 pytestmark = pytest.mark.anyio
 
 ALICE = 42
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
 
 
 def adapter(tg: FakeTelegram, intake: HeldIntake) -> TelegramAdapter:
@@ -102,16 +95,14 @@ async def test_a_failed_admission_is_fetched_again_and_admitted_once(tg: FakeTel
     assert [a.text for a in intake.admitted] == ["one", "two"]
 
 
+@pytest.mark.gateway
 async def test_updates_arriving_while_draining_are_not_acknowledged(tmp_path: Path) -> None:
     async with open_fake_model() as model, open_fake_telegram() as tg:
         await _drain_then_restart(tmp_path, model, tg)
 
 
 async def _drain_then_restart(tmp_path: Path, model: FakeModel, tg: FakeTelegram) -> None:
-    section = (
-        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-        f"allow_users = [{ALICE}]\ntyping_interval_s = 0.05\n"
-    )
+    section = telegram_section(tg) + f"allow_users = [{ALICE}]\ntyping_interval_s = 0.05\n"
     text = config_text(tmp_path / "botmux.db", model.base_url, extra=section)
     model.default = lambda r: Hold(ok(f"answer to {r.last_user}"))
     async with running_gateway(parse_config(text, source="test", env={})) as (app, _):

@@ -47,7 +47,7 @@ from platforms.telegram import TelegramAdapter
 from platforms.telegram._poller import PollerStep, poller_step
 from tests.fakes.openai_server import FakeModel, Hold, Ok, Sleep, open_fake_model
 from tests.fakes.runtime import HeldIntake
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
+from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import GatewayProcess, cluster_nodes, free_port, pg_fetch, start_all
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
@@ -65,12 +65,6 @@ NodeFactory = Callable[..., GatewayProcess]
 async def model() -> AsyncIterator[FakeModel]:
     async with open_fake_model() as fake:
         fake.default = lambda r: Sleep(0.02, Ok(f"echo: {r.last_user}"))
-        yield fake
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
         yield fake
 
 
@@ -174,6 +168,7 @@ async def rows_are_exactly_once(url: str, total: int) -> None:
     assert {r["state"]: r["n"] for r in outbox} == {"delivered": total}
 
 
+@pytest.mark.process
 async def test_one_node_polls_and_every_chat_is_answered_once_in_order(
     make_node: NodeFactory, tg: FakeTelegram, postgres_url: str
 ) -> None:
@@ -201,6 +196,7 @@ async def test_one_node_polls_and_every_chat_is_answered_once_in_order(
     assert [name for name, log in logs.items() if "this node polls now" in log] == [poller]
 
 
+@pytest.mark.process
 async def test_sigkill_of_the_poller_hands_polling_over_without_loss_or_duplicates(
     make_node: NodeFactory, tg: FakeTelegram, model: FakeModel, postgres_url: str
 ) -> None:
@@ -260,6 +256,7 @@ async def test_sigkill_of_the_poller_hands_polling_over_without_loss_or_duplicat
     )
 
 
+@pytest.mark.process
 async def test_sigterm_of_the_poller_hands_polling_over_at_the_start_of_its_drain(
     make_node: NodeFactory, tg: FakeTelegram, model: FakeModel, postgres_url: str
 ) -> None:
@@ -303,6 +300,7 @@ async def test_sigterm_of_the_poller_hands_polling_over_at_the_start_of_its_drai
     print("\ntelegram poller takeover after SIGTERM:", json.dumps({"seconds": takeover_s}))
 
 
+@pytest.mark.process
 async def test_webhook_every_node_serves_and_none_polls(
     make_node: NodeFactory, tg: FakeTelegram, postgres_url: str
 ) -> None:

@@ -5,99 +5,29 @@ user saw), the rows in the store and the calls the model got.
 
 from __future__ import annotations
 
-import sqlite3
 import sys
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
-from gateway.app import GatewayApp
-from gateway.config import parse_config
 from platforms._chunking import utf16_len
 from platforms._refusals import BUSY_TEXT, too_long_text
 from platforms._typing import SETTLE_S
 from platforms.telegram import render
 from platforms.telegram._webhook import WEBHOOK_MAX_CONNECTIONS
 from platforms.telegram.convert import TEXT_ONLY
-from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
+from tests.fakes.openai_server import FakeModel, Hold, ok
 from tests.fakes.telegram_server import (
-    DEFAULT_USER_ID,
     FakeTelegram,
-    open_fake_telegram,
     sticker_extra,
 )
-from tests.harness import ROOT, config_text, free_port, running_gateway
+from tests.harness import ROOT
+from tests.support.telegram_world import ALICE, BOT, GROUP, setup
 
-pytestmark = pytest.mark.anyio
-
-ALICE = 42  # allowed; her private chat has the same id
-GROUP = -1001234
-BOT = "botmux_test_bot"
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
-
-
-class Setup:
-    """One test's botmux: its config (also written to a file, for the CLI) and its mode."""
-
-    def __init__(self, tmp: Path, tg: FakeTelegram, model: FakeModel, mode: str, keys: str):
-        self.tg = tg
-        self.db = tmp / "botmux.db"
-        self.mode = mode
-        section = f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\nmode = "{mode}"\n'
-        if mode == "webhook":
-            port = free_port()
-            self.webhook_url = f"http://127.0.0.1:{port}/telegram/hook"
-            section += (
-                f'webhook_listen = "127.0.0.1:{port}"\nwebhook_url = "{self.webhook_url}"\n'
-                'webhook_secret = "s3cret-Token_1"\n'
-            )
-        section += keys
-        self.text = config_text(self.db, model.base_url, extra=section)
-        self.path = tmp / "botmux.toml"
-        self.path.write_text(self.text)
-
-    @asynccontextmanager
-    async def gateway(self) -> AsyncIterator[GatewayApp]:
-        config = parse_config(self.text, source=str(self.path), env={})
-        async with running_gateway(config) as (app, _):
-            yield app
-
-    async def push(self) -> None:
-        """Get pending updates to the bot: the poller fetches them; a webhook gets them posted."""
-        if self.mode == "webhook":
-            statuses = await self.tg.deliver_webhook()
-            assert all(s == 200 for s in statuses), statuses
-
-    def rows(self) -> list[tuple[str, str, str, str]]:
-        with sqlite3.connect(self.db) as conn:
-            query = "SELECT conversation, role, content, state FROM messages ORDER BY id"
-            return list(conn.execute(query))
-
-    def chunks(self) -> list[tuple[str, str]]:
-        with sqlite3.connect(self.db) as conn:
-            return list(conn.execute("SELECT state, text FROM outbox ORDER BY id"))
-
-
-def setup(
-    tmp_path: Path, tg: FakeTelegram, model: FakeModel, mode: str = "polling", keys: str = ""
-) -> Setup:
-    return Setup(tmp_path, tg, model, mode, keys or f"allow_users = [{ALICE}, {DEFAULT_USER_ID}]\n")
+pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
 
 def sent_params(tg: FakeTelegram) -> list[dict[str, Any]]:
@@ -426,6 +356,7 @@ async def test_forum_topics_are_conversations_of_their_own(
     assert {row[0] for row in s.rows()} == {f"telegram:{GROUP}:topic:7", f"telegram:{GROUP}"}
 
 
+@pytest.mark.process
 async def test_allow_users_and_pairing(tmp_path: Path, tg: FakeTelegram, model: FakeModel) -> None:
     stranger, other = 777, 888
     s = setup(tmp_path, tg, model, keys=f"allow_users = [{ALICE}]\n")

@@ -5,7 +5,6 @@ what the user saw while the model was still writing).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -14,31 +13,19 @@ import pytest
 from gateway.session import MAX_RUNS
 from platforms.telegram import _stream, render
 from platforms.telegram.convert import Target
-from tests.fakes.openai_server import FakeModel, open_fake_model, streamed
+from tests.fakes.openai_server import FakeModel, streamed
 from tests.fakes.telegram_server import (
     DEFAULT_USER_ID,
     TELEGRAM_LIMITS,
     FakeTelegram,
-    open_fake_telegram,
 )
-from tests.test_telegram_e2e import ALICE, BOT, GROUP, Setup
+from tests.harness import FAST
+from tests.support.clocks import Clock
+from tests.support.telegram_world import ALICE, BOT, GROUP, Setup
 
 pytestmark = pytest.mark.anyio
 
 MENTION = [{"type": "mention", "offset": 0, "length": len(BOT) + 1}]
-FAST = "backoff_base_s = 0.01\nbackoff_cap_s = 0.05\nmax_retries = 1\n"
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
 
 
 def setup(tmp: Path, tg: FakeTelegram, model: FakeModel, keys: str = "") -> Setup:
@@ -63,6 +50,7 @@ PIECES = (
 ANSWER = "".join(PIECES)
 
 
+@pytest.mark.gateway
 async def test_a_private_chat_sees_drafts_grow_then_one_message(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
@@ -89,6 +77,7 @@ async def test_a_private_chat_sees_drafts_grow_then_one_message(
     assert len(after) <= 1
 
 
+@pytest.mark.gateway
 async def test_a_group_sees_one_preview_message_edited_then_finalised(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
@@ -113,6 +102,7 @@ async def test_a_group_sees_one_preview_message_edited_then_finalised(
     assert [state for state, _ in s.chunks()] == ["delivered"]
 
 
+@pytest.mark.gateway
 async def test_a_429_on_a_preview_edit_pauses_previews_and_the_answer_arrives_once(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
@@ -138,6 +128,7 @@ async def test_a_429_on_a_preview_edit_pauses_previews_and_the_answer_arrives_on
     assert [state for state, _ in s.chunks()] == ["delivered"]
 
 
+@pytest.mark.gateway
 async def test_a_cut_stream_then_a_fallback_replaces_the_preview(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
@@ -175,6 +166,7 @@ async def test_a_cut_stream_then_a_fallback_replaces_the_preview(
     assert tg.visible_messages(GROUP) == [answer]
 
 
+@pytest.mark.gateway
 async def test_a_turn_that_fails_for_good_turns_the_preview_into_the_failure_text(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
@@ -198,6 +190,7 @@ async def test_a_turn_that_fails_for_good_turns_the_preview_into_the_failure_tex
     assert s.rows()[-1][2:] == (shown, "final")
 
 
+@pytest.mark.gateway
 async def test_fifty_streaming_groups_stay_within_telegrams_limits(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
@@ -227,6 +220,7 @@ async def test_fifty_streaming_groups_stay_within_telegrams_limits(
         assert len([c for c in sent if c.retry_after is None]) == 1  # one message each
 
 
+@pytest.mark.gateway
 async def test_stop_deletes_the_preview_of_the_stopped_turn(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
@@ -247,6 +241,7 @@ async def test_stop_deletes_the_preview_of_the_stopped_turn(
     assert [(r[1], r[3]) for r in s.rows()] == [("user", "cancelled")]
 
 
+@pytest.mark.gateway
 async def test_a_forum_topic_gets_its_preview_in_the_topic(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
@@ -272,6 +267,7 @@ async def test_a_forum_topic_gets_its_preview_in_the_topic(
     assert tg.visible_messages(GROUP) == [render.to_plain(final)]
 
 
+@pytest.mark.gateway
 async def test_streaming_off_shows_no_preview_and_the_model_is_not_streamed(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
@@ -286,6 +282,7 @@ async def test_streaming_off_shows_no_preview_and_the_model_is_not_streamed(
     assert not model.requests[0].body.get("stream")
 
 
+@pytest.mark.gateway
 async def test_drafts_across_many_private_chats_keep_to_one_budget(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
@@ -322,9 +319,8 @@ async def test_drafts_across_many_private_chats_keep_to_one_budget(
 
 
 def test_a_final_refused_with_a_429_pauses_the_previews_it_competes_with() -> None:
-    now = [100.0]
     budget = _stream.budget()
-    budget.clock = lambda: now[0]
+    budget.clock = Clock(100.0)
     group, other = Target(chat_id=GROUP), Target(chat_id=-1_000_999)
     _stream.yield_to(budget, group, 30.0)
     # That chat's previews wait the whole retry-after out; every chat's a second at most.

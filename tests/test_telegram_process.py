@@ -14,40 +14,21 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.fakes.openai_server import FakeModel, Hold, ok, open_fake_model
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import GatewayProcess, config_text, free_port
+from tests.fakes.openai_server import FakeModel, Hold, ok
+from tests.fakes.telegram_server import FakeTelegram
+from tests.harness import GatewayProcess, botmux_process, telegram_section
 
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.process]
 
 ALICE = 42
 
 
 @pytest.fixture
-async def model() -> AsyncIterator[FakeModel]:
-    async with open_fake_model() as fake:
-        yield fake
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
-
-
-@pytest.fixture
 def gateway(tmp_path: Path, model: FakeModel, tg: FakeTelegram) -> GatewayProcess:
-    port = free_port()
-    section = (
-        f'[telegram]\ntoken = "{tg.token}"\napi_base = "{tg.origin}"\n'
-        f"allow_users = [{ALICE}]\npoll_timeout_s = 2\nrequest_timeout_s = 3\n"
+    section = telegram_section(
+        tg, f"allow_users = [{ALICE}]\npoll_timeout_s = 2\nrequest_timeout_s = 3\n"
     )
-    config = tmp_path / "botmux.toml"
-    listen = f"127.0.0.1:{port}"
-    config.write_text(
-        config_text(tmp_path / "botmux.db", model.base_url, listen=listen, extra=section)
-    )
-    return GatewayProcess(config, port, tmp_path / "botmux.log")
+    return botmux_process(tmp_path, model.base_url, extra=section)
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ what it sends, which failures prove nothing was sent, its timeouts and the proxy
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -14,18 +13,12 @@ from telegram.error import NetworkError, TimedOut
 
 from platforms.telegram import errors
 from platforms.telegram._transport import BotApiRequest
-from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
+from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import free_port
 
 pytestmark = pytest.mark.anyio
 
 CHAT = 4242
-
-
-@pytest.fixture
-async def tg() -> AsyncIterator[FakeTelegram]:
-    async with open_fake_telegram() as fake:
-        yield fake
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ import pytest
 
 from gateway.events import ModelCalled, StoreCommitted, TurnCompleted
 from gateway.timeline import MINUTES, Timeline
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.anyio
 
@@ -17,22 +18,22 @@ def turn(failure: str | None = None) -> TurnCompleted:
 
 
 def test_turns_and_failures_are_counted_per_minute_for_the_last_hour() -> None:
-    now = [6000.0]  # minute 100
-    timeline = Timeline(wall=lambda: now[0])
+    clock = Clock(6000.0)  # minute 100
+    timeline = Timeline(wall=clock)
     timeline.observe(turn())
     timeline.observe(turn("rate_limited"))
     timeline.observe(ModelCalled("m", "error", "rate_limited"))
     timeline.observe(ModelCalled("m", "ok", ""))
-    now[0] += 120  # two minutes on
+    clock.now += 120  # two minutes on
     timeline.observe(turn())
     series = timeline.series()
     assert len(series.turns) == MINUTES and series.start == (102 - MINUTES + 1) * 60
     assert series.turns[-3:] == (2, 0, 1) and series.failures[-3:] == (1, 0, 0)
     assert series.model_calls[-3] == 2 and series.model_failures[-3] == 1
 
-    now[0] += 59 * 60  # minute 161: minute 100 has left the hour, 102 is the oldest kept
+    clock.now += 59 * 60  # minute 161: minute 100 has left the hour, 102 is the oldest kept
     assert timeline.series().turns == (1,) + (0,) * (MINUTES - 1)
-    now[0] += 3 * 3600  # hours later: nothing left
+    clock.now += 3 * 3600  # hours later: nothing left
     assert sum(timeline.series().turns) == 0
 
 

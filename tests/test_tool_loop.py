@@ -16,12 +16,13 @@ import anyio
 import pytest
 
 from gateway.events_tools import ApprovalAsked, ApprovalDecided, ToolLoopStopped
-from gateway.mailbox import TurnAdmitted
+from gateway.mailbox import StopTurn, TurnAdmitted
 from gateway.messages import CallState, ToolCall
 from gateway.store import FinishCall, OpenCall, RecordStep, Transcript, TurnSteps
 from tests.actors import Platform, session
 from tests.fakes.openai_server import calls, ok, open_fake_model
 from tests.fakes.toolbox import RecordingToolBox, tool
+from tests.support.clocks import Clock
 
 pytestmark = pytest.mark.anyio
 
@@ -169,8 +170,31 @@ async def test_an_approval_waits_for_a_yes_and_a_no_is_told_to_the_model(
     ]
 
 
+async def test_a_stopped_turn_cannot_be_approved_into_a_run(tmp_path: Path) -> None:
+    """/stop while a call waits for a yes: the turn ends, and a click that comes later is
+    told the call was answered; the tool never runs (a stopped turn is not resumed)."""
+    box = RecordingToolBox().add(tool("git__push", approval=True))
+    platform = Platform(asking=True)
+    async with open_fake_model() as fake:
+        fake.script(calls(("git__push", {"text": "main"})), ok("never"))
+        async with session(tmp_path, fake, toolbox=box, platform=platform) as world:
+            row = await world.admit("push main")
+            with anyio.fail_after(10):
+                await platform.was_asked.wait()
+            await world.actor.send(StopTurn())
+            await world.delivered(1)
+            (request,) = platform.asked
+            assert await world.decide(request, True) == "This was answered already."
+            (step,) = await world.store.read(TurnSteps(row.id))
+    assert box.executed == {}
+    (call,) = step.stored
+    assert call.state == "finished" and call.is_error
+    assert call.result.startswith("denied: the turn was stopped")
+    assert len(fake.requests) == 1
+
+
 async def test_an_unanswered_approval_times_out_as_a_denial(tmp_path: Path) -> None:
-    now = [1000.0]
+    clock = Clock()
     box = RecordingToolBox().add(tool("git__push", approval=True))
     platform = Platform(asking=True)
     async with open_fake_model() as fake:
@@ -181,12 +205,12 @@ async def test_an_unanswered_approval_times_out_as_a_denial(tmp_path: Path) -> N
             toolbox=box,
             platform=platform,
             approval_timeout_s=60,
-            wall=lambda: now[0],
+            wall=clock,
         ) as world:
             await world.admit("push")
             with anyio.fail_after(10):
                 await platform.was_asked.wait()
-            now[0] += 61  # the waiting turn looks again within its poll interval
+            clock.now += 61  # the waiting turn looks again within its poll interval
             await world.delivered(1)
     assert box.executed == {}
     (result,) = tool_messages(fake.requests[1].messages)

@@ -4,8 +4,6 @@ them, and a turn whose failed attempt was shown to a peer client is not re-run."
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +14,9 @@ from gateway.messages import Failure, Inbound, TurnResult, Usage
 from gateway.session import Commit, Rerun, TurnState, plan
 from gateway.store import AdmitRow, AnswerTurn, ReplyTo, Transcript, open_sqlite_store
 from gateway.store._schema import MIGRATIONS
-from gateway.store.postgres import open_postgres_store
+from tests.support.stores import Opener
 
 pytestmark = pytest.mark.anyio
-
-Opener = Callable[[], AbstractAsyncContextManager[Any]]
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
-    if request.param == "sqlite":
-        return lambda: open_sqlite_store(str(tmp_path / "s.db"))
-    url = request.getfixturevalue("postgres_url")
-    return lambda: open_postgres_store(url, node="n1")
 
 
 def inbound(text: str, pmid: str, conversation: str = "peer:u") -> Inbound:

@@ -77,7 +77,9 @@ class AnswerTurn(Write[TurnOutcome]):
 
 @dataclass(frozen=True, slots=True)
 class CancelTurn(Write[None]):
-    """Mark pending user rows cancelled (``/stop``): they will not be resumed."""
+    """Mark pending user rows cancelled (``/stop``): they will not be resumed. Their tool
+    calls still open (SPEC 15) are closed with them: one waiting for a yes can no longer be
+    approved into a run that will never come, and a call cut off while it ran says so."""
 
     user_row_id: int
     also: tuple[int, ...] = ()  # the other rows of a merged turn, cancelled with it
@@ -272,10 +274,26 @@ def _unanswer(db: sqlite3.Connection, replies: list[int]) -> None:
         db.execute(f"DELETE FROM messages WHERE id IN ({marks})", part)
 
 
+#: What a stopped turn's open calls say (their rows are closed as ``finished`` errors).
+STOPPED_WAITING = "denied: the turn was stopped before this call was answered; it did not run"
+STOPPED_RUNNING = "unknown: the turn was stopped while this call ran; it may or may not have"
+STOPPED_RUNNING += " taken effect"
+_OPEN_CALLS = "('awaiting', 'approved', 'denied', 'started')"
+_CLOSE_CALLS_SQLITE = (
+    "UPDATE messages SET content = CASE state WHEN 'started' THEN ? ELSE ? END,"
+    f" state = 'finished', is_error = 1 WHERE user_row_id = ? AND role = 'tool'"
+    f" AND state IN {_OPEN_CALLS}"
+)
+
+
 def cancel_sqlite(tx: SqliteTx, ops: list[CancelTurn]) -> list[None]:
+    rows = [row for op in ops for row in op.rows]
     tx.db.executemany(
         "UPDATE messages SET state = 'cancelled' WHERE id = ? AND state = 'pending'",
-        [(row,) for op in ops for row in op.rows],
+        [(row,) for row in rows],
+    )
+    tx.db.executemany(
+        _CLOSE_CALLS_SQLITE, [(STOPPED_RUNNING, STOPPED_WAITING, row) for row in rows]
     )
     return [None] * len(ops)
 
@@ -399,6 +417,14 @@ async def cancel_postgres(tx: PgTx, ops: list[CancelTurn]) -> list[None]:
     rows = await tx.db.fetch(
         "UPDATE messages SET state = 'cancelled' WHERE id = ANY($1::bigint[])"
         " AND state = 'pending' RETURNING id, received_by",
+        [row for op in ops for row in op.rows],
+    )
+    await tx.db.execute(
+        "UPDATE messages SET content = CASE state WHEN 'started' THEN $1 ELSE $2 END,"
+        " state = 'finished', is_error = TRUE WHERE user_row_id = ANY($3::bigint[])"
+        f" AND role = 'tool' AND state IN {_OPEN_CALLS}",
+        STOPPED_RUNNING,
+        STOPPED_WAITING,
         [row for op in ops for row in op.rows],
     )
     waiting = [(r["received_by"], r["id"]) for r in rows]

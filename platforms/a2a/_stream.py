@@ -2,22 +2,27 @@
 
 First the task as it is, then ``working``, then one artifact update per piece the model
 writes (relayed by the peer API's :func:`~platforms.peer.streaming.relay`, so a slow client
-never holds up the model and a client that hangs up ends only its own stream), then the
-answer's last artifact chunk and the final status. Each event is a JSON-RPC response to the
-request (1.0: a ``StreamResponse``; 0.3: the event tagged by ``kind``).
+never holds up the model and a client that hangs up ends only its own stream) and a
+``working`` status update naming the tool as each tool call starts and ends (SPEC 15), then
+the answer's last artifact chunk and the final status, or ``input-required`` when a call
+waits for a yes (the stream ends there, as the spec ends it at an interrupted state; the
+task's next message carries on). Each event is a JSON-RPC response to the request (1.0: a
+``StreamResponse``; 0.3: the event tagged by ``kind``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import assert_never
 
 from aiohttp import web
 
-from gateway.messages import TurnOutcome
-from platforms.a2a import convert
+from gateway.messages import ToolActivity, TurnOutcome
+from gateway.ports import ApprovalRequest
+from platforms.a2a import _asking, convert
 from platforms.a2a.convert import Envelope, TaskState, TaskView
 from platforms.a2a.errors import error_body, rpc_error_of
-from platforms.peer.streaming import SSE_HEADERS, LiveReply, SseResponse, finish, relay
+from platforms.peer.streaming import SSE_HEADERS, LiveReply, Note, SseResponse, finish, relay
 
 
 async def stream_task(
@@ -26,16 +31,17 @@ async def stream_task(
     first: TaskView,
     reply: LiveReply,
     *,
-    settle: Callable[[], Awaitable[TurnOutcome]],
+    settle: Callable[[], Awaitable[TurnOutcome | None]],
     reread: Callable[[], Awaitable[TaskView]],
     keepalive_s: float,
+    wall: Callable[[], float],
 ) -> web.StreamResponse:
-    """Stream the task of ``first`` until its final status."""
+    """Stream the task of ``first`` until its final status, or until it asks for input."""
     rid, dialect = env.id, env.dialect
     response = SseResponse(headers=SSE_HEADERS)
     await response.prepare(request)
     head = convert.sse_event(rid, convert.task_event(first, dialect))
-    if not first.state.final:
+    if not first.state.ends_stream:
         head += convert.sse_event(rid, convert.status_event(first, dialect, TaskState.WORKING))
     await response.write(head)
     streamed = 0
@@ -49,11 +55,25 @@ async def stream_task(
             streamed += 1
         return out
 
-    if first.state.final:
+    def encode_note(note: Note) -> bytes:
+        match note:
+            case ToolActivity():
+                text = _asking.progress(note)
+                if text is None:
+                    return b""
+                message_id = f"{first.id}-tool-{note.call_id}-{note.state}"
+                event = convert.progress_event(first, dialect, text, message_id, wall())
+                return convert.sse_event(rid, event)
+            case ApprovalRequest():
+                return b""  # the input-required status that ends the stream asks
+            case _:
+                assert_never(note)
+
+    if first.state.ends_stream:
         reply.close()
         error: Exception | None = None
     else:
-        _, error = await relay(request, response, reply, encode, settle(), keepalive_s)
+        _, error = await relay(request, response, reply, encode, settle(), keepalive_s, encode_note)
     if error is None:
         try:
             final = await reread()

@@ -10,16 +10,25 @@ store's one transaction, readable from any node. The listener's auth, limits and
 apply as they do to the rest of the peer API. The SDK is the client in the interop tests.
 
 A task's state is its row's: pending (``submitted``; ``working`` once its turn started on
-this node), answered (``completed``), failed, cancelled (``canceled``). Push notifications
-ride on the reply's outbox chunk (:mod:`platforms.a2a._push`): the chunk is recorded
-delivered only once every push config of the task was notified, so a notification survives
-a restart and is retried with backoff like any chat reply.
+this node; ``input-required`` while one of its tool calls waits for a yes, read from the
+store's steps, so on any node), answered (``completed``), failed, cancelled (``canceled``).
+Push notifications ride on the reply's outbox chunk (:mod:`platforms.a2a._push`): the chunk
+is recorded delivered only once every push config of the task was notified, so a
+notification survives a restart and is retried with backoff like any chat reply.
+
+Tools (SPEC 15, :mod:`platforms.a2a._asking`): every task can be asked (its token owns it),
+so its turn is offered the tools that need a yes. Asked, the task moves to
+``input-required``: a blocking send returns it, a stream ends with it, its push configs are
+notified (best effort, as a cancellation's); its next message, a yes or a no, decides the
+call (``Intake.decide``) instead of starting a turn, and the task carries on. A streaming
+request sees each call's progress as ``working`` status updates naming the tool.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -40,10 +49,12 @@ from gateway.messages import (
     conversation_key,
     local_part,
 )
-from gateway.ports import Asker, Intake, Ledger, PushConfigs, Transcripts, Watch
+from gateway.ports import ApprovalRequest, Asker, Intake, Ledger, PushConfigs, Transcripts, Watch
 from platforms import _fetch
 from platforms._courier import Courier, CourierStatistics, SentByCourier
-from platforms.a2a import _push, _stream, convert
+from platforms.a2a import _asking, _push, _stream, convert
+from platforms.a2a._asking import Answer
+from platforms.a2a._settled import Settled
 from platforms.a2a.card import agent_card
 from platforms.a2a.convert import Dialect, Envelope, Op, TaskState, TaskView
 from platforms.a2a.errors import (
@@ -73,34 +84,6 @@ SSE_KEEPALIVE_S = 15.0
 CANCEL_PUSHES = 256
 _CONTEXT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _TASK_ID = re.compile(r"^[0-9]{1,18}$")
-
-
-class _Settled:
-    """An event per user row some requests here wait on, set when its outcome arrives; kept
-    while anyone waits (a turn answered on another node never sets it)."""
-
-    def __init__(self) -> None:
-        self._events: dict[int, tuple[anyio.Event, int]] = {}
-
-    def event(self, row_id: int) -> anyio.Event:
-        event, waiting = self._events.get(row_id, (anyio.Event(), 0))
-        self._events[row_id] = (event, waiting + 1)
-        return event
-
-    def set(self, row_id: int) -> None:
-        if row_id in self._events:
-            self._events[row_id][0].set()
-
-    def forget(self, row_id: int, event: anyio.Event) -> None:
-        held, waiting = self._events.get(row_id, (None, 0))
-        if held is event:
-            if waiting > 1:
-                self._events[row_id] = (event, waiting - 1)
-            else:
-                del self._events[row_id]
-
-    def __len__(self) -> int:
-        return len(self._events)
 
 
 def _context_of(row: StoredMessage) -> str:
@@ -142,19 +125,26 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         base_url: Callable[[], str],
         bearer: Callable[[], bool],
         observe: Observe = lambda event: None,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self._config = config
+        self._wall = wall  # a progress update's timestamp
         self._transcripts = transcripts
         self._scope = scope
         self._base_url = base_url
         self._bearer = bearer
-        self._settled = _Settled()
+        self._settled = Settled()
         self._watched: dict[str, Watched] = {}  # by platform message id
+        # The stream of each turn running here that was watched as it started, by its row:
+        # a request that streams the task later (its answer's, a subscriber) joins that one.
+        self._live: dict[int, Watched] = {}
         self._running: dict[str, int] = {}  # conversation -> the user row running here
+        self._answered = _asking.Answered()
         self._pusher = _push.Pusher(config.push_hosts, push_configs, self._push_body)
         self._courier = Courier(PLATFORM, self._pusher.send, ledger, observe=observe)
-        # Cancelled tasks to notify (no outbox chunk): a bounded queue, best effort.
-        self._cancelled, self._to_notify = anyio.create_memory_object_stream[int](CANCEL_PUSHES)
+        # Tasks to notify with no outbox chunk (cancelled, or asking for input): a bounded
+        # queue, best effort.
+        self._notices, self._to_notify = anyio.create_memory_object_stream[int](CANCEL_PUSHES)
         self.sse_keepalive_s = SSE_KEEPALIVE_S
         self._requests = self._errors = self._tasks = self._store_backstops = 0
 
@@ -180,14 +170,20 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         self._intake = intake
         async with self._pusher.open(), anyio.create_task_group() as tg:
             await tg.start(self._courier.run)
-            tg.start_soon(self._notify_cancelled)
+            tg.start_soon(self._notify)
             task_status.started()
             await anyio.sleep_forever()
 
-    async def _notify_cancelled(self) -> None:
+    async def _notify(self) -> None:
         async with self._to_notify:
             async for row_id in self._to_notify:
-                await self._pusher.notify(row_id)
+                try:
+                    await self._pusher.notify(row_id)
+                except Exception:  # best effort: one task's notification never ends A2A
+                    log.exception(
+                        "a2a push: a cancelled task's notification failed",
+                        extra={"task": row_id},
+                    )
 
     @property
     def connected(self) -> bool:
@@ -207,26 +203,46 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
     async def deliver(self, outcome: TurnOutcome) -> None:
         if self._running.get(outcome.conversation) == outcome.user_row_id:
             del self._running[outcome.conversation]
+        for row in {outcome.user_row_id, *outcome.rows}:
+            self._live.pop(row, None)
         self._settled.set(outcome.user_row_id)  # answer first: pushes are off the reply path
         if outcome.chunks:
             await self._courier.deliver(outcome)
         elif outcome.failure is None:  # stopped: no reply, so no chunk to carry its push
-            try:
-                self._cancelled.send_nowait(outcome.user_row_id)
-            except anyio.WouldBlock:
-                log.warning("a2a push: too many cancelled tasks to notify; one dropped")
+            self._notice(outcome.user_row_id, "cancelled")
+
+    def _notice(self, row_id: int, why: str) -> None:
+        try:
+            self._notices.send_nowait(row_id)
+        except anyio.WouldBlock:
+            log.warning("a2a push: too many tasks to notify; one dropped", extra={"why": why})
 
     @asynccontextmanager
     async def activity(self, conversation: str) -> AsyncIterator[None]:
         yield
 
     def asker(self, row: StoredMessage) -> Asker | None:
-        return None  # approvals are not offered on this platform yet (SPEC 15)
+        # Every task can be asked: its token owns it, and its next message answers.
+        return _asking.TaskAsker(self._asked, row.id)
+
+    async def _asked(self, row_id: int, request: ApprovalRequest) -> None:
+        """A call of the task's turn waits for a yes (stored before this): whoever waits for
+        the task gets it ``input-required``, and so do its push configs."""
+        log.info(
+            "a2a: a task asks for an approval",
+            extra={"task": row_id, "tool": request.tool, "call_id": request.call_id},
+        )
+        self._settled.set(row_id)
+        if self._pusher.on:
+            self._notice(row_id, "input-required")
 
     def watching(self, row: StoredMessage) -> Watch | None:
         self._running[row.conversation] = row.id
         watched = self._watched.get(row.platform_message_id or "")
-        return watched.watch() if watched is not None else None
+        if watched is None:
+            return None
+        self._live[row.id] = watched
+        return watched.watch()
 
     # -- routes ------------------------------------------------------------------------------
 
@@ -282,7 +298,10 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
                 row = await self._row(request, convert.task_id(params))
                 return convert.task_json(await self._cancel(row), dialect)
             case Op.PUSH_SET | Op.PUSH_GET | Op.PUSH_LIST | Op.PUSH_DELETE:
-                return await self._push_config(request, env)
+                v1 = dialect is Dialect.V1
+                key = "taskId" if v1 or env.op is Op.PUSH_SET else "id"
+                row = await self._row(request, convert.task_id(params, key))
+                return await _push.config_call(self._pusher, row.id, env)
             case Op.EXTENDED_CARD:
                 raise RpcError(EXTENDED_CARD_NOT_CONFIGURED)
             case _:
@@ -318,7 +337,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
             raise RpcError(TASK_NOT_FOUND)
         return row
 
-    def _state(self, row: StoredMessage) -> TaskState:
+    def _state(self, row: StoredMessage, question: str | None = None) -> TaskState:
         match row.state:
             case MessageState.ANSWERED:
                 return TaskState.COMPLETED
@@ -326,12 +345,16 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
                 return TaskState.FAILED
             case MessageState.CANCELLED:
                 return TaskState.CANCELED
+            case _ if question is not None:
+                return TaskState.INPUT_REQUIRED
             case _:
                 running = self._running.get(row.conversation) == row.id
                 return TaskState.WORKING if running else TaskState.SUBMITTED
 
-    def _view_of(self, row: StoredMessage, reply: StoredMessage | None) -> TaskView:
-        state = self._state(row)
+    def _view_of(
+        self, row: StoredMessage, reply: StoredMessage | None, question: str | None = None
+    ) -> TaskView:
+        state = self._state(row, question)
         text = reply.content if reply is not None else None
         if state is TaskState.CANCELED:
             text = STOPPED_REPLY
@@ -344,22 +367,32 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
             created_at=row.created_at,
             reply=text,
             reply_at=reply.created_at if reply is not None else None,
+            question=question if state is TaskState.INPUT_REQUIRED else None,
         )
 
     async def _view(self, row: StoredMessage) -> TaskView:
         fresh = await self._transcripts.message(row.id)
         if fresh is None:  # deleted meanwhile
             raise RpcError(TASK_NOT_FOUND)
-        reply = None
+        reply = question = None
         if fresh.state in (MessageState.ANSWERED, MessageState.FAILED):
             reply = await self._transcripts.reply_to(fresh.id)
-        return self._view_of(fresh, reply)
+        elif fresh.state == MessageState.PENDING:
+            question = await self._question(fresh.id)
+        return self._view_of(fresh, reply, question)
+
+    async def _question(self, row_id: int) -> str | None:
+        """What the task asks, while one of its calls waits for a yes (from the store)."""
+        call = _asking.waiting(await self._transcripts.steps(row_id))
+        return None if call is None else _asking.question(call.tool, call.arguments)
 
     @contextmanager
-    def _streaming(self, pmid: str, reply: LiveReply) -> Iterator[None]:
-        """While a request streams the turn of ``pmid``: the turn's pieces go to ``reply``
-        (when the turn starts meanwhile, or started with another streaming request)."""
-        watched = self._watched.get(pmid) or self._watched.setdefault(pmid, Watched(None))
+    def _streaming(self, pmid: str, reply: LiveReply, row_id: int = 0) -> Iterator[None]:
+        """While a request streams the turn of ``pmid``: the turn's pieces and progress go
+        to ``reply`` (when the turn starts meanwhile, or started with a streaming request:
+        ``row_id``, the task's row once known, finds that turn's stream)."""
+        watched = self._watched.get(pmid) or self._live.get(row_id) or Watched(None)
+        self._watched[pmid] = watched
         watched.requests += 1
         watched.replies.append(reply)
         try:
@@ -403,23 +436,74 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         return row
 
     async def _send(self, request: web.Request, send: convert.SendParams) -> TaskView:
-        """SendMessage: the task once its turn ended, or at once (``returnImmediately``)."""
-        row = await self._admit(request, send, self._pmid(request, send.message_id))
+        """SendMessage: the task once its turn ended or asks for input, or at once
+        (``returnImmediately``). The answer to a task that asks decides, and waits the same."""
+        pmid = self._pmid(request, send.message_id)
+        answer = await self._answering(request, send, pmid)
+        if answer is not None:
+            row = await self._decide(answer, pmid)
+        else:
+            row = await self._admit(request, send, pmid)
         if row.state == MessageState.PENDING and not send.return_immediately:
             await self._wait(row.id)
         return await self._view(row)
 
-    async def _wait(self, row_id: int) -> TurnOutcome:
+    async def _answering(
+        self, request: web.Request, send: convert.SendParams, pmid: str
+    ) -> Answer | None:
+        """The task this message answers (its ``taskId``'s, when that task asks for input),
+        and the answer; None: the message is a task of its own (or its own task's, resent)."""
+        if send.task_id is None:
+            return None
+        task = await self._row(request, send.task_id)
+        if task.platform_message_id == pmid:
+            return None  # the task's own message again: admission finds the task
+        if self._answered.task_of(pmid) == task.id:
+            return Answer(task, None, False)  # an answer resent: taken already
+        call = None
+        if task.state == MessageState.PENDING:
+            call = _asking.waiting(await self._transcripts.steps(task.id))
+        if call is None:
+            raise RpcError(
+                UNSUPPORTED_OPERATION,
+                f"task {task.id} waits for no input; a task takes one message, send without taskId",
+            )
+        approve = _asking.verdict(send.text)
+        if approve is None:
+            asked = _asking.question(call.tool, call.arguments)
+            raise RpcError(INVALID_PARAMS, f"task {task.id} waits for a yes or a no: {asked}")
+        if send.push is not None:
+            self._pusher.check(send.push)
+            await self._pusher.save(task.id, send.push)
+        return Answer(task, call.row_id, approve)
+
+    async def _decide(self, answer: Answer, pmid: str) -> StoredMessage:
+        """Decide the call the answer names (as the task's owner: its token reached it)."""
+        if answer.call_row is not None:
+            told = await self._intake.decide(
+                PLATFORM, answer.call_row, "", answer.approve, owner=True
+            )
+            self._answered.remember(pmid, answer.task.id)
+            log.info(
+                "a2a: a task's approval answered", extra={"task": answer.task.id, "told": told}
+            )
+        return answer.task
+
+    async def _wait(self, row_id: int, *, until_input: bool = True) -> TurnOutcome | None:
         """Until the row's turn has an outcome: delivered here, or found in the store (the
-        turn ran on another node, or it ended before this request began to wait)."""
+        turn ran on another node, or it ended before this request began to wait). With
+        ``until_input``, also until it asks for input (None)."""
         event = self._settled.event(row_id)
         wait_s = CHECK_S
         try:
             # First the store: the outcome may have been delivered before the event existed
             # (the turn ran while this request was still being admitted).
             while (outcome := await self._transcripts.outcome(row_id)) is None:
-                if event.is_set():  # delivered, but not readable yet: a replica's lag
-                    await anyio.sleep(wait_s)
+                if until_input and await self._question(row_id) is not None:
+                    return None
+                if event.is_set():  # woken (an outcome, a question): read again, then wait
+                    event = self._settled.event(row_id)  # on a fresh one (a replica's lag)
+                    continue
                 with anyio.move_on_after(wait_s) as timer:
                     await event.wait()
                 self._store_backstops += timer.cancelled_caught
@@ -435,9 +519,10 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
             return {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
         rows = await self._transcripts.transcript(self._conversation(request, wanted.context_id))
         prefix = self._pmid(request, "")
-        replies = {r.user_row_id: r for r in rows if r.role == "assistant"}
+        replies = {r.user_row_id: r for r in rows if r.role == "assistant" and r.state != "step"}
+        asked = _asking.questions(rows)
         views = [
-            self._view_of(row, replies.get(row.id))
+            self._view_of(row, replies.get(row.id), asked.get(row.id))
             for row in rows
             if row.role == "user" and (row.platform_message_id or "").startswith(prefix)
         ]
@@ -467,7 +552,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
             if not answer.startswith("Stopping"):  # nothing runs: queued, not yet started
                 raise queued
             with anyio.move_on_after(CANCEL_WAIT_S):
-                await self._wait(row.id)
+                await self._wait(row.id, until_input=False)
         finally:
             self._settled.forget(row.id, event)
         return await self._view(row)
@@ -477,7 +562,13 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
     async def _send_stream(self, request: web.Request, env: Envelope) -> web.StreamResponse:
         send = convert.send_params(env.params, env.dialect)
         pmid = self._pmid(request, send.message_id)
-        reply = LiveReply()
+        reply = LiveReply(shows_tools=True)
+        answer = await self._answering(request, send, pmid)
+        if answer is not None:  # the task carries on: its stream, from the decision on
+            task = answer.task
+            with self._streaming(task.platform_message_id or "", reply, task.id):
+                await self._decide(answer, pmid)
+                return await self._stream(request, env, task, reply)
         with self._streaming(pmid, reply):
             row = await self._admit(request, send, pmid)
             return await self._stream(request, env, row, reply)
@@ -493,6 +584,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
             settle=lambda: self._wait(row.id),
             reread=lambda: self._view(row),
             keepalive_s=self.sse_keepalive_s,
+            wall=self._wall,
         )
 
     async def _view_by_id(self, row_id: int) -> TaskView:
@@ -506,42 +598,11 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         view = await self._view(row)
         if view.state.final:
             raise RpcError(UNSUPPORTED_OPERATION, f"the task is {view.state.value} already")
-        reply = LiveReply()
-        with self._streaming(row.platform_message_id or "", reply):
+        reply = LiveReply(shows_tools=True)
+        with self._streaming(row.platform_message_id or "", reply, row.id):
             return await self._stream(request, env, row, reply)
 
     async def _push_body(self, row_id: int, dialect: Dialect) -> dict[str, Any]:
         """What a push notification carries: the task as it is now (1.0: a StreamResponse)."""
         body = convert.task_json(await self._view_by_id(row_id), dialect)
         return {"task": body} if dialect is Dialect.V1 else body
-
-    # -- push notification configs -----------------------------------------------------------
-
-    async def _push_config(self, request: web.Request, env: Envelope) -> Any:
-        dialect, params = env.dialect, env.params
-        v1 = dialect is Dialect.V1
-        key = "taskId" if v1 or env.op is Op.PUSH_SET else "id"
-        row = await self._row(request, convert.task_id(params, key))
-        match env.op:
-            case Op.PUSH_SET:
-                body = params if v1 else convert.object_param(params, "pushNotificationConfig")
-                target = convert.push_target(body, dialect)
-                self._pusher.check(target)
-                saved = await self._pusher.save(row.id, target)
-                return convert.push_json(str(row.id), saved, dialect)
-            case Op.PUSH_GET:
-                wanted = convert.optional_id(params, "id" if v1 else "pushNotificationConfigId")
-                for target in await self._pusher.configs(row.id):
-                    if wanted is None or target.id == wanted:
-                        return convert.push_json(str(row.id), target, dialect)
-                raise RpcError(TASK_NOT_FOUND, "no such push notification config")
-            case Op.PUSH_LIST:
-                configs = [
-                    convert.push_json(str(row.id), target, dialect)
-                    for target in await self._pusher.configs(row.id)
-                ]
-                return {"configs": configs, "nextPageToken": ""} if v1 else configs
-            case _:
-                wanted = convert.optional_id(params, "id" if v1 else "pushNotificationConfigId")
-                await self._pusher.delete(row.id, wanted or "")
-                return None

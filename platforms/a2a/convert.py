@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import datetime
 import json
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from platforms._text import text_problem
 from platforms.a2a.errors import (
     CONTENT_TYPE_NOT_SUPPORTED,
     INVALID_PARAMS,
@@ -31,6 +33,10 @@ DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 100
 ANSWER_ARTIFACT = "answer"
 TEXT_MODES = frozenset({"text", "text/plain", "*/*", "text/*"})
+#: What a push config's url, token and credentials may hold: visible ASCII, no blanks.
+_VISIBLE = re.compile(r"[\x21-\x7e]+")
+#: An auth scheme (RFC 9110's token), as it goes into ``Authorization: <scheme> ...``.
+_SCHEME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
 
 
 class Dialect(StrEnum):
@@ -80,6 +86,7 @@ METHODS: dict[str, tuple[Op, Dialect]] = {
 class TaskState(StrEnum):
     SUBMITTED = "submitted"
     WORKING = "working"
+    INPUT_REQUIRED = "input-required"  # a tool call waits for a yes (SPEC 15)
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELED = "canceled"
@@ -88,8 +95,14 @@ class TaskState(StrEnum):
     def final(self) -> bool:
         return self in (TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED)
 
+    @property
+    def ends_stream(self) -> bool:
+        """Final, or interrupted (input-required): a stream ends with it, and a blocking
+        send returns it, as the spec says; the task's next message carries on."""
+        return self.final or self is TaskState.INPUT_REQUIRED
 
-_V1_STATES = {state: f"TASK_STATE_{state.upper()}" for state in TaskState}
+
+_V1_STATES = {state: f"TASK_STATE_{state.upper().replace('-', '_')}" for state in TaskState}
 _STATE_OF_V1 = {wire: state for state, wire in _V1_STATES.items()}
 
 
@@ -138,6 +151,7 @@ class TaskView:
     created_at: float
     reply: str | None = None
     reply_at: float | None = None
+    question: str | None = None  # input-required: what the task asks (SPEC 15)
 
 
 def request_id(body: Any) -> str | int | None:
@@ -272,6 +286,8 @@ def _text_of(message: dict[str, Any], dialect: Dialect) -> str:
             raise RpcError(CONTENT_TYPE_NOT_SUPPORTED, "botmux takes text parts only")
         if not isinstance(text, str):
             raise _bad("a text part's text must be a string")
+        if (problem := text_problem(text)) is not None:  # as the peer API refuses it
+            raise _bad(f"a text part's text {problem}")
         texts.append(text)
     text = "\n".join(texts)
     if not text.strip():
@@ -279,9 +295,18 @@ def _text_of(message: dict[str, Any], dialect: Dialect) -> str:
     return text
 
 
+def _visible(value: str | None, name: str, form: re.Pattern[str] = _VISIBLE) -> str:
+    """A push config's value that goes into a URL or a header: refused at set time unless
+    it is of ``form`` (a CR/LF there once stopped the gateway when the notification was
+    sent; an HTTP client refuses such a header only when it is used)."""
+    if value and not form.fullmatch(value):
+        what = "an auth scheme name" if form is _SCHEME else "visible ASCII characters"
+        raise _bad(f"{name} must be {what} (no spaces or control characters)")
+    return value or ""
+
+
 def push_target(config: dict[str, Any], dialect: Dialect) -> PushTarget:
-    url = _string(config, "url", required=True)
-    assert url is not None
+    url = _visible(_string(config, "url", required=True), "url")
     if not url.startswith(("http://", "https://")):
         raise _bad("url must be an http:// or https:// URL")
     auth = _object(config, "authentication")
@@ -289,15 +314,18 @@ def push_target(config: dict[str, Any], dialect: Dialect) -> PushTarget:
         schemes = auth.get("schemes") or []
         if not isinstance(schemes, list) or not all(isinstance(s, str) for s in schemes):
             raise _bad("authentication.schemes must be a list of strings")
-        scheme = schemes[0][:MAX_ID_CHARS] if schemes else ""
+        if schemes and len(schemes[0]) > MAX_ID_CHARS:
+            raise _bad(f"authentication.schemes is longer than {MAX_ID_CHARS} characters")
+        scheme = _visible(schemes[0] if schemes else "", "authentication.schemes", _SCHEME)
     else:
-        scheme = _string(auth, "scheme") or ""
+        scheme = _visible(_string(auth, "scheme"), "authentication.scheme", _SCHEME)
+    credentials = _string(auth, "credentials")
     return PushTarget(
         id=_string(config, "id") or "",
         url=url,
-        token=_string(config, "token") or "",
+        token=_visible(_string(config, "token"), "token"),
         scheme=scheme,
-        credentials=_string(auth, "credentials") or "",
+        credentials=_visible(credentials, "authentication.credentials"),
         dialect=dialect,
     )
 
@@ -407,6 +435,9 @@ def status_json(view: TaskView, dialect: Dialect, state: TaskState | None = None
     }
     if state in (TaskState.FAILED, TaskState.CANCELED) and view.reply:
         status["message"] = message_json("agent", f"{view.id}-status", view.reply, view, dialect)
+    if state is TaskState.INPUT_REQUIRED and view.question:
+        asking = message_json("agent", f"{view.id}-question", view.question, view, dialect)
+        status["message"] = asking
     return status
 
 
@@ -444,7 +475,19 @@ def status_event(
     }
     if dialect is Dialect.V1:
         return {"statusUpdate": event}
-    return {**event, "kind": "status-update", "final": state.final}
+    return {**event, "kind": "status-update", "final": state.ends_stream}
+
+
+def progress_event(
+    view: TaskView, dialect: Dialect, text: str, message_id: str, at: float
+) -> dict[str, Any]:
+    """A ``working`` status update whose message says what the task does now (a tool call's
+    progress, SPEC 15)."""
+    event = status_event(view, dialect, TaskState.WORKING)
+    body = event["statusUpdate"] if dialect is Dialect.V1 else event
+    body["status"]["message"] = message_json("agent", message_id, text, view, dialect)
+    body["status"]["timestamp"] = timestamp(at)
+    return event
 
 
 def artifact_event(

@@ -28,6 +28,8 @@ class Counts:
     backfilled: int = 0
     sessions: int = 0
     resumes: int = 0
+    asked: int = 0
+    clicks: int = 0
 
     def snapshot(
         self,
@@ -66,6 +68,8 @@ class DiscordStatistics:
     backfilled: int  # messages read back after a new session or a shard's start
     sessions: int  # READYs: gateway sessions started (a refused RESUME starts one)
     resumes: int
+    asked: int  # approval requests shown (SPEC 15)
+    clicks: int  # clicks on approval buttons, decided or refused
     watched: int  # conversations kept for backfill
     unreadable_events: int  # dispatches discord.py could not parse
     links: LinksStatistics

@@ -21,6 +21,9 @@ handed it over): its live messages wait until its guilds are loaded, then the ad
 back the channels of those guilds active since this node started, and the DM conversations it
 knows on shard 0, and only then handles the live ones, so a conversation keeps its order. A
 single unsharded node runs one client for both, as before shards existed.
+
+Approvals (SPEC 15, ``_approvals``): a tool call that waits for a yes is asked with message
+buttons; a click is a component interaction, decided from the raw interaction.
 """
 
 from __future__ import annotations
@@ -49,6 +52,7 @@ from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
 from platforms.discord import _attachments, _stream, convert, render
+from platforms.discord._approvals import ChatApprovals
 from platforms.discord._backfill import Recent, Watched, read_back
 from platforms.discord._client import (
     MENTIONS,
@@ -121,6 +125,12 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
         self._notices = NoticeBox(self._say, on_full=self._answer_dropped, size=256)
         self._previews = Previews(_stream.budget())
         self._counts = Counts()
+        self._approvals = ChatApprovals(
+            self._live_client,
+            self._previews,
+            self._counts,
+            reply=lambda: self._config.reply_to != "none",
+        )
 
     def __repr__(self) -> str:
         shards = sorted(self._links.shards)
@@ -170,7 +180,7 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
         await self._notices.wait_idle()
 
     def asker(self, row: StoredMessage) -> Asker | None:
-        return None  # approvals are not offered on this platform yet (SPEC 15)
+        return self._approvals.asker(row)  # buttons in the turn's channel (``_approvals``)
 
     def watching(self, row: StoredMessage) -> Watch | None:
         """A preview message of the answer while the model writes it (``_stream``)."""
@@ -189,14 +199,18 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
 
         # Discord shows typing for 10 s after each call; each counts in the previews' budget.
         preview = self._previews.current(conversation)
-        async with keep_typing(
-            typing,
-            every=8.0,
-            deadline=self._config.typing_deadline_s,
-            conversation=conversation,
-            until=None if preview is None else preview.shown,
-        ):
-            yield
+        try:
+            async with keep_typing(
+                typing,
+                every=8.0,
+                deadline=self._config.typing_deadline_s,
+                conversation=conversation,
+                until=None if preview is None else preview.shown,
+                quiet=partial(self._approvals.waits.waiting, conversation),
+            ):
+                yield
+        finally:
+            self._approvals.waits.ended(conversation)
 
     async def _send_chunk(self, chunk: OutboxChunk) -> str:
         """One outbox chunk as one Discord message (its nonce makes a repeat harmless)."""
@@ -549,6 +563,9 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
             )
 
     async def _answer_interaction(self, interaction: discord.Interaction[discord.Client]) -> None:
+        if interaction.type is discord.InteractionType.component:  # an approval's button
+            await self._approvals.clicked(self._intake, interaction)
+            return
         name = convert.interaction_command(interaction)
         if name is None or interaction.channel_id is None:
             return

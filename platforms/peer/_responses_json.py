@@ -3,7 +3,9 @@
 No I/O: a request body in, a :class:`ResponseRequest` out (or :class:`BadRequest`); stored rows
 in, Response objects and stream events out. A response is one turn: its id names the turn's
 user row, with a MAC under the requester's token digest, so it decodes back to the row (and so
-its conversation) and no other token can forge or guess one (:func:`response_id`).
+its conversation) and an id handed to one token is not valid for another (:func:`response_id`).
+The MAC is a handle, not the access check: a token can compute it for any row, so the routes
+decide by the row's conversation (its owner for an anonymous one, the token's globs else).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import hashlib
 import hmac
 import re
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,6 @@ from platforms.peer.convert import (
     MODEL_NAME,
     BadRequest,
     _clean_text,
-    check_idempotency_key,
     check_session_id,
 )
 
@@ -61,16 +61,6 @@ def decode_id(value: str, scope: bytes) -> int | None:
         return None
     row_id = int(match.group(1))
     return row_id if hmac.compare_digest(match.group(2), _mac(scope, row_id)) else None
-
-
-def anonymous_session(scope: bytes, idempotency_key: str | None) -> str:
-    """A new conversation's session id: derived from the token and the Idempotency-Key (a
-    repeat finds the first turn; nobody else can name it), else fresh. ``anon-``: the
-    retention sweep's shorter keep for anonymous conversations applies."""
-    if idempotency_key is None:
-        return f"anon-{uuid.uuid4()}"
-    key = check_idempotency_key(idempotency_key).encode()
-    return "anon-" + hashlib.sha256(b"botmux-responses\0" + scope + b"\0" + key).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)

@@ -129,13 +129,78 @@ SCHEMAS: dict[str, Any] = {
     "ChatEvent": {
         "type": "object",
         "description": "event: delta, data {content}: a piece of the answer as the model"
-        " writes it; event: message, data: the ChatResponse (the last event); event: error,"
-        " data: an Error (the turn could not be run).",
+        " writes it; event: tool, data: a ToolEvent (a tool call changed state); event:"
+        " approval, data: an ApprovalEvent (a call waits for a yes: answer it at"
+        " /api/sessions/{session_id}/approvals/{call_id}); event: message, data: the"
+        " ChatResponse (the last event); event: error, data: an Error (the turn could not be"
+        " run).",
         "required": ["event", "data"],
         "properties": {
-            "event": {"enum": ["delta", "message", "error"]},
+            "event": {"enum": ["delta", "tool", "approval", "message", "error"]},
             "data": {"type": "string", "contentMediaType": "application/json"},
         },
+    },
+    "ToolEvent": {
+        "type": "object",
+        "description": "A tool call of the turn changed state (SPEC 15): awaiting a yes,"
+        " started, finished (error: its result is an error the model is told), or denied"
+        " (by a person, or by the approval's timeout). The final answer is still the message"
+        " event.",
+        "required": ["call_id", "tool", "state"],
+        "additionalProperties": False,
+        "properties": {
+            "call_id": {"type": "string", "description": "The model's id of the call."},
+            "tool": {"type": "string", "description": "<server>__<tool>"},
+            "state": {"enum": ["awaiting", "started", "finished", "denied"]},
+            "error": {"const": True},
+        },
+        "examples": [
+            {"call_id": "call_1", "tool": "docs__search", "state": "started"},
+            {"call_id": "call_1", "tool": "docs__search", "state": "finished", "error": True},
+        ],
+    },
+    "ApprovalEvent": {
+        "type": "object",
+        "description": "A call waits for a yes (SPEC 15). arguments: the model's JSON text,"
+        " cut to 500 characters; the approval binds the stored arguments. No answer within"
+        " timeout_s ([tools] approval_timeout_s) is a denial the model is told of.",
+        "required": ["call_id", "tool", "arguments", "timeout_s"],
+        "additionalProperties": False,
+        "properties": {
+            "call_id": {"type": "string"},
+            "tool": {"type": "string"},
+            "arguments": {"type": "string"},
+            "timeout_s": {"type": "number", "minimum": 0},
+        },
+        "examples": [
+            {
+                "call_id": "call_1",
+                "tool": "git__push",
+                "arguments": '{"branch": "main"}',
+                "timeout_s": 600,
+            }
+        ],
+    },
+    "ApprovalAnswer": {
+        "type": "object",
+        "description": "A yes or a no to a tool call that waits for one.",
+        "required": ["approve"],
+        "additionalProperties": False,
+        "properties": {"approve": {"type": "boolean"}},
+        "examples": [{"approve": True}, {"approve": False}],
+    },
+    "ApprovalResult": {
+        "type": "object",
+        "description": "The answer was stored: the waiting turn runs the call (approved) or"
+        " tells the model it was denied.",
+        "required": ["session_id", "call_id", "verdict"],
+        "additionalProperties": False,
+        "properties": {
+            "session_id": {"type": "string", "pattern": SESSION_ID},
+            "call_id": {"type": "string"},
+            "verdict": {"enum": ["approved", "denied"]},
+        },
+        "examples": [{"session_id": "alice", "call_id": "call_1", "verdict": "approved"}],
     },
     "Usage": {
         "type": "object",

@@ -34,6 +34,7 @@ class Counts:
             evicted_connections=guard.stats["evicted_connections"],
             header_timeouts=guard.stats["header_timeouts"],
             protocol_errors=guard.stats["protocol_errors"],
+            share_refusals=guard.stats["share_refusals"],
         )
 
 
@@ -53,3 +54,4 @@ class PeerStatistics:
     evicted_connections: int  # the oldest without a request head, to make room at the cap
     header_timeouts: int  # closed: no request head in time
     protocol_errors: int  # aiohttp's protocol errors (a request it cannot parse, say)
+    share_refusals: int  # 429: a token held its share of the connections already

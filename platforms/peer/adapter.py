@@ -34,8 +34,9 @@ from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, ChunkState, Inbound, StoredMessage, TurnOutcome
 from gateway.ports import Asker, Intake, Ledger, Transcripts, Watch
 from platforms import _fetch
-from platforms._guarded import ConnectionGuard, guarded_serving
+from platforms._guarded import ConnectionGuard, GuardedHandler, guarded_serving
 from platforms.peer import convert, limits, responses, streaming
+from platforms.peer._approvals import add_approvals_route
 from platforms.peer._auth import AuthHolder
 from platforms.peer._files import BodyReader, attachment_response
 from platforms.peer._loopback import not_local
@@ -193,7 +194,10 @@ class PeerAdapter:
     fetch = _fetch.unsupported
 
     def asker(self, row: StoredMessage) -> Asker | None:
-        return None  # approvals are not offered on this platform yet (SPEC 15)
+        # Only a streaming chat request can be asked (SPEC 15): a plain chat, a completion
+        # or a response cannot, and its turn is offered no tool that needs a yes.
+        watched = self._watched.get(row.platform_message_id or "")
+        return watched if watched is not None and watched.asking else None
 
     def watching(self, row: StoredMessage) -> Watch | None:
         watched = self._watched.get(row.platform_message_id or "")
@@ -220,6 +224,7 @@ class PeerAdapter:
         app.router.add_get("/api/sessions/{session_id}/messages", self._messages)
         app.router.add_delete("/api/sessions/{session_id}", self._delete)
         app.router.add_get("/api/sessions/{session_id}/attachments/{sha256}", self._attachment)
+        add_approvals_route(app, self, who=_token_name)
         app.router.add_post("/v1/chat/completions", self._completions)
         responses.add_routes(app.router, self)
         app.router.add_get("/v1/models", self._models)
@@ -251,7 +256,9 @@ class PeerAdapter:
         self._metrics = serving.metrics
         if serving.admin is not None:
             tokens = lambda: self._auth.current().config.tokens  # noqa: E731
-            self.admin = Admin(serving.admin, token_of=self._token_of, tokens=tokens)
+            self.admin = Admin(
+                serving.admin, token_of=self._token_of, tokens=tokens, claim=self.claim
+            )
 
     async def run(
         self,
@@ -310,6 +317,8 @@ class PeerAdapter:
                 self._counts.rate_limited += 1
                 log.info("peer API: token rate limited", extra={"token": token.name})
                 return _too_many(verdict, "this token's request rate is used up", "rate_limited")
+            if not self.claim(request, token):
+                return self._over_share(token)
             return await handler(request)
         # An unknown route, or a method a route does not take (a CORS preflight's OPTIONS),
         # is no attempt at a credential: answered (404, 405) and not counted.
@@ -338,17 +347,43 @@ class PeerAdapter:
         response.headers["WWW-Authenticate"] = 'Bearer realm="botmux"'
         return response
 
+    def claim(self, request: web.Request, token: PeerToken) -> bool:
+        """Count the request's connection as ``token``'s: False when the token holds its
+        share (``max_connections``, else half the listener's cap) already, so that one
+        token's waiting requests and streams never take every slot from the others."""
+        protocol = request.protocol
+        if not isinstance(protocol, GuardedHandler):  # an app served without the guard
+            return True
+        return protocol.claim(token.name, token.max_connections or max(1, self._guard.cap // 2))
+
+    def _over_share(self, token: PeerToken) -> web.Response:
+        self._counts.rate_limited += 1
+        self._guard.quiet.warning(
+            "peer API: a token holds its share of the connections; refused", token=token.name
+        )
+        response = _too_many(
+            limits.Verdict(False, 1.0),
+            "this token holds its share of the open connections",
+            "too_many_connections",
+        )
+        response.force_close()  # this connection is no slot of the token's
+        return response
+
     def _token_of(self, request: web.Request) -> PeerToken | None:
         token = request.get(_TOKEN)
         return token if isinstance(token, PeerToken) else None
 
     def _session(self, request: web.Request, session_id: str) -> str:
         """``session_id``, if the request's token may use it; else 404, as if it did not
-        exist (no existence oracle). Without tokens every session is reachable."""
+        exist (no existence oracle): a named session in the token's globs, an anonymous one
+        only if this token made it, whatever its globs. Without tokens every session is
+        reachable."""
         session_id = convert.check_session_id(session_id)
         token = request.get(_TOKEN)
-        if isinstance(token, PeerToken) and not any(
-            fnmatch.fnmatchcase(session_id, glob) for glob in token.sessions
+        if isinstance(token, PeerToken) and not (
+            convert.owns(self._anon_scope(request), session_id)
+            if convert.anonymous(session_id)
+            else any(fnmatch.fnmatchcase(session_id, glob) for glob in token.sessions)
         ):
             log.info("peer API: a session outside the token's scope", extra={"token": token.name})
             raise convert.BadRequest("no such session", status=404, code="not_found")
@@ -526,8 +561,8 @@ class PeerAdapter:
             header, parsed.user, idempotency_key=key, scope=self._anon_scope(request)
         )
         if header is not None or parsed.user is not None:
-            # An anonymous session is the token's own (a fresh id, or one derived from the
-            # token and the key); a named one must be in the token's scope.
+            # An anonymous session made here is the token's own (its id names the token); a
+            # named one must be in the token's scope, and an anon- one the token's.
             session_id = self._session(request, session_id)
         if not parsed.stream:
             outcome = await self._run_turn(
@@ -602,7 +637,12 @@ def _too_many(verdict: limits.Verdict, message: str, code: str) -> web.Response:
     return response
 
 
+def _token_name(request: web.Request) -> str:
+    """The name of the request's token ("" without tokens): who answered an approval."""
+    token = request.get(_TOKEN)
+    return token.name if isinstance(token, PeerToken) else ""
+
+
 def _who(request: web.Request) -> str:
     """Who a request is, for the log: its token's name (never the token), else loopback."""
-    token = request.get(_TOKEN)
-    return token.name if isinstance(token, PeerToken) else "loopback"
+    return _token_name(request) or "loopback"

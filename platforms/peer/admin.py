@@ -11,9 +11,12 @@ cannot send an ``Authorization`` header, so that route takes a *ticket* instead:
 ``POST /api/admin/events/ticket`` (behind the token), valid for :data:`TICKET_TTL_S`,
 signed with a key this process drew at start (HMAC-SHA256), naming the token by its name
 (a reload that removes the token, or limits it to some sessions, voids its tickets).
-The ticket is the only credential ever put in a URL; it expires in a minute, it is not the
-token, the server keeps no access log, and every log line names a request's path only,
-never its query.
+The ticket is the only credential ever put in a URL; it opens one stream (single use: a
+ticket read from a proxy's log or a browser's history opens nothing), it expires in a
+minute, it is not the token, the server keeps no access log, and every log line names a
+request's path only, never its query. An open stream is re-checked whenever it wakes (a
+change, a reload, every keepalive): once its token is gone or no longer an operator's, it
+ends.
 
 Every action (approve, reject, revoke) is reported as :class:`~gateway.events.AdminActed`,
 naming who did it: the token's name, or ``loopback`` without tokens.
@@ -26,6 +29,7 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import logging
 import math
 import re
 import secrets
@@ -49,6 +53,8 @@ from gateway.messages import (
 from gateway.timeline import Timeline
 from platforms.peer.convert import BadRequest, sse
 from platforms.peer.streaming import SSE_HEADERS
+
+log = logging.getLogger(__name__)
 
 #: How long an event-stream ticket is good for (the page mints a new one to reconnect).
 TICKET_TTL_S = 60.0
@@ -134,13 +140,16 @@ class AdminDeps:
 
 
 class Tickets:
-    """Short-lived signed tickets for the event stream: ``<expiry>.<name>.<mac>``, where name
-    is the token's name, base64url (empty: no tokens, loopback)."""
+    """Short-lived signed single-use tickets for the event stream:
+    ``<expiry>.<name>.<nonce>.<mac>``, where name is the token's name, base64url (empty: no
+    tokens, loopback), and the nonce makes every ticket another (two minted in one second
+    for one token are two tickets)."""
 
     def __init__(self, ttl_s: float = TICKET_TTL_S, wall: Callable[[], float] = time.time):
         self._key = secrets.token_bytes(32)
         self._ttl_s = ttl_s
         self._wall = wall
+        self._used: dict[str, float] = {}  # the MACs of redeemed tickets, until they expire
 
     def __repr__(self) -> str:
         return f"<Tickets ttl_s={self._ttl_s}>"
@@ -151,18 +160,32 @@ class Tickets:
 
     def mint(self, name: str) -> str:
         encoded = base64.urlsafe_b64encode(name.encode()).decode().rstrip("=")
-        body = f"{math.ceil(self._wall() + self._ttl_s)}.{encoded}"
+        nonce = secrets.token_urlsafe(12)
+        body = f"{math.ceil(self._wall() + self._ttl_s)}.{encoded}.{nonce}"
         return f"{body}.{self._mac(body)}"
 
     def check(self, ticket: str) -> str | None:
         """The token name a valid, unexpired ticket names ("" for loopback); else None."""
         body, _, mac = ticket.rpartition(".")
-        expiry, _, encoded = body.partition(".")
+        expiry, _, named = body.partition(".")
+        encoded = named.partition(".")[0]
         if not hmac.compare_digest(self._mac(body).encode(), mac.encode()):
             return None
         if not expiry.isdigit() or int(expiry) < self._wall():
             return None
         return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+
+    def redeem(self, ticket: str) -> str | None:
+        """:meth:`check`, once: a ticket already redeemed is refused until it expires (and
+        then as expired). What is remembered is bounded by the tickets minted a minute."""
+        name = self.check(ticket)
+        mac = ticket.rpartition(".")[2]
+        if name is None or mac in self._used:
+            return None
+        now = self._wall()
+        self._used = {m: at for m, at in self._used.items() if at >= now}
+        self._used[mac] = float(ticket.partition(".")[0])
+        return name
 
 
 def _page(name: str) -> bytes:
@@ -272,10 +295,12 @@ class Admin:
         *,
         token_of: Callable[[web.Request], PeerToken | None],
         tokens: Callable[[], Sequence[PeerToken]],
+        claim: Callable[[web.Request, PeerToken], bool] = lambda request, token: True,
     ) -> None:
         self._deps = deps
         self._token_of = token_of  # the token a request authenticated with (None: no tokens)
         self._tokens = tokens  # the current peer.tokens (a reload changes them)
+        self._claim = claim  # counts a stream's connection as its token's (the adapter's)
         self.tickets = Tickets(wall=deps.wall)
         self._pages = {name: _page(name) for name in PAGE_FILES}
         self.keepalive_s = EVENTS_KEEPALIVE_S
@@ -503,40 +528,52 @@ class Admin:
         ticket = self.tickets.mint(token.name if token is not None else "")
         return web.json_response({"ticket": ticket, "expires_in_s": TICKET_TTL_S})
 
-    def _ticket_valid(self, request: web.Request) -> bool:
-        """A valid, unexpired ticket naming an operator's token that is still configured
-        (or, without tokens, a loopback ticket)."""
-        name = self.tickets.check(request.query.get("ticket", ""))
+    def _operator_named(self, name: str) -> bool:
+        """Whether ``name`` (a ticket's) is an operator's token now (or, without tokens,
+        the loopback ticket's "")."""
         tokens = self._tokens()
-        if name is None or not tokens:
+        if not tokens:
             return name == ""
         return any(t.name == name and "*" in t.sessions for t in tokens)
 
     async def _events(self, request: web.Request) -> web.StreamResponse:
-        if not self._ticket_valid(request):
+        name = self.tickets.redeem(request.query.get("ticket", ""))
+        if name is None or not self._operator_named(name):
             raise BadRequest(
-                "a valid ticket is required (POST /api/admin/events/ticket)",
+                "a valid ticket is required (POST /api/admin/events/ticket; each opens one stream)",
                 status=401,
                 code="unauthorized",
                 param="ticket",
+            )
+        token = next((t for t in self._tokens() if t.name == name), None)
+        if token is not None and not self._claim(request, token):
+            raise BadRequest(
+                "this token holds its share of the open connections",
+                status=429,
+                code="too_many_connections",
             )
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)
         with anyio.CancelScope() as scope:
             self._streams.add(scope)
             try:
-                await self._stream(response, -1)
+                await self._stream(response, -1, name)
             finally:
                 self._streams.discard(scope)
         return response
 
-    async def _stream(self, response: web.StreamResponse, seen: int) -> None:
+    async def _stream(self, response: web.StreamResponse, seen: int, name: str) -> None:
+        """Overviews as things change, a keepalive in silence; ends once ``name`` is no
+        longer an operator's token (a reload wakes every stream: ``ConfigReloaded``)."""
         timeline = self._deps.timeline
         while True:
             changed = False
             with anyio.move_on_after(self.keepalive_s):
                 seen = await timeline.wait_changed(seen)
                 changed = True
+            if not self._operator_named(name):
+                log.info("console event stream ended: its token is gone", extra={"token": name})
+                return
             if not changed:
                 await response.write(b": keepalive\n\n")
                 continue

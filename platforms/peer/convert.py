@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from gateway.messages import ATTACHMENT_FAILURES, Failure, StoredMessage, Usage
+from platforms._text import text_problem
 
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
@@ -91,12 +92,9 @@ def parse_json(raw: bytes | bytearray | str) -> Any:
 
 
 def _clean_text(value: str, what: str) -> str:
-    if "\x00" in value:
-        raise BadRequest(f"{what} must not contain NUL characters")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise BadRequest(f"{what} is not valid Unicode (lone surrogate)") from exc
+    problem = text_problem(value)
+    if problem is not None:
+        raise BadRequest(f"{what} {problem}")
     if not value.strip():
         raise BadRequest(f"{what} must not be empty")
     return value
@@ -243,19 +241,45 @@ def _has_files(content: list[Any]) -> bool:
 def completion_session(
     header: str | None, user: str | None, *, idempotency_key: str | None, scope: bytes
 ) -> str:
-    """``X-Botmux-Session``, else the ``user`` field, else a conversation of its own: with
-    an Idempotency-Key one derived from it and ``scope`` (the token's digest), so a repeat
-    finds the first turn, and no other token can name it; else a fresh one."""
+    """``X-Botmux-Session``, else the ``user`` field, else a conversation of its own
+    (:func:`anonymous_session`)."""
     if header is not None:
         return check_session_id(header)
     if user is not None:
         if SESSION_ID.fullmatch(user):
             return user
         return "user-" + hashlib.sha256(user.encode("utf-8", "replace")).hexdigest()[:32]
-    if idempotency_key is not None:
-        key = check_idempotency_key(idempotency_key).encode()
-        return "anon-" + hashlib.sha256(b"botmux-anon\0" + scope + b"\0" + key).hexdigest()[:32]
-    return f"anon-{uuid.uuid4()}"
+    return anonymous_session(scope, idempotency_key, b"botmux-anon")
+
+
+def anonymous_owner(scope: bytes) -> str:
+    """The owner part of an anonymous session's id: derived from ``scope`` (the token's
+    digest; empty without tokens), so the key itself says which token the conversation
+    belongs to, on every node and after any restart, with nothing stored beside it."""
+    return hashlib.sha256(b"botmux-anon-owner\0" + scope).hexdigest()[:16]
+
+
+def anonymous_session(scope: bytes, idempotency_key: str | None, salt: bytes) -> str:
+    """A new conversation of the token of ``scope``: ``anon-<owner>-`` and, with an
+    Idempotency-Key, a hash of the key and ``scope`` (a repeat finds the first turn; no other
+    token can name it), else a fresh id. ``anon-``: the retention sweep's shorter keep for
+    anonymous conversations applies. ``salt`` keeps each API's conversations apart."""
+    owner = anonymous_owner(scope)
+    if idempotency_key is None:
+        return f"anon-{owner}-{uuid.uuid4()}"
+    key = check_idempotency_key(idempotency_key).encode()
+    return f"anon-{owner}-" + hashlib.sha256(salt + b"\0" + scope + b"\0" + key).hexdigest()[:32]
+
+
+def anonymous(session_id: str) -> bool:
+    """An anonymous session (one a request without a session name started)."""
+    return session_id.startswith("anon-")
+
+
+def owns(scope: bytes, session_id: str) -> bool:
+    """Whether the anonymous ``session_id`` belongs to the token of ``scope`` (an ``anon-`` id
+    without this token's owner part, those of earlier versions included, is no token's)."""
+    return session_id.startswith(f"anon-{anonymous_owner(scope)}-")
 
 
 def failure_json(failure: Failure | None) -> dict[str, Any] | None:

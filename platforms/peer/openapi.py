@@ -13,6 +13,7 @@ from typing import Any
 
 from platforms.peer import _responses_schema
 from platforms.peer._admin_openapi import ADMIN_SCHEMAS, TICKET_SCHEME, admin_paths
+from platforms.peer._approvals import CALL_ID
 from platforms.peer._schemas import IDEMPOTENCY_KEY, SCHEMAS, SESSION_ID
 from platforms.peer._schemas import ref as _ref
 from platforms.peer.convert import MODEL_NAME
@@ -121,8 +122,11 @@ def _paths() -> dict[str, Any]:
                 "description": "Concurrent requests to one session are answered in admission"
                 " order, one turn each. A failed turn is still 200: the reply says what went"
                 " wrong and failure names its class. Streamed (stream: true, or Accept:"
-                " text/event-stream): delta events as the model writes, then message; once a"
-                " delta was sent, a failure ends the turn (its class in message's failure).",
+                " text/event-stream): delta events as the model writes, tool events as its"
+                " tool calls run, approval events when one waits for a yes, then message; once"
+                " a delta was sent, a failure ends the turn (its class in message's failure)."
+                " Only a streamed chat can be asked for a yes: a plain one is offered no tool"
+                " that needs one.",
                 "parameters": [
                     _ref("parameters", "SessionId"),
                     _ref("parameters", "IdempotencyKey"),
@@ -140,6 +144,38 @@ def _paths() -> dict[str, Any]:
                         },
                     },
                     **_errors("400", "413", "415", "422", "503", *_COMMON),
+                },
+            }
+        },
+        "/api/sessions/{session_id}/approvals/{call_id}": {
+            "post": {
+                "operationId": "approve",
+                "summary": "Answer a tool call that waits for a yes (SPEC 15).",
+                "description": "The call is named by the model's id, as the chat stream's"
+                " approval event (or the transcript's awaiting tool row) gives it; the newest"
+                " call of the session with that id that still waits is decided. The wait is"
+                " stored: the answer works without a stream, on any node, after a restart.",
+                "parameters": [
+                    _ref("parameters", "SessionId"),
+                    {
+                        "name": "call_id",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "pattern": CALL_ID},
+                        "example": "call_1",
+                    },
+                ],
+                "requestBody": {
+                    "required": True,
+                    "content": {"application/json": {"schema": _ref("schemas", "ApprovalAnswer")}},
+                },
+                "responses": {
+                    "200": _json(_ref("schemas", "ApprovalResult"), "The answer was stored."),
+                    "409": _json(
+                        _ref("schemas", "Error"),
+                        "The call was answered already (or its approval timed out).",
+                    ),
+                    **_errors("400", "413", "415", "503", *_COMMON),
                 },
             }
         },

@@ -4,13 +4,14 @@
 ``/v1/chat/completions`` does (same Idempotency-Key rules, same wait, same streaming relay):
 ``previous_response_id`` continues that response's conversation, ``conversation`` names a
 session (in the token's ``sessions`` globs, else 404), neither starts a new one of the token's
-own. ``instructions`` (and system/developer input items) reach the model as an extra system
-message of that turn only: they are not stored, so the conversation's history does not carry
-them (and a turn resumed after a restart runs without them). A response's id names its user
-row (``_responses_json.response_id``), so ``GET`` reads it back from the rows on any node,
-after any restart; ``DELETE`` removes the turn's rows (user row, reply, outbox, preview) and
-keeps the conversation's other turns. A failed turn answers as the chat completions route
-does (its status and class); a turn stopped by ``/stop`` is a ``cancelled`` response.
+own (``anon-<owner>-...``: no other token reaches it, SPEC 14). ``instructions`` (and
+system/developer input items) reach the model as an extra system message of that turn only:
+they are not stored, so the conversation's history does not carry them (and a turn resumed
+after a restart runs without them). A response's id names its user row
+(``_responses_json.response_id``), so ``GET`` reads it back from the rows on any node, after
+any restart; ``DELETE`` removes the turn's rows (user row, reply, outbox, preview) and keeps
+the conversation's other turns. A failed turn answers as the chat completions route does (its
+status and class); a turn stopped by ``/stop`` is a ``cancelled`` response.
 """
 
 from __future__ import annotations
@@ -85,7 +86,11 @@ class ResponsesRoutes:
         self, request: web.Request, resp_id: str, param: str | None = None
     ) -> StoredMessage:
         """The user row of a response the request's token may read, else 404 (malformed,
-        unknown, deleted, another token's, or a session outside its globs: all alike)."""
+        unknown, deleted, another token's, or a session outside its globs: all alike).
+
+        The id's MAC only says the id was minted for this token, and any token can mint one
+        for any row: the row's conversation decides (``_session``: an anonymous one only
+        for the token that made it, a named one by the token's globs)."""
         row_id = rj.decode_id(resp_id, self._host._anon_scope(request))
         row = await self._host._transcripts.message(row_id) if row_id is not None else None
         if (
@@ -95,12 +100,10 @@ class ResponsesRoutes:
             or not row.conversation.startswith("peer:")
         ):
             raise _not_found(resp_id, param)
-        session_id = row.conversation.removeprefix("peer:")
-        if not session_id.startswith("anon-"):  # a named session: still in the token's globs
-            try:
-                self._host._session(request, session_id)
-            except convert.BadRequest:
-                raise _not_found(resp_id, param) from None
+        try:
+            self._host._session(request, row.conversation.removeprefix("peer:"))
+        except convert.BadRequest:
+            raise _not_found(resp_id, param) from None
         return row
 
     async def create(self, request: web.Request) -> web.StreamResponse:
@@ -119,7 +122,7 @@ class ResponsesRoutes:
                 exc.param = "conversation"
                 raise
         else:
-            session_id = rj.anonymous_session(scope, key)
+            session_id = convert.anonymous_session(scope, key, b"botmux-responses")
         started = rj.now()
 
         def view(outcome: TurnOutcome, status: str) -> rj.ResponseView:

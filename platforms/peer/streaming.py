@@ -10,6 +10,12 @@ its own pump: the turn runs on in its session actor and its answer is stored.
 
 A peer client cannot be shown a correction, so once a piece reached one the stream is
 ``binding``: a failure of that attempt ends the turn as failed (the agent gives up at once).
+
+Beside the text, a request that shows tools (the session chat stream, A2A's streams) is handed
+the turn's notes (SPEC 15): each tool call's change of state (:class:`ToolActivity`) and each
+approval asked (:class:`ApprovalRequest`: the turn's :class:`Watched` is its asker while such a
+request watches). A note keeps its place among the pieces (the number of pieces before it) and
+is encoded by the request's own ``encode_note``; the text path pays one list check per write.
 """
 
 from __future__ import annotations
@@ -18,14 +24,14 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, assert_never
+from typing import Any, TypeVar, assert_never
 
 import anyio
 from aiohttp import web
 
 from gateway.errors import ConversationClosed, StoreError
 from gateway.messages import AttemptFailed, ReplyDelta, StreamEvent, ToolActivity, TurnOutcome
-from gateway.ports import Watch
+from gateway.ports import ApprovalRequest, Watch
 from platforms.peer import convert
 
 log = logging.getLogger(__name__)
@@ -47,25 +53,37 @@ class SseResponse(web.StreamResponse):
 
 #: Runs the turn of a request, streaming into the LiveReply it is given.
 Run = Callable[["LiveReply"], Awaitable[TurnOutcome]]
+#: What a stream that shows tools is told beside the text (SPEC 15).
+Note = ToolActivity | ApprovalRequest
+#: A request's encoding of its pieces, and of its notes (None: it shows none).
+Encode = Callable[[list[str]], bytes]
+EncodeNote = Callable[[Note], bytes]
+T = TypeVar("T")
 
 
 class LiveReply:
     """One streaming request's view of its turn's answer: the pieces handed to it so far and
-    how many it has written; ``closed`` once the turn's outcome is there."""
+    how many it has written; ``closed`` once the turn's outcome is there. ``shows_tools``:
+    the request is handed the turn's notes too (tool progress, approvals)."""
 
     __slots__ = (
         "_loop",
         "_waiter",
         "closed",
         "gone",
+        "notes",
         "pieces",
         "row",
+        "shows_tools",
         "silent",
         "written",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, *, shows_tools: bool = False) -> None:
         self.pieces: list[str] = []
+        self.shows_tools = shows_tools
+        # Notes not written yet, each after the pieces before it: (len(pieces) then, note).
+        self.notes: list[tuple[int, Note]] = []
         self.written = 0
         self.row: int | None = None  # the user row, once admitted
         self.closed = False
@@ -84,6 +102,10 @@ class LiveReply:
         self.pieces.append(text)
         self.wake()
 
+    def note(self, note: Note) -> None:
+        self.notes.append((len(self.pieces), note))
+        self.wake()
+
     def close(self) -> None:
         self.closed = True
         self.wake()
@@ -93,6 +115,22 @@ class LiveReply:
         new = self.pieces[self.written :]
         self.written = len(self.pieces)
         return new
+
+    def take_noted(self, encode: Encode, encode_note: EncodeNote) -> bytes:
+        """The pieces and notes not written yet, encoded in their order (all written from
+        now on)."""
+        out: list[bytes] = []
+        start = self.written
+        for at, note in self.notes:
+            if at > start:
+                out.append(encode(self.pieces[start:at]))
+                start = at
+            out.append(encode_note(note))
+        self.notes.clear()
+        if len(self.pieces) > start:
+            out.append(encode(self.pieces[start:]))
+        self.written = len(self.pieces)
+        return b"".join(out)
 
     async def changed(self) -> None:
         """Until the next piece or the close (a piece is never missed: the pump calls this
@@ -112,7 +150,8 @@ class LiveReply:
 
 class Watched:
     """Every request waiting for one turn: what they asked of the model, and the turn's
-    reply stream, fanned out to those that stream."""
+    reply stream, fanned out to those that stream; while one of them shows tools, the turn's
+    asker too (an approval is a note to those)."""
 
     __slots__ = ("_binding", "instructions", "replies", "requests", "response_format")
 
@@ -144,7 +183,7 @@ class Watched:
             case AttemptFailed():
                 pass  # nothing reached a client yet (else the turn ends failed): nothing to undo
             case ToolActivity():
-                pass  # the chat stream's ``event: tool`` (platforms.peer's approvals and tools)
+                self._note(event)
             case _:
                 assert_never(event)
 
@@ -152,13 +191,31 @@ class Watched:
     def binding(self) -> bool:
         return self._binding
 
+    @property
+    def asking(self) -> bool:
+        """Whether a request here can be asked for an approval now (it shows tools)."""
+        return any(reply.shows_tools for reply in self.replies)
+
+    async def ask(self, request: ApprovalRequest) -> None:
+        """The turn's :class:`~gateway.ports.Asker`: the request goes to every request here
+        that shows tools; the answer comes back through the approvals route (or, on A2A, the
+        task's next message). Nobody watching any more: the wait is stored, and answered the
+        same way."""
+        self._note(request)
+
+    def _note(self, note: Note) -> None:
+        for reply in self.replies:
+            if reply.shows_tools:
+                reply.note(note)
+
 
 async def pump(
     request: web.Request,
     response: web.StreamResponse,
     reply: LiveReply,
-    encode: Callable[[list[str]], bytes],
+    encode: Encode,
     keepalive_s: float,
+    encode_note: EncodeNote | None = None,
 ) -> None:
     """Write ``reply``'s pieces to the client as they come, until it is closed and all are
     written. The headers go out with the first piece, or after ``keepalive_s`` of silence
@@ -172,7 +229,7 @@ async def pump(
     keep-alive 0.3 M instructions, a thirteenth of a turn streamed in one piece."""
     keepalive = _Keepalive(reply, keepalive_s)
     try:
-        await _write(request, response, reply, encode)
+        await _write(request, response, reply, encode, encode_note)
     finally:
         keepalive.cancel()
 
@@ -181,10 +238,19 @@ async def _write(
     request: web.Request,
     response: web.StreamResponse,
     reply: LiveReply,
-    encode: Callable[[list[str]], bytes],
+    encode: Encode,
+    encode_note: EncodeNote | None,
 ) -> None:
     try:
         while True:
+            if reply.notes:  # only a reply that shows tools gets any
+                assert encode_note is not None, "a reply that shows tools encodes its notes"
+                data = reply.take_noted(encode, encode_note)
+                if data:
+                    if not response.prepared:
+                        await response.prepare(request)
+                    await response.write(data)
+                continue
             pieces = reply.take()
             if pieces:
                 if not response.prepared:
@@ -244,17 +310,18 @@ async def relay(
     request: web.Request,
     response: web.StreamResponse,
     reply: LiveReply,
-    encode: Callable[[list[str]], bytes],
-    turn: Awaitable[TurnOutcome],
+    encode: Encode,
+    turn: Awaitable[T],
     keepalive_s: float,
-) -> tuple[TurnOutcome | None, Exception | None]:
-    """Run the turn while its pieces are written to the client; every piece is written
-    when this returns (unless the client left). A hang-up cancels the handler and so this,
-    never the turn, which runs in its session actor."""
-    outcome: TurnOutcome | None = None
+    encode_note: EncodeNote | None = None,
+) -> tuple[T | None, Exception | None]:
+    """Run the turn while its pieces (and notes) are written to the client; every one is
+    written when this returns (unless the client left). A hang-up cancels the handler and so
+    this, never the turn, which runs in its session actor."""
+    outcome: T | None = None
     error: Exception | None = None
     async with anyio.create_task_group() as tg:
-        tg.start_soon(pump, request, response, reply, encode, keepalive_s)
+        tg.start_soon(pump, request, response, reply, encode, keepalive_s, encode_note)
         try:
             outcome = await turn
         except Exception as exc:  # answered or sent by the caller, once the pump ended
@@ -267,16 +334,18 @@ async def relay(
 async def chat_stream(
     request: web.Request, session_id: str, run: Run, keepalive_s: float
 ) -> web.StreamResponse:
-    """The session chat route streamed: ``delta`` events as the model writes, then
-    ``message`` (the JSON of the plain reply), then the end; an error before any event is
-    the plain JSON error."""
+    """The session chat route streamed: ``delta`` events as the model writes, ``tool`` and
+    ``approval`` events as its tool calls change state and wait for a yes (SPEC 15), then
+    ``message`` (the JSON of the plain reply), then the end; an error before any event is the
+    plain JSON error."""
     response = SseResponse(headers=SSE_HEADERS)
 
     def encode(pieces: list[str]) -> bytes:  # convert.sse({"content": piece}, "delta") each
         return b"".join(_DELTA_HEAD + _json(piece) + _DELTA_TAIL for piece in pieces)
 
-    reply = LiveReply()
-    outcome, error = await relay(request, response, reply, encode, run(reply), keepalive_s)
+    reply = LiveReply(shows_tools=True)
+    turn = run(reply)
+    outcome, error = await relay(request, response, reply, encode, turn, keepalive_s, chat_note)
     if error is not None:
         if not response.prepared:
             raise error
@@ -330,6 +399,30 @@ async def completion_stream(
         tail += convert.sse(convert.completion_chunk(row, model, None, usage=outcome.usage))
     await finish(response, tail + DONE)
     return response
+
+
+def chat_note(note: Note) -> bytes:
+    """A note as the chat stream's event: ``tool`` (a call's new state; ``error`` when a
+    finished call's result is an error) or ``approval`` (a call waits for a yes: answer it at
+    ``POST /api/sessions/{id}/approvals/{call_id}``)."""
+    match note:
+        case ToolActivity(call_id=call_id, tool=tool, state=state, error=error):
+            data: dict[str, Any] = {"call_id": call_id, "tool": tool, "state": state}
+            if error and state == "finished":  # a denial is no tool's error
+                data["error"] = True
+            return convert.sse(data, "tool")
+        case ApprovalRequest():
+            return convert.sse(
+                {
+                    "call_id": note.call_id,
+                    "tool": note.tool,
+                    "arguments": note.arguments,
+                    "timeout_s": note.timeout_s,
+                },
+                "approval",
+            )
+        case _:
+            assert_never(note)
 
 
 #: A piece's event is encoded once per stream around a mark, then only the piece per delta:

@@ -30,6 +30,8 @@ class Counts:
     notices: int = 0
     plain_fallbacks: int = 0
     unreadable: int = 0
+    asked: int = 0
+    clicks: int = 0
 
     def snapshot(
         self,
@@ -66,6 +68,8 @@ class TelegramStatistics:
     notices: int  # texts sent that are no reply (a command's answer, a pairing code)
     plain_fallbacks: int  # chunks sent again as plain text: Telegram refused the formatting
     unreadable: int  # updates PTB cannot parse, acknowledged
+    asked: int  # approval requests shown (SPEC 15)
+    clicks: int  # clicks on approval buttons, decided or refused
     polling: bool  # this node runs getUpdates now, in a cluster
     poller: PollerKeeperStatistics | None  # None: a single node (no poller lease)
     courier: CourierStatistics

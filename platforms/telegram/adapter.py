@@ -12,6 +12,10 @@ nothing); every node sends its own conversations' replies; webhooks need no leas
 Replies go through the shared outbox courier (ordered, retried only when that cannot
 duplicate), rendered to HTML by :mod:`platforms.telegram.render`. Command answers, pairing
 codes and "text only" notices are not turns: a small notice actor sends them directly.
+
+Approvals (SPEC 15, ``_approvals``): a turn's tool call that waits for a yes is asked in the
+chat with inline buttons; a click is a ``callback_query`` update, decided in the intake's
+order like a message is admitted, and answered through the notice actor.
 """
 
 from __future__ import annotations
@@ -55,12 +59,14 @@ from platforms._access import check_access
 from platforms._attachments import MAX_DOWNLOADS
 from platforms._courier import Courier, SentByCourier
 from platforms._live import LiveSection
-from platforms._notices import NoticeBox, send_notice
+from platforms._notices import NoticeBox
 from platforms._preview import Previews
 from platforms._refusals import RefusalNotices
 from platforms._typing import keep_typing
 from platforms.telegram import _files, _sends, _stream, _transport, convert, errors, render
 from platforms.telegram._admission import AdmissionDeferred, Pending, UpdateQueue, Verdict
+from platforms.telegram._approvals import ChatApprovals, ClickAnswer, send_answer
+from platforms.telegram._notice import Notice, SendNotice, chat_of, send_text
 from platforms.telegram._poller import PollerKeeper
 from platforms.telegram._statistics import Counts, TelegramStatistics
 from platforms.telegram._webhook import WebhookServer
@@ -68,7 +74,7 @@ from platforms.telegram.convert import PLATFORM, Target
 
 log = logging.getLogger(__name__)
 
-ALLOWED_UPDATES = ("message",)
+ALLOWED_UPDATES = ("message", "callback_query")  # callback queries: approval clicks
 STOP_DEADLINE_S = 15.0  # shutting PTB down (final offset confirmation, closing clients)
 
 
@@ -78,15 +84,6 @@ class UpdateReceived:
 
     update: Update
     pending: Pending
-
-
-@dataclass(frozen=True, slots=True)
-class SendNotice:
-    """Send a short text that is not a turn's reply (a command's answer, a pairing code)."""
-
-    target: Target
-    text: str
-    reply_to: int | None = None
 
 
 class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
@@ -113,10 +110,14 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         self._observe = observe
         self._courier = Courier(PLATFORM, self._send_chunk, ledger, observe=observe)
         self._updates_tx, self._updates_rx = anyio.create_memory_object_stream[UpdateReceived](64)
-        self._notices = NoticeBox(self._send_notice, on_full=self._notice_dropped, size=256)
+        self._notices = NoticeBox[Notice](self._send_notice, on_full=self._notice_dropped, size=256)
         self._queue = UpdateQueue(self._submit)
         self._refusals = RefusalNotices()
         self._previews = Previews(_stream.budget())
+        self._counts = Counts()
+        self._approvals = ChatApprovals(
+            self._running_bot, self._previews, self._counts, self._notify
+        )
         self._requests: list[_transport.BotApiRequest] = []  # the Bot API transports, once built
         self._bot: ExtBot[None] | None = None
         self._me = convert.BotIdentity(0, "")
@@ -124,7 +125,6 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         self._reachable = True  # until a poll (or, not polling in a cluster, a call) says otherwise
         self._keeper: PollerKeeper | None = None  # several nodes, polling mode
         self.webhook_port: int | None = None
-        self._counts = Counts()
 
     def __repr__(self) -> str:
         polling = " polling" if self._polling() else ""
@@ -169,7 +169,7 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
         await self._notices.wait_idle()
 
     def asker(self, row: StoredMessage) -> Asker | None:
-        return None  # approvals are not offered on this platform yet (SPEC 15)
+        return self._approvals.asker(row)  # buttons in the turn's chat (``_approvals``)
 
     def watching(self, row: StoredMessage) -> Watch | None:
         """A preview of the answer while the model writes it (``_stream``), where shown."""
@@ -200,14 +200,18 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
             )
 
         preview = self._previews.current(conversation)
-        async with keep_typing(
-            typing,
-            every=self._config.typing_interval_s,
-            deadline=self._config.typing_deadline_s,
-            conversation=conversation,
-            until=None if preview is None else preview.shown,
-        ):
-            yield
+        try:
+            async with keep_typing(
+                typing,
+                every=self._config.typing_interval_s,
+                deadline=self._config.typing_deadline_s,
+                conversation=conversation,
+                until=None if preview is None else preview.shown,
+                quiet=partial(self._approvals.waits.waiting, conversation),
+            ):
+                yield
+        finally:
+            self._approvals.waits.ended(conversation)
 
     async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
         """An attachment's bytes: getFile, then its URL streamed within ``limit`` (``_files``)."""
@@ -510,6 +514,9 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
             return Verdict.ACK
 
     async def _admit(self, update: Update) -> Verdict:
+        if update.callback_query is not None:  # a click on an approval's button
+            await self._approvals.clicked(self._intake, update.callback_query)
+            return Verdict.ACK
         incoming = convert.read(update, self._me, self._group_mode(), self._attachment_limit())
         if incoming is None:
             self._counts.ignored += 1
@@ -564,34 +571,27 @@ class TelegramAdapter(LiveSection[TelegramConfig], SentByCourier):
 
     # -- notices: short answers that are not turns ----------------------------------------
 
-    def _notify(self, notice: SendNotice) -> None:
+    def _notify(self, notice: Notice) -> None:
         self._notices.send_nowait(notice)
 
-    def _notice_dropped(self, notice: SendNotice) -> None:
+    def _notice_dropped(self, notice: Notice) -> None:
         """The notice mailbox was full: visible, never silent (logged and counted)."""
-        self._observe(TelegramNoticeDropped(chat=notice.target.chat_id))
+        self._observe(TelegramNoticeDropped(chat=chat_of(notice)))
 
-    async def _send_notice(self, notice: SendNotice) -> Message | None:
+    async def _send_notice(self, notice: Notice) -> Message | None:
         bot = self._running_bot()
-        target = notice.target
-        reply = None
-        if notice.reply_to is not None:
-            reply = ReplyParameters(notice.reply_to, allow_sending_without_reply=True)
-
-        async def send() -> Message:
-            return await bot.send_message(
-                target.chat_id,
-                notice.text,
-                message_thread_id=target.thread_id,
-                reply_parameters=reply,
-            )
-
-        sent = await send_notice(send, errors=(TelegramError,), translate=errors.translate)
-        if isinstance(sent, Failure):
-            failure = sent
-            self._observe(TelegramNoticeFailed(target.chat_id, failure.reason, failure.reason))
-            return None
-        self._counts.notices += 1
-        return sent
-
-    # -- webhook mode --------------------------------------------------------------------
+        match notice:
+            case ClickAnswer():
+                failed = await send_answer(bot, notice)
+                if failed is not None:
+                    log.warning("approval click not answered", extra={"error": failed})
+                return None
+            case SendNotice(target=target):
+                sent = await send_text(bot, notice)
+                if isinstance(sent, Failure):
+                    self._observe(TelegramNoticeFailed(target.chat_id, sent.reason, sent.reason))
+                    return None
+                self._counts.notices += 1
+                return sent
+            case _:
+                assert_never(notice)

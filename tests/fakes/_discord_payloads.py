@@ -506,6 +506,7 @@ class World:
             url = f"{base_url}/attachments/{channel.id}/{attachment_id}/{file['filename']}"
             attachments.append(file | {"id": str(attachment_id), "url": url, "proxy_url": url})
         extra = {"embeds": body.get("embeds") or [], "attachments": attachments}
+        extra["components"] = body.get("components") or []  # checked by _discord_components
         if nonce is not None:
             extra["nonce"] = nonce
         message = self.store(channel, self.bot, content, reference_id=reference_id, extra=extra)
@@ -519,6 +520,8 @@ class World:
         if message["author"]["id"] != str(self.bot.id):
             raise RestError(403, 50005, "Cannot edit a message authored by another user")
         changes = {k: body[k] for k in ("content", "embeds", "flags") if k in body}
+        if "components" in body:  # checked by _discord_components; null removes them
+            changes["components"] = body["components"] or []
         edited = message | changes | {"edited_timestamp": datetime.now(tz=UTC).isoformat()}
         self.messages[int(message_id)] = edited  # a new dict: dispatched frames keep the old
         return edited

@@ -32,6 +32,12 @@ Pointing discord.py 2.7 at it (read from discord/http.py, gateway.py, client.py)
   (POST /interactions/{id}/{token}/callback, no Authorization header, as on Discord) is
   recorded in `interaction_responses` and, unless ephemeral, stored and echoed as a
   channel message.
+* Buttons (`_discord_components`): `components` on a created or edited message are checked
+  as Discord does and kept on it (`custom_ids(channel_id, message_id)`); `inject_click`
+  dispatches INTERACTION_CREATE type 3 (MESSAGE_COMPONENT) with the clicked message as it
+  is now, only for a button it shows. Its callback: type 4 a message (flags 64: ephemeral,
+  never in the channel), 6 an acknowledgement, 7 the clicked message updated in place
+  (MESSAGE_UPDATE); each recorded in `interaction_responses`, once per interaction.
 
 `point_discord_py_at` below calls the adapter's own `point_at` (call it after
 `discord.Client(...)`, before `await client.start(token)`).
@@ -128,6 +134,7 @@ import aiohttp
 import anyio
 from aiohttp import web
 
+from tests.fakes import _discord_components as c
 from tests.fakes import _discord_payloads as p
 from tests.fakes._discord_cdn import ROUTE as CDN_ROUTE
 from tests.fakes._discord_cdn import FakeCdn
@@ -516,39 +523,47 @@ class FakeDiscord:
         """
         channel = self.world.channel(channel_id)
         user = self.world.add_user(user_id)
-        interaction_id = self.world.ids.next()
-        data: JSON = {
-            "id": str(interaction_id),
-            "application_id": str(self.world.app_id),
-            "type": 2,
-            "data": {"id": str(command_id or self.world.ids.next()), "name": name, "type": 1},
-            "channel_id": str(channel.id),
-            "channel": self.world.channel_json(channel),
-            "token": f"interaction-token-{interaction_id}",
-            "version": 1,
-            "app_permissions": p.EVERYONE_PERMISSIONS,
-            "locale": "en-US",
-            "attachment_size_limit": 8 * 1024 * 1024,
-            "entitlements": [],
-            "authorizing_integration_owners": {},
-        }
-        if channel.guild_id is not None:
-            self.world.add_member(channel.guild_id, user_id)
-            member = p.member_payload(user, joined_at=p.timestamp_of(channel.guild_id))
-            data |= {
-                "guild_id": str(channel.guild_id),
-                "member": member | {"permissions": p.EVERYONE_PERMISSIONS},
-                "context": 0,
-            }
-        else:
-            data |= {"user": p.user_payload(user), "context": 1}
-        self._interactions[interaction_id] = {
+        command = {"id": str(command_id or self.world.ids.next()), "name": name, "type": 1}
+        data = c.interaction(self.world, channel, user, c.APPLICATION_COMMAND, command)
+        self._interactions[int(data["id"])] = {
             "token": data["token"],
             "channel_id": channel.id,
-            "type": 2,
+            "type": c.APPLICATION_COMMAND,
         }
         await self._dispatch("INTERACTION_CREATE", data)
         return data
+
+    async def inject_click(
+        self, channel_id: int, message_id: int, custom_id: str, *, user_id: int
+    ) -> JSON:
+        """Dispatch INTERACTION_CREATE: `user_id` clicked the button `custom_id` on the bot's
+        message (LookupError: the message shows no such button now, or is gone)."""
+        channel = self.world.channel(channel_id)
+        message = self.world.messages.get(message_id)
+        if message is None or message["channel_id"] != str(channel_id):
+            raise LookupError(f"no message {message_id} in channel {channel_id}")
+        if custom_id not in c.custom_ids(message):
+            raise LookupError(f"message {message_id} shows no button {custom_id!r}")
+        user = self.world.add_user(user_id)
+        clicked = {"custom_id": custom_id, "component_type": c.BUTTON}
+        data = c.interaction(
+            self.world, channel, user, c.MESSAGE_COMPONENT, clicked, message=message
+        )
+        self._interactions[int(data["id"])] = {
+            "token": data["token"],
+            "channel_id": channel.id,
+            "type": c.MESSAGE_COMPONENT,
+            "message_id": message_id,
+        }
+        await self._dispatch("INTERACTION_CREATE", data)
+        return data
+
+    def custom_ids(self, channel_id: int, message_id: int) -> list[str]:
+        """The `custom_id`s of the buttons the message shows now (none, or gone: [])."""
+        message = self.world.messages.get(message_id)
+        if message is None or message["channel_id"] != str(channel_id):
+            return []
+        return c.custom_ids(message)
 
     async def redispatch(self, message_id: int) -> None:
         """Send MESSAGE_CREATE for a stored message again, as Discord sometimes does."""
@@ -921,6 +936,7 @@ class FakeDiscord:
         channel = self.world.channel(request.match_info["channel_id"])
         base_url = f"http://127.0.0.1:{self.port}"
         body = request[_BODY] or {}
+        c.checked_components(body)
         message, created = self.world.create_message(channel, body, request[_FILES], base_url)
         if created and self.echo_own_messages:
             await self._dispatch_create(message)
@@ -932,6 +948,7 @@ class FakeDiscord:
 
     async def _edit_message(self, request: web.Request) -> web.Response:
         info = request.match_info
+        c.checked_components(request[_BODY] or {})
         edited = self.world.edit_message(
             info["channel_id"], info["message_id"], request[_BODY] or {}
         )
@@ -952,18 +969,34 @@ class FakeDiscord:
         return web.Response(status=204)
 
     async def _callback(self, request: web.Request) -> web.Response:
-        """POST /interactions/{id}/{token}/callback: the bot answers a slash command."""
+        """POST /interactions/{id}/{token}/callback: the bot answers an interaction (a slash
+        command or a click): with a message (4), an acknowledgement (6) or, for a click, an
+        update of the clicked message (7)."""
         info = request.match_info
         pending = self._interactions.get(int(info["interaction_id"]))
         if pending is None or pending["token"] != info["interaction_token"]:
             raise p.RestError(404, 10062, "Unknown interaction")
         if pending.get("answered"):
             raise p.RestError(400, 40060, "Interaction has already been acknowledged.")
-        pending["answered"] = True
         body = request[_BODY] or {}
         data = body.get("data") or {}
+        kind = body.get("type", c.MESSAGE)
+        if kind in (c.DEFERRED_UPDATE, c.UPDATE_MESSAGE):
+            if pending["type"] != c.MESSAGE_COMPONENT:
+                raise p.RestError(400, 50035, "Invalid Form Body: not a component interaction")
+            pending["answered"] = True
+            self.interaction_responses.append(
+                {"interaction_id": info["interaction_id"], "type": kind, "data": data}
+            )
+            resource: JSON = {"type": kind}
+            if kind == c.UPDATE_MESSAGE:
+                resource["message"] = edited = c.update_message(self.world, pending, body)
+                await self._dispatch("MESSAGE_UPDATE", edited)
+            answered = {"id": info["interaction_id"], "type": pending["type"]}
+            return p.json_response(200, {"interaction": answered, "resource": resource})
+        pending["answered"] = True
         channel = self.world.channel(pending["channel_id"])
-        ephemeral = bool(int(data.get("flags") or 0) & 64)
+        ephemeral = c.is_ephemeral(body)
         message = self.world.store(
             channel,
             self.bot,
@@ -982,7 +1015,7 @@ class FakeDiscord:
             "response_message_loading": False,
             "response_message_ephemeral": ephemeral,
         }
-        resource = {"type": body.get("type", 4), "message": message}
+        resource = {"type": kind, "message": message}
         return p.json_response(200, {"interaction": interaction, "resource": resource})
 
     async def _get_commands(self, request: web.Request) -> web.Response:

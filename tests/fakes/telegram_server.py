@@ -51,6 +51,19 @@ under ``filterwarnings=error``) while building ``RetryAfter`` for a 429.
   ``deleteMessage`` removes a message: ``bot_messages`` then leaves it out,
   ``deleted_messages()`` lists it, and ``visible_messages(chat_id)`` gives the texts of the
   bot's messages as the chat shows them.
+- Inline keyboards and callback queries (``_telegram_keyboards``): ``reply_markup`` on
+  sendMessage, editMessageText and editMessageReplyMarkup is checked as the Bot API defines
+  it (rows of buttons, each with a text and one action; ``callback_data`` 1-64 bytes) and
+  kept on the message (``keyboard(chat_id, message_id)``); an edit without it removes the
+  keyboard, as on Telegram. ``inject_callback_query(chat_id, message_id, data, user_id=)``
+  is a user's click on a button the message shows now: a ``callback_query`` update with
+  ``id``, ``from``, ``message`` (as it is now), ``chat_instance`` and ``data``.
+  ``answerCallbackQuery`` (once per query, text up to 200 characters) is recorded:
+  ``callback_answers()``.
+- ``allowed_updates``: the last one a getUpdates or setWebhook gave is kept
+  (``allowed_updates``), and an ``inject_message`` or ``inject_callback_query`` of a type it
+  leaves out makes no update (Telegram does not create it; ``unwanted`` lists them).
+  ``inject_update(raw)`` queues whatever it is given (hostile input).
 - Rate limits, off unless given (``open_fake_telegram(limits=TELEGRAM_LIMITS)`` or
   ``fake.limits = TelegramLimits(...)``): sliding windows per chat, per group (a negative chat
   id) and overall over ``TelegramLimits.methods``, plus ``draft_per_chat`` for drafts
@@ -62,10 +75,10 @@ under ``filterwarnings=error``) while building ``RetryAfter`` for a 429.
 
 Served: getMe, getUpdates, sendMessage, sendMessageDraft, editMessageText, deleteMessage,
 sendChatAction, set/get/deleteMyCommands, setWebhook, deleteWebhook, getWebhookInfo, getFile,
-logOut, close; add more with ``register(name, handler)``. Names are case-insensitive, as in the Bot
-API; a wrong token is 401, an unknown method 404. HTML is parsed into entities with Telegram's
-error texts; MarkdownV2 is only checked for unescaped reserved characters; ``allowed_updates``
-is ignored.
+editMessageReplyMarkup, answerCallbackQuery, logOut, close; add more with
+``register(name, handler)``. Names are case-insensitive, as in the Bot API; a wrong token is
+401, an unknown method 404. HTML is parsed into entities with Telegram's error texts;
+MarkdownV2 is only checked for unescaped reserved characters.
 """
 
 from __future__ import annotations
@@ -89,6 +102,8 @@ from tests.fakes._file_server import client_port
 from tests.fakes._rate_limits import Limit, Windows
 from tests.fakes._telegram_files import Download as Download
 from tests.fakes._telegram_files import FakeFiles
+from tests.fakes._telegram_keyboards import CallbackAnswer as CallbackAnswer
+from tests.fakes._telegram_keyboards import CallbackQueries, callback_data, inline_keyboard, wanted
 from tests.fakes._telegram_text import MAX_TEXT_UTF16 as MAX_TEXT_UTF16
 from tests.fakes._telegram_text import ApiError as ApiError
 from tests.fakes._telegram_text import checked_text
@@ -122,6 +137,10 @@ _CHAT_ACTIONS = frozenset(
      "upload_document", "choose_sticker", "find_location", "record_video_note",
      "upload_video_note"]
 )  # fmt: skip
+NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup are"
+    " exactly the same as a current content and reply markup of the message"
+)
 _COMMAND_RE = re.compile(r"^[a-z0-9_]{1,32}$")
 _SECRET_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 _BOT_COMMAND_RE = re.compile(r"^/[A-Za-z0-9_]+(?:@\w+)?")
@@ -279,6 +298,9 @@ class FakeTelegram:
         self._actions: list[tuple[int, str]] = []
         self._commands: dict[tuple[str, str], list[JSON]] = {}
         self.files = FakeFiles(self._notify)  # getFile and /file/bot<token>/<path>
+        self.callbacks = CallbackQueries()
+        self.allowed_updates: list[str] | None = None  # the bot's last allowed_updates
+        self.unwanted: list[JSON] = []  # a user's action allowed_updates left without update
         for name, handler in {
             "getMe": self._get_me, "getUpdates": self._get_updates,
             "sendMessage": self._send_message, "editMessageText": self._edit_message_text,
@@ -288,6 +310,8 @@ class FakeTelegram:
             "setWebhook": self._set_webhook, "deleteWebhook": self._delete_webhook,
             "getWebhookInfo": self._get_webhook_info, "logOut": self._true, "close": self._true,
             "getFile": self.files.get_file,
+            "editMessageReplyMarkup": self._edit_message_reply_markup,
+            "answerCallbackQuery": self.callbacks.answer,
         }.items():  # fmt: skip
             self.register(name, handler)
 
@@ -382,7 +406,41 @@ class FakeTelegram:
         if reply_to_message is not None:
             message["reply_to_message"] = _without_reply(reply_to_message)
         message.update(extra or {})
-        return self.inject_update({update_type: message})
+        return self._made({update_type: message})
+
+    def inject_callback_query(
+        self,
+        chat_id: int,
+        message_id: int,
+        data: str,
+        *,
+        user_id: int | None = None,
+        first_name: str = "Alice",
+        username: str | None = None,
+    ) -> JSON:
+        """A user clicked the button with ``data`` on the bot's message ``message_id``, as the
+        message is now (LookupError: it shows no such button, or is gone); returns the
+        ``callback_query`` update. The user: in a private chat its owner, else
+        DEFAULT_USER_ID, unless ``user_id`` says."""
+        message = self._messages.get((chat_id, message_id))
+        if message is None:
+            raise LookupError(f"no message {message_id} in chat {chat_id}")
+        chat = message["chat"]
+        uid = user_id or (chat_id if chat["type"] == "private" else DEFAULT_USER_ID)
+        user: JSON = {"id": uid, "is_bot": False, "first_name": first_name, "language_code": "en"}
+        if username:
+            user["username"] = username
+        return self._made({"callback_query": self.callbacks.make(user, message, data)})
+
+    def _made(self, update: JSON) -> JSON:
+        """A user's action: an update, unless the bot's ``allowed_updates`` leaves its type
+        out (Telegram then makes none: it is kept in ``unwanted``, never delivered)."""
+        (update_type,) = update.keys()
+        if not wanted(update_type, self.allowed_updates):
+            self.unwanted.append(copy.deepcopy(update))
+            self._notify()
+            return copy.deepcopy(update)
+        return self.inject_update(update)
 
     def redeliver(self, update_id: int) -> JSON:
         """Put a confirmed update back, as if the offset had never advanced past it."""
@@ -447,6 +505,15 @@ class FakeTelegram:
     def deleted_messages(self, chat_id: int | None = None) -> list[tuple[int, int]]:
         """(chat id, message id) of every message deleted through deleteMessage, in order."""
         return [(chat, mid) for chat, mid in self._deleted if chat_id in (None, chat)]
+
+    def keyboard(self, chat_id: int, message_id: int) -> list[str]:
+        """The ``callback_data`` of the buttons the message shows now (none: [])."""
+        message = self._messages.get((chat_id, message_id))
+        return [] if message is None else callback_data(message)
+
+    def callback_answers(self) -> list[CallbackAnswer]:
+        """Every answerCallbackQuery Telegram accepted, in order."""
+        return list(self.callbacks.answers)
 
     def drafts(self, chat_id: int | None = None) -> list[Draft]:
         return [d for d in self._drafts if chat_id in (None, d.chat_id)]
@@ -646,6 +713,7 @@ class FakeTelegram:
     async def _get_updates(self, params: JSON) -> list[JSON]:
         if self.webhook_url:
             raise ApiError(409, CONFLICT_WEBHOOK)
+        self._allow(params)
         offset = _int(params, "offset", 0)
         limit = min(max(_int(params, "limit", 100), 1), 100)
         timeout = max(_int(params, "timeout", 0), 0)
@@ -674,11 +742,14 @@ class FakeTelegram:
     async def _send_message(self, params: JSON) -> JSON:
         chat_id = _chat_id(params)
         text, entities = checked_text(params)
+        keyboard = inline_keyboard(params, inline_only=False)
         thread = params.get("message_thread_id")
         message = self._new_message(self._chat(chat_id), self.bot_user, thread, thread is not None)
         message["text"] = text
         if entities:
             message["entities"] = entities
+        if keyboard is not None:
+            message["reply_markup"] = keyboard
         reply = params.get("reply_parameters")
         if isinstance(reply, dict) and (chat_id, reply.get("message_id")) in self._messages:
             message["reply_to_message"] = _without_reply(
@@ -694,13 +765,29 @@ class FakeTelegram:
         if message["from"]["id"] != self.bot_user["id"]:
             raise ApiError(400, "Bad Request: message can't be edited")
         text, entities = checked_text(params)
-        if text == message.get("text") and entities == message.get("entities", []):
-            raise ApiError(
-                400,
-                "Bad Request: message is not modified: specified new message content and reply "
-                "markup are exactly the same as a current content and reply markup of the message",
-            )
+        keyboard = inline_keyboard(params, inline_only=True)
+        if (text, entities, keyboard) == (
+            message.get("text"),
+            message.get("entities", []),
+            message.get("reply_markup"),
+        ):
+            raise ApiError(400, NOT_MODIFIED)
         message.update(text=text, entities=entities, edit_date=int(time.time()))
+        _set_keyboard(message, keyboard)
+        return copy.deepcopy(message)
+
+    async def _edit_message_reply_markup(self, params: JSON) -> JSON:
+        """Only the inline keyboard changes; without ``reply_markup`` it is removed."""
+        message = self._messages.get((_chat_id(params), _int(params, "message_id", 0)))
+        if message is None:
+            raise ApiError(400, "Bad Request: message to edit not found")
+        if message["from"]["id"] != self.bot_user["id"]:
+            raise ApiError(400, "Bad Request: message can't be edited")
+        keyboard = inline_keyboard(params, inline_only=True)
+        if keyboard == message.get("reply_markup"):
+            raise ApiError(400, NOT_MODIFIED)
+        message["edit_date"] = int(time.time())
+        _set_keyboard(message, keyboard)
         return copy.deepcopy(message)
 
     async def _send_message_draft(self, params: JSON) -> bool:
@@ -758,7 +845,14 @@ class FakeTelegram:
         self._commands.pop(_command_key(params.get("scope"), params.get("language_code")), None)
         return True
 
+    def _allow(self, params: JSON) -> None:
+        """getUpdates and setWebhook: ``allowed_updates`` given applies from now on."""
+        allowed = params.get("allowed_updates")
+        if isinstance(allowed, list):
+            self.allowed_updates = [str(kind) for kind in allowed]
+
     async def _set_webhook(self, params: JSON) -> bool:
+        self._allow(params)
         url, secret = str(params.get("url") or ""), params.get("secret_token")
         if secret is not None and not _SECRET_RE.match(str(secret)):
             raise ApiError(400, "Bad Request: secret token contains unallowed characters")
@@ -875,6 +969,13 @@ def _chat_id(params: JSON) -> int:
 
 def _command_key(scope: object, language_code: object) -> tuple[str, str]:
     return json.dumps(scope or {"type": "default"}, sort_keys=True), str(language_code or "")
+
+
+def _set_keyboard(message: JSON, keyboard: JSON | None) -> None:
+    if keyboard is None:
+        message.pop("reply_markup", None)
+    else:
+        message["reply_markup"] = keyboard
 
 
 def _without_reply(message: Mapping[str, Any]) -> JSON:

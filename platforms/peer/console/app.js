@@ -203,10 +203,10 @@ async function connectEvents() {
   });
   source.addEventListener("error", () => {
     setLive(false);
-    // Closed for good (the ticket expired, the gateway restarted): a new ticket, a new stream.
-    if (source.readyState === EventSource.CLOSED && state.events === source) {
-      setTimeout(connectEvents, 2000);
-    }
+    // A ticket opens one stream: EventSource's own reconnect (same URL) would be refused, so
+    // any break (the gateway restarted, the stream was ended) gets a new ticket, a new stream.
+    source.close();
+    if (state.events === source) setTimeout(connectEvents, 2000);
   });
 }
 
