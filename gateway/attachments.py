@@ -265,7 +265,7 @@ class Attachments:
             )
         used: list[_Used] = []
         for i, ref in enumerate(row.attachments[:cap]):
-            used.append(await self._within_budget(row, i, ref))
+            used.append(await self._use(row, i, ref))
             held.append(used[-1].held)
         notices = [u.notice for u in used if u.notice] + notices
         refs = [u.ref for u in used]
@@ -314,33 +314,6 @@ class Attachments:
         held.append(taken)
         return data_url(content_type, data)
 
-    async def _within_budget(self, row: StoredMessage, position: int, ref: AttachmentRef) -> _Used:
-        """Use the attachment with its bytes counted in the gateway's budget: given back at
-        once unless it is an image sent as data (held until the turn is released)."""
-        loads = not (ref.kind == "image" and (is_link(row.platform, ref) or not self._vision()))
-        if not loads or (ref.kind != "image" and ref.text is not None):
-            return await self._use(row, position, ref)
-        taken = await self._budget.take(
-            ref.size if ref.size is not None else self._config().max_attachment_bytes
-        )
-        if taken is None:
-            self._handled(row, ref, "fetch", RATE_LIMIT)
-            notice = (
-                f"{ref.name} was not used: other conversations hold as many attachments as"
-                " botmux keeps in memory at once (max_attachment_bytes_in_flight); send it"
-                " again shortly."
-            )
-            return _Used(ref, notice=notice, failure=Failure(RATE_LIMIT, True))
-        try:
-            used = await self._use(row, position, ref)
-        except BaseException:
-            self._budget.give(taken)
-            raise
-        if isinstance(used.image, DataUrl):
-            return dataclasses.replace(used, held=taken)
-        self._budget.give(taken)
-        return used
-
     def _handled(
         self,
         row: StoredMessage,
@@ -368,6 +341,29 @@ class Attachments:
             kind = ref.content_type or "unknown type"
             notice = f"{ref.name} ({kind}) is not a kind of file botmux can read; it was not used."
             return _Used(ref, notice=notice, failure=Failure(UNSUPPORTED, False))
+        # Its bytes count in the gateway's budget from before they are loaded: given back
+        # once used, unless it is an image sent as data (held until the turn is released).
+        most = self._config().max_attachment_bytes  # never more is loaded
+        taken = await self._budget.take(min(ref.size if ref.size is not None else most, most))
+        if taken is None:
+            self._handled(row, ref, "fetch", RATE_LIMIT)
+            notice = (
+                f"{ref.name} was not used: other conversations hold as many attachments as"
+                " botmux keeps in memory at once (max_attachment_bytes_in_flight); send it"
+                " again shortly."
+            )
+            return _Used(ref, notice=notice, failure=Failure(RATE_LIMIT, True))
+        try:
+            used = await self._load(row, position, ref)
+        except BaseException:
+            self._budget.give(taken)
+            raise
+        if isinstance(used.image, DataUrl):
+            return dataclasses.replace(used, held=taken)
+        self._budget.give(taken)
+        return used
+
+    async def _load(self, row: StoredMessage, position: int, ref: AttachmentRef) -> _Used:
         got = await self._bytes(row, position, ref)
         if isinstance(got, _Used):
             return got

@@ -97,13 +97,16 @@ async def read_pdf(data: bytes, budget: PdfBudget) -> PdfText:
     env = {k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ}
     process: anyio.abc.Process | None = None
     with anyio.move_on_after(budget.wall_s) as deadline:
-        process = await anyio.open_process(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
+        try:
+            process = await anyio.open_process(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                env=env,
+            )
+        except OSError as exc:  # no process to be had (EAGAIN, ENOMEM): not read, not kept
+            return PdfText("", 0, None, "unreadable", f"the reader did not start ({exc})")
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(_feed, process, data)
