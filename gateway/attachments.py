@@ -22,14 +22,15 @@ import hashlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, assert_never
 
 import anyio
 from pybase64 import b64encode
 
+from gateway.byte_budget import ByteBudget
 from gateway.config import AgentConfig
-from gateway.documents import Unreadable, document_text, readable
-from gateway.errors import AttachmentTooLarge, GatewayError
+from gateway.documents import Unreadable, document_text, is_pdf, readable
+from gateway.errors import AttachmentRefused, AttachmentTooLarge, GatewayError
 from gateway.events import AttachmentFetched, AttachmentHandled, Observe
 from gateway.messages import (
     ATTACHMENT_FAILURES,
@@ -41,15 +42,19 @@ from gateway.messages import (
     StoredMessage,
     TurnResult,
 )
+from gateway.pdf import PdfBudget, PdfText, read_pdf
 from gateway.ports import Outlet, Transcriber
 from gateway.store import Blob, SaveAttachment, Store
 from policy import classify_send
+from policy.classify import RATE_LIMIT
 
 log = logging.getLogger(__name__)
 
 REF_PREFIX = "sha256:"
 TOO_LARGE, UNSUPPORTED, NOT_CONFIGURED = ATTACHMENT_FAILURES
 _RETRY_CAP_S = 5.0  # the longest a fetch's one retry waits for a Retry-After
+PDF_READERS = 2  # PDF reading children at once, per gateway
+BUDGET_WAIT_S = 60.0  # the longest a file waits for room in max_attachment_bytes_in_flight
 
 
 def size_text(size: int) -> str:
@@ -118,6 +123,7 @@ class TurnInput:
     answer: TurnResult | None = None
     kept_images: tuple[Image, ...] = ()  # as the history keeps them
     rows: tuple[ChatMessage, ...] = ()  # a merged turn's user messages, as kept (``merged``)
+    held: int = 0  # bytes taken from the budget for its images: ``Attachments.release``
 
     @classmethod
     def plain(cls, row: StoredMessage, history: list[ChatMessage]) -> TurnInput:
@@ -146,6 +152,7 @@ class TurnInput:
             answer,
             tuple(image for i in inputs for image in i.kept_images),
             tuple(m for i in inputs for m in i.remembered),
+            sum(i.held for i in inputs),
         )
 
     @property
@@ -168,6 +175,7 @@ class _Used:
     image: Image = ""
     notice: str = ""
     failure: Failure | None = None
+    held: int = 0  # bytes of the gateway's budget its image holds until the turn ends
 
 
 @dataclass(slots=True)
@@ -188,6 +196,7 @@ class Attachments:
         *,
         vision: Callable[[], bool] = lambda: True,
         observe: Observe = lambda event: None,
+        budget_wait_s: float = BUDGET_WAIT_S,
     ) -> None:
         self._store = store
         # Whether any model of the chain sees images: if none does, an image stays a
@@ -198,15 +207,54 @@ class Attachments:
         self._transcriber = transcriber
         self._config = config
         self._observe = observe
+        # PDFs are read in child processes (gateway.pdf), this many at once: each may use a
+        # CPU and up to document_memory_mb until its budget ends it.
+        self._readers = anyio.CapacityLimiter(PDF_READERS)
+        self._budget = ByteBudget(
+            lambda: self._config().max_attachment_bytes_in_flight, wait_s=budget_wait_s
+        )
 
     def __repr__(self) -> str:
-        return f"<Attachments max_bytes={self._config().max_attachment_bytes}>"
+        return f"<Attachments max_bytes={self._config().max_attachment_bytes} {self._budget!r}>"
+
+    @property
+    def budget(self) -> ByteBudget:
+        return self._budget
+
+    def release(self, asked: TurnInput) -> None:
+        """The turn is over (answered, stopped, failed): its images' bytes leave the budget."""
+        self._budget.give(asked.held)
+
+    async def prepare_all(
+        self, rows: Sequence[StoredMessage], history: list[ChatMessage]
+    ) -> list[TurnInput]:
+        """:meth:`prepare` for each row of a burst; cut short, none of them holds bytes."""
+        done: list[TurnInput] = []
+        try:
+            for row in rows:
+                done.append(await self.prepare(row, history))
+        except BaseException:
+            for asked in done:
+                self.release(asked)
+            raise
+        return done
 
     async def prepare(self, row: StoredMessage, history: list[ChatMessage]) -> TurnInput:
-        """The turn's input for ``row`` (pending), its attachments fetched and used."""
-        recent = await self._recent_images(history)
+        """The turn's input for ``row`` (pending), its attachments fetched and used. The
+        bytes its images hold are in ``held`` until :meth:`release`."""
+        held: list[int] = []
+        try:
+            return await self._prepare(row, history, held)
+        except BaseException:
+            self._budget.give(sum(held))  # cut short (a /stop): nobody will release it
+            raise
+
+    async def _prepare(
+        self, row: StoredMessage, history: list[ChatMessage], held: list[int]
+    ) -> TurnInput:
+        recent = await self._recent_images(history, held)
         if not row.attachments:
-            return TurnInput(row.content, recent)
+            return TurnInput(row.content, recent, held=sum(held))
         cap = self._config().max_attachments
         notices: list[str] = []
         if len(row.attachments) > cap:
@@ -215,7 +263,10 @@ class Attachments:
                 f"Only {cap} attachments are read per message (max_attachments = {cap});"
                 f" not used: {names}."
             )
-        used = [await self._use(row, i, ref) for i, ref in enumerate(row.attachments[:cap])]
+        used: list[_Used] = []
+        for i, ref in enumerate(row.attachments[:cap]):
+            used.append(await self._use(row, i, ref))
+            held.append(used[-1].held)
         notices = [u.notice for u in used if u.notice] + notices
         refs = [u.ref for u in used]
         text = compose(row.content, refs)
@@ -226,11 +277,13 @@ class Attachments:
             failures = [u.failure for u in used if u.failure is not None]
             failure = failures[0] if failures else Failure(UNSUPPORTED, False)
             answer = TurnResult(reply="\n".join(notices), failure=failure)
-        return TurnInput(text, recent, images, tuple(notices), answer, kept)
+        return TurnInput(text, recent, images, tuple(notices), answer, kept, held=sum(held))
 
-    async def _recent_images(self, history: list[ChatMessage]) -> list[ChatMessage]:
+    async def _recent_images(
+        self, history: list[ChatMessage], held: list[int]
+    ) -> list[ChatMessage]:
         """The history with the images of its last ``history_images`` user turns resolved
-        (data URLs) and every older image left out."""
+        (data URLs) and every older image left out (so is one the budget has no room for)."""
         if not any(m.images for m in history):
             return list(history)  # the usual case: one pass, nothing to resolve or leave out
         keep = self._config().history_images
@@ -244,16 +297,22 @@ class Attachments:
                 out[i] = dataclasses.replace(m, images=())
                 continue
             out[i] = dataclasses.replace(
-                m, images=tuple([await self._resolve(u) for u in m.images])
+                m, images=tuple([await self._resolve(u, held) for u in m.images])
             )
         return out
 
-    async def _resolve(self, image: Image) -> Image:
+    async def _resolve(self, image: Image, held: list[int]) -> Image:
         if isinstance(image, DataUrl) or not image.startswith(REF_PREFIX):
             return image
         sha, _, content_type = image.removeprefix(REF_PREFIX).partition(":")
         data = await self._store.read(Blob(sha))
-        return data_url(content_type, data) if data is not None else ""
+        if data is None:
+            return ""
+        taken = await self._budget.take(len(data))  # its size known only once read
+        if taken is None:
+            return ""
+        held.append(taken)
+        return data_url(content_type, data)
 
     def _handled(
         self,
@@ -282,6 +341,29 @@ class Attachments:
             kind = ref.content_type or "unknown type"
             notice = f"{ref.name} ({kind}) is not a kind of file botmux can read; it was not used."
             return _Used(ref, notice=notice, failure=Failure(UNSUPPORTED, False))
+        # Its bytes count in the gateway's budget from before they are loaded: given back
+        # once used, unless it is an image sent as data (held until the turn is released).
+        most = self._config().max_attachment_bytes  # never more is loaded
+        taken = await self._budget.take(min(ref.size if ref.size is not None else most, most))
+        if taken is None:
+            self._handled(row, ref, "fetch", RATE_LIMIT)
+            notice = (
+                f"{ref.name} was not used: other conversations hold as many attachments as"
+                " botmux keeps in memory at once (max_attachment_bytes_in_flight); send it"
+                " again shortly."
+            )
+            return _Used(ref, notice=notice, failure=Failure(RATE_LIMIT, True))
+        try:
+            used = await self._load(row, position, ref)
+        except BaseException:
+            self._budget.give(taken)
+            raise
+        if isinstance(used.image, DataUrl):
+            return dataclasses.replace(used, held=taken)
+        self._budget.give(taken)
+        return used
+
+    async def _load(self, row: StoredMessage, position: int, ref: AttachmentRef) -> _Used:
         got = await self._bytes(row, position, ref)
         if isinstance(got, _Used):
             return got
@@ -318,6 +400,10 @@ class Attachments:
                 fetched = None
                 failure = Failure(TOO_LARGE, False)
                 break
+            except AttachmentRefused as exc:  # not where the platform keeps files: no fetch
+                self._handled(row, ref, "fetch", UNSUPPORTED)
+                notice = f"{exc.name} was not fetched: {exc.why}; it was not used."
+                return _Used(ref, notice=notice, failure=Failure(UNSUPPORTED, False))
             except GatewayError as exc:
                 failure = classify_send(exc)
                 log.warning(
@@ -364,21 +450,68 @@ class Attachments:
     async def _read(
         self, row: StoredMessage, position: int, ref: AttachmentRef, data: bytes
     ) -> _Used:
-        limit = self._config().max_document_chars
-        try:
-            text, cut = await anyio.to_thread.run_sync(
-                document_text, ref.name, ref.content_type, data, limit
+        config = self._config()
+        limit = config.max_document_chars
+        if is_pdf(ref.name, ref.content_type):
+            budget = PdfBudget(
+                config.max_document_pages, limit, config.document_cpu_s, config.document_memory_mb
             )
-        except Unreadable as exc:
-            self._handled(row, ref, "read", "unreadable")
-            notice = f"I could not read {ref.name}: {exc}."
-            return _Used(ref, notice=notice, failure=Failure(UNSUPPORTED, False))
+            async with self._readers:
+                read = await read_pdf(data, budget)
+            if read.ending == "unreadable":
+                return self._unreadable(row, ref, f"the PDF could not be read: {read.detail}")
+            text, notice = pdf_outcome(ref.name, read, budget)
+            outcome = "over_budget" if read.ending == "budget" else "ok"
+        else:
+            try:
+                text, cut = await anyio.to_thread.run_sync(
+                    document_text, ref.name, ref.content_type, data, limit
+                )
+            except Unreadable as exc:
+                return self._unreadable(row, ref, str(exc))
+            notice, outcome = (too_long(ref.name, limit) if cut else ""), "ok"
+        # Kept whatever it says (a budget that ran out included): never read twice.
         await self._store.submit(SaveAttachment(row.id, position, text=text))
-        self._handled(row, ref, "read", "ok", len(data))
-        notice = ""
-        if cut:
-            notice = (
-                f"{ref.name} is longer than {limit} characters (max_document_chars);"
-                " only its beginning was read."
-            )
+        self._handled(row, ref, "read", outcome, len(data))
         return _Used(dataclasses.replace(ref, text=text), notice=notice)
+
+    def _unreadable(self, row: StoredMessage, ref: AttachmentRef, why: str) -> _Used:
+        self._handled(row, ref, "read", "unreadable")
+        notice = f"I could not read {ref.name}: {why}."
+        return _Used(ref, notice=notice, failure=Failure(UNSUPPORTED, False))
+
+
+def too_long(name: str, limit: int) -> str:
+    return (
+        f"{name} is longer than {limit} characters (max_document_chars);"
+        " only its beginning was read."
+    )
+
+
+def pdf_outcome(name: str, read: PdfText, budget: PdfBudget) -> tuple[str, str]:
+    """A PDF's text as kept (with a note on what of it was read, in brackets, as the model
+    sees it) and the notice for the reply ("" when it was read whole)."""
+    limit, cap = budget.max_chars, budget.max_pages
+    of = f" of {read.total:,}" if read.total is not None else ""
+    pages = f"pages 1-{read.read}{of}" if read.read != 1 else f"page 1{of}"
+    match read.ending:
+        case "done" | "unreadable":
+            return read.text, ""
+        case "chars":
+            text = f"{read.text[:limit]}\n[the document was cut at {limit} characters]"
+            return text, too_long(name, limit)
+        case "pages":
+            why = f"max_document_pages = {cap}"
+            return (
+                f"{read.text}\n[{pages} were read ({why})]",
+                f"{name}: only {pages} were read ({why}).",
+            )
+        case "budget" if read.read:
+            why = f"within its budget ({budget.describe()})"
+            text = f"{read.text}\n[{pages} were read; the rest could not be read {why}]"
+            return text, f"{name} could not be read whole {why}: {pages} were read."
+        case "budget":
+            why = f"the PDF could not be read within its budget ({budget.describe()})"
+            return f"[{why}]", f"{name}: {why}; its text was not used."
+        case _:
+            assert_never(read.ending)

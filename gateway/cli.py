@@ -328,17 +328,26 @@ def _check(config: Config) -> int:
 
 
 async def _preview(config: Config, against: str | None) -> int:
-    """What a reload of this file would change in the running gateway (a dry run there)."""
+    """What a reload of this file would change in the running gateway (a dry run there).
+    The exit status stays the file's (valid: 0) whatever that gateway thinks of it (its
+    environment may lack a variable): its opinion is printed beside the file's. Only a
+    gateway named with ``--against`` that does not answer is a failure."""
     text = ""
     if config.source != "(embedded defaults)":
         text = await anyio.Path(config.source).read_text(encoding="utf-8")
-    answer = await control.ask_reload(config, dry_run=True, text=text, against=against)
+    try:
+        answer = await control.ask_reload(config, dry_run=True, text=text, against=against)
+    except ConfigError as exc:  # an untrusted run directory: nothing was sent anywhere
+        print(f"running gateway: not asked: {exc}")
+        return EXIT_OK
     if answer is None:
         print(f"running gateway: none answered{' at ' + against if against else ''}")
         return EXIT_FAILURE if against else EXIT_OK
     if answer.status != 200:
         print(f"running gateway at {answer.url}: {_refusal(answer)}")
-        return EXIT_FAILURE
+        for e in answer.body.get("errors") or []:
+            print(f"running gateway at {answer.url}: {e.get('key')}: {e.get('message')}")
+        return EXIT_OK
     live, restart = answer.body.get("live") or [], answer.body.get("restart") or []
     if not live and not restart:
         print(f"running gateway at {answer.url}: a reload would change nothing")
@@ -426,7 +435,7 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
             state = (m.failure and f"failed:{m.failure}") or m.state
             if (schedule := schedule_of(m.platform_message_id)) is not None:
                 state += f" scheduled:{schedule}"  # a schedule's firing (SPEC 16)
-            print(f"#{m.id} {when} {m.role:<9} [{state}] {_printable(m.content)}")
+            print(f"#{m.id} {when} {m.role:<9} [{state}] {_printable(m.shown)}")
         return EXIT_OK
 
 

@@ -162,9 +162,17 @@ class AgentConfig:
     # Attachments (SPEC 9): the largest file fetched, how many per message, how many recent
     # turns' images are sent again with the history, and a document's inlined text.
     max_attachment_bytes: Annotated[int, Gt(0)] = 20 * 1024 * 1024
+    # Bytes of attachments all turns hold at once (images until their model call is over);
+    # past it a file waits for room (at most a minute), then is left out with a notice.
+    max_attachment_bytes_in_flight: Annotated[int, Gt(0)] = 256 * 1024 * 1024
     max_attachments: Annotated[int, Ge(0)] = 10
     history_images: Annotated[int, Ge(0)] = 2
     max_document_chars: Annotated[int, Gt(0)] = 100_000
+    # A PDF is read in a child process (gateway.pdf): at most this many pages, within this
+    # much CPU (and twice it in wall time) and memory; past the budget, what was read is used.
+    max_document_pages: Annotated[int, Gt(0)] = 500
+    document_cpu_s: Annotated[float, Gt(0)] = 30.0
+    document_memory_mb: Annotated[int, Ge(256)] = 1024
     # Tools (SPEC 15): globs over <server>__<tool> and the built-in tools; none by default, so
     # a conversation no [[profiles]] entry matches is offered none. Then the tool loop's bounds.
     tools: tuple[Annotated[str, rule(checks.non_empty)], ...] = ()
@@ -393,6 +401,8 @@ class GatewayConfig:
     queue_mode: QueueMode = "followup"
     debounce_s: Annotated[float, Ge(0)] = 1.5
     debounce_max_s: Annotated[float, Ge(0)] = 5.0
+    # Where the run file for botmux reload / check goes (gateway.control; "": the default).
+    run_dir: str = ""
 
 
 @dataclass(frozen=True, slots=True)

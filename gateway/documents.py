@@ -1,14 +1,13 @@
-"""A document attachment's text (SPEC 9): text types decoded, PDF text extracted with pypdf,
-both cut at ``[agent] max_document_chars`` with a note; other types are not read.
+"""A document attachment's kind and text (SPEC 9): which documents botmux reads (text types
+and PDFs), and a text document's text, cut at ``[agent] max_document_chars`` with a note;
+other types are not read.
 
-Pure functions of the bytes; the PDF extraction is CPU work, so the turn runs it in a
-worker thread (``anyio.to_thread``). pypdf (with cryptography and xml, ~12 MB resident) is
-imported at the first PDF, in that thread, not at start.
+Pure functions of the bytes (a 20 MiB decode is run in a worker thread by the turn). A PDF's
+text is ``gateway.pdf``'s: read in a child process within a budget, pypdf imported there only.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 
 log = logging.getLogger(__name__)
@@ -95,32 +94,12 @@ def readable(name: str, content_type: str) -> bool:
 
 
 def document_text(name: str, content_type: str, data: bytes, limit: int) -> tuple[str, bool]:
-    """The text of the document, at most ``limit`` characters (a note says when it was cut),
-    and whether it was cut. Raises :class:`Unreadable` when it has no readable text."""
-    if is_pdf(name, content_type):
-        text = _pdf_text(data, limit)
-    elif is_text(name, content_type):
-        text = data.decode("utf-8", errors="replace")
-    else:
+    """The text of a text document, at most ``limit`` characters (a note says when it was
+    cut), and whether it was cut. Raises :class:`Unreadable` for any other type (a PDF is
+    read by ``gateway.pdf``, within its budget)."""
+    if not is_text(name, content_type):
         raise Unreadable(f"{content_type or 'unknown type'} is not a text document")
+    text = data.decode("utf-8", errors="replace")
     if len(text) > limit:
         return f"{text[:limit]}\n[the document was cut at {limit} characters]", True
     return text, False
-
-
-def _pdf_text(data: bytes, limit: int) -> str:
-    import pypdf  # at the first PDF: most gateways never read one
-    from pypdf.errors import PyPdfError
-
-    try:
-        reader = pypdf.PdfReader(io.BytesIO(data))
-        pages: list[str] = []
-        length = 0
-        for page in reader.pages:  # stop once past the limit: a 900-page PDF is not all read
-            pages.append(page.extract_text() or "")
-            length += len(pages[-1]) + 1
-            if length > limit:
-                break
-    except (PyPdfError, ValueError, KeyError, TypeError) as exc:
-        raise Unreadable(f"the PDF could not be read: {type(exc).__name__}") from exc
-    return "\n".join(pages)

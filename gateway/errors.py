@@ -23,7 +23,8 @@ decisions: deciding what is retryable is ``policy.classify``'s job alone.
     │   └── ProviderUnreachable   connection refused, reset, dropped (broken by the peer)
     ├── ModelNotConfigured        no model endpoint at all: tell the operator how to add one
     ├── PlatformError             a chat platform refused or failed a send
-    └── AttachmentTooLarge        an attachment is over [agent] max_attachment_bytes (name, limit)
+    ├── AttachmentTooLarge        an attachment is over [agent] max_attachment_bytes (name, limit)
+    └── AttachmentRefused         an attachment not fetched: not where its platform keeps files
 """
 
 from __future__ import annotations
@@ -208,3 +209,15 @@ class AttachmentTooLarge(GatewayError):
         super().__init__(message)
         self.name = name
         self.limit = limit
+
+
+class AttachmentRefused(GatewayError):
+    """An attachment botmux will not fetch: its URL is not where the platform keeps files (a
+    host other than Discord's CDN or the configured ``api_base``, another origin than the Bot
+    API's), or the file server answered with a redirect, which is never followed. ``name``
+    is the file's name as the user sent it, ``why`` says which (it ends the user's notice)."""
+
+    def __init__(self, *, name: str, why: str) -> None:
+        super().__init__(f"{name} was not fetched: {why}")
+        self.name = name
+        self.why = why

@@ -497,18 +497,23 @@ class DiscordBackfilled:
 @dataclass(frozen=True, slots=True)
 class ConfigReloaded:
     """A reload of the config file was asked for (SIGHUP, ``botmux reload``, the admin API):
-    ``result`` applied, unchanged, refused (a restart key changed: nothing applied), invalid
-    (the file did not load: nothing applied) or dry_run. ``by``: ``signal`` or the peer
-    token's name, never a token. Keys are named, values never."""
+        ``result`` applied, unchanged, refused (a restart key changed: nothing applied), invalid
+        (the file did not load: nothing applied) or dry_run (a valid preview: an invalid one is
+    ``invalid`` with ``dry_run`` set; both at info level). ``by``: ``signal`` or the peer
+        token's name, never a token. Keys are named, values never."""
 
     name: ClassVar[str] = "config_reloaded"
-    level: ClassVar[int] = WARNING
     result: Literal["applied", "unchanged", "refused", "invalid", "dry_run"]
     by: str
     live: str  # the changed keys that apply live, comma-separated
     restart: str  # the changed keys that need a restart
     version: int
     reason: str
+    dry_run: bool = False  # a preview (botmux check): nothing was to change, valid or not
+
+    @property
+    def level(self) -> int:
+        return INFO if self.dry_run else WARNING
 
 
 # -- the operator console (SPEC 13) ----------------------------------------------------------

@@ -11,12 +11,15 @@ the console shows of it inside a container), secrets searched also as repr() and
 them. Cost: no printing of strings, numbers or containers, only of other objects; a value is
 rebuilt only if it shows a secret: containers item by item (same type, clean items kept as
 the same objects), any other object replaced by its cleaned text.
+
+Floats (durations, delays) are printed rounded, in both forms: see :func:`_rounded`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 import sys
 import threading
@@ -123,8 +126,21 @@ class RedactingFilter(logging.Filter):
         return True
 
 
+def _rounded(value: object) -> object:
+    """A float as a log line shows it: to the millisecond from 1 up, 4 significant digits
+    below (a duration of ``0.0008270580000271366`` s shows as ``0.0008271``); a measurement's
+    noise digits say nothing and make lines hard to read and compare."""
+    if type(value) is not float or not math.isfinite(value):
+        return value
+    return round(value, 3) if abs(value) >= 1 else float(f"{value:.4g}")
+
+
 def _extras(record: logging.LogRecord) -> dict[str, Any]:
-    return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
+    return {
+        k: _rounded(v)
+        for k, v in vars(record).items()
+        if k not in _STANDARD and not k.startswith("_")
+    }
 
 
 class JsonFormatter(logging.Formatter):

@@ -115,6 +115,9 @@ ATTACHMENT_KINDS = ("image", "audio", "document")
 ATTACHMENT_FAILURES = ("too_large", "unsupported", "not_configured")
 
 
+VOICE_TRANSCRIPT = "[voice transcript]"  # marks a transcript where a row's text is shown
+
+
 @dataclass(frozen=True, slots=True)
 class AttachmentRef:
     """A file that came with a message (SPEC section 9): what admission stores with the user
@@ -182,6 +185,18 @@ class StoredMessage:
     tool: str | None = None
     sender: str | None = None  # user rows: the platform's id of who sent it ("": a peer)
     attachments: tuple[AttachmentRef, ...] = ()  # user rows: in the order they were sent
+
+    @property
+    def shown(self) -> str:
+        """The row's text as people are shown it (``botmux sessions show``, the transcript
+        route, the console): what was written, then each voice note's transcript, marked as
+        one (SPEC 9: the transcript is kept on the row's attachment reference)."""
+        heard = [
+            f"{VOICE_TRANSCRIPT} {ref.text}"
+            for ref in self.attachments
+            if ref.kind == "audio" and ref.text is not None
+        ]
+        return "\n".join([self.content, *heard] if self.content else heard)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,8 +41,12 @@ LIVE_KEYS: tuple[str, ...] = (
     "agent.history_chars",
     "agent.stream",
     "agent.max_attachments",  # attachments (SPEC 9): read by the turn's step at each turn
+    "agent.max_attachment_bytes_in_flight",  # read at each take of the budget
     "agent.history_images",
     "agent.max_document_chars",
+    "agent.max_document_pages",
+    "agent.document_cpu_s",
+    "agent.document_memory_mb",
     "peer.tokens",
     "peer.auth_fail_limit",
     "peer.auth_fail_window_s",
@@ -243,6 +247,7 @@ class Reloader:
                 restart=",".join(result.plan.restart),
                 version=result.version,
                 reason=result.reason,
+                dry_run=dry_run,
             )
         )
         return result

@@ -320,7 +320,11 @@ class SessionActor(Actor):
             with anyio.CancelScope() as scope:
                 self._turn_scope = scope
                 asked = await self._prepare(rows, history)
-                state = await self._model_phase(state, turn, asked)
+                try:
+                    state = await self._model_phase(state, turn, asked)
+                finally:  # its images' bytes leave the gateway's budget (SPEC 9)
+                    if self._deps.attachments is not None:
+                        self._deps.attachments.release(asked)
             self._turn_scope = self._stream = None
         interrupted = scope.cancelled_caught and self._queue.cut == "interrupt"
         state = state.ended(
@@ -475,7 +479,7 @@ class SessionActor(Actor):
         attachments = self._deps.attachments
         if attachments is None:
             return TurnInput.merged([TurnInput.plain(r, history) for r in rows], burst_text)
-        return TurnInput.merged([await attachments.prepare(r, history) for r in rows], burst_text)
+        return TurnInput.merged(await attachments.prepare_all(rows, history), burst_text)
 
     async def _run(self, asked: TurnInput, turn: _Turn) -> TurnResult:
         """The model turn; a bug in it fails this turn honestly instead of the whole gateway.

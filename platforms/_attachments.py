@@ -6,7 +6,9 @@ handle); the bytes are fetched later, during the turn, through ``Outlet.fetch``.
 platforms' fetches end in :func:`read_bounded`, so neither ever holds more than the limit of
 a download in memory: a size the platform declared is refused before anything is fetched
 (:func:`refuse_declared`), and an undeclared or understated one stops the read as soon as it
-passes the limit, leaving the rest of the body unread.
+passes the limit, leaving the rest of the body unread. And a download goes only where the
+platform keeps files (:func:`refuse_off_origin`), never following a redirect
+(:func:`refuse_redirect`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from __future__ import annotations
 import io
 from collections.abc import AsyncIterable
 
-from gateway.errors import AttachmentTooLarge, PlatformError
+import yarl
+
+from gateway.errors import AttachmentRefused, AttachmentTooLarge, PlatformError
 from gateway.messages import AttachmentRef
 
 IMAGE, AUDIO, DOCUMENT = "image", "audio", "document"
@@ -58,6 +62,33 @@ async def read_bounded(chunks: AsyncIterable[bytes], ref: AttachmentRef, *, limi
             raise too_large(ref, limit)
         body.write(chunk)
     return body.getvalue()
+
+
+def origin(url: str) -> str:
+    """``scheme://host[:port]`` of ``url`` (the default port left out, the host lowercased);
+    "" for what is no absolute http(s) URL."""
+    try:
+        parsed = yarl.URL(url)
+    except ValueError:
+        return ""
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        return ""
+    return str(parsed.origin())
+
+
+def refuse_off_origin(ref: AttachmentRef, url: str, origins: frozenset[str], where: str) -> None:
+    """Raise :class:`AttachmentRefused` unless ``url`` is on one of ``origins`` (security
+    review 2026-12-05, L-4: a download goes only where the platform keeps files)."""
+    found = origin(url)
+    if found not in origins:
+        raise AttachmentRefused(name=ref.name, why=f"{found or 'its address'} is not {where}")
+
+
+def refuse_redirect(ref: AttachmentRef, status: int) -> None:
+    """Downloads never follow a redirect (it could lead anywhere): a 3xx refuses the file."""
+    if 300 <= status < 400:
+        why = f"its file server answered with a redirect ({status}), which botmux does not follow"
+        raise AttachmentRefused(name=ref.name, why=why)
 
 
 def refetchable(error: PlatformError) -> PlatformError:

@@ -218,6 +218,41 @@ def botmux_process(
     return GatewayProcess(config, port, tmp_path / "botmux.log")
 
 
+def children(parent: int, marker: str) -> list[int]:
+    """The pids of ``parent``'s live child processes whose command line has ``marker``, as
+    ``ps`` would show them (/proc, Linux)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:  # it ended meanwhile
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        zombie = fields.get("State", "").startswith("Z")
+        if fields.get("PPid") == str(parent) and marker in command and not zombie:
+            found.append(int(entry.name))
+    return found
+
+
+async def wait_for_child(parent: int, marker: str) -> int:
+    """The first such child, once it runs: across processes there is no event to wait on."""
+    while not (found := children(parent, marker)):  # noqa: ASYNC110
+        await anyio.sleep(0.02)
+    return found[0]
+
+
+def is_running(pid: int) -> bool:
+    """Whether ``pid`` is a process that has not ended (a zombie has ended)."""
+    try:
+        state = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in state
+
+
 # -- several nodes on one PostgreSQL database --------------------------------------------------
 
 

@@ -24,6 +24,7 @@ from gateway.store import Transcript, open_store
 from tests.fakes._pdf import pdf_with_text
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, Ok, Request, open_fake_model
+from tests.fakes.push_receiver import push_receiver
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import make_config, running_gateway, telegram_section
 
@@ -145,6 +146,7 @@ async def test_a_voice_note_is_transcribed_answered_and_stored(
     assert assistant.content == reply
 
 
+@pytest.mark.process
 async def test_a_pdfs_text_reaches_the_model(
     tmp_path: Path, tg: FakeTelegram, model: FakeModel
 ) -> None:
@@ -181,6 +183,26 @@ async def test_an_oversized_telegram_file_is_answered_with_the_limit(
     assert tg.calls_to("getFile") == [] and tg.files.downloads == []
     user, _ = await transcript(config, f"telegram:{ALICE}")
     assert [(r.name, r.sha256) for r in user.attachments] == [("dump.txt", None)]
+
+
+async def test_a_telegram_download_that_redirects_is_not_followed(
+    tmp_path: Path, tg: FakeTelegram, model: FakeModel
+) -> None:
+    """Review L-4: Telegram files come only from the Bot API's origin, so a redirect off it
+    (here to another loopback server) is refused at the 3xx, named in the reply."""
+    extra = tg.files.document(b"q3", file_name="q3.txt", mime_type="text/plain", caption="sum")
+    async with push_receiver() as elsewhere, gateway(telegram_config(tmp_path, tg, model)):
+        tg.files.redirect_next_download(elsewhere.url)
+        tg.inject_message(ALICE, extra=extra)
+        with anyio.fail_after(15):
+            [reply] = await tg.wait_for_sent(1, ALICE)
+    assert elsewhere.received == []
+    assert reply.startswith(
+        "q3.txt was not fetched: its file server answered with a redirect (302), which botmux"
+        " does not follow; it was not used."
+    )
+    assert reply.endswith("answered: sum")
+    assert [d.status for d in tg.files.downloads] == [302]  # not retried either
 
 
 async def test_a_redelivered_photo_is_stored_and_fetched_once(
@@ -250,3 +272,48 @@ async def test_a_discord_image_and_a_text_file_reach_the_model(
     assert text.startswith("compare these") and "[notes.txt]" in text and "Budget: 40k" in text
     assert reply["content"].startswith("answered: compare these")
     assert [len(dc.cdn.downloads_of(a)) for a in (image, notes)] == [1, 1]
+
+
+def discord_config(tmp_path: Path, dc: FakeDiscord, model: FakeModel) -> Config:
+    section = (
+        f'[discord]\ntoken = "{TOKEN}"\napi_base = "{dc.api_base}"\n'
+        f'gateway_url = "{dc.gateway_url}"\nallow_users = [{USER}]\n'
+        "guild_ready_timeout_s = 0.05\nidentify_delay_s = 0\n"
+    )
+    return make_config(tmp_path / "botmux.db", model.base_url, extra=section)
+
+
+async def test_a_discord_attachment_off_discords_file_servers_is_named_not_fetched(
+    tmp_path: Path, dc: FakeDiscord, model: FakeModel
+) -> None:
+    """Review L-4: a URL on another host (here another loopback server: another origin) is
+    never requested; the reply names the file, and the rest of the message is answered."""
+    notes = dc.cdn.attachment(b"Budget: 40k\n", filename="notes.txt")
+    async with push_receiver() as elsewhere, gateway(discord_config(tmp_path, dc, model)):
+        planted = dc.cdn.attachment(b"secret", filename="evil.txt")
+        planted.update(url=elsewhere.url, proxy_url=elsewhere.url)
+        await dc.inject_message(DM_ID, "read these", author_id=USER, attachments=[planted, notes])
+        with anyio.fail_after(15):
+            [reply] = await dc.wait_for_messages(DM_ID, 1)
+    assert elsewhere.received == [] and dc.cdn.downloads_of(planted) == []
+    origin = f"http://127.0.0.1:{elsewhere.port}"
+    assert reply["content"].startswith(
+        f"evil.txt was not fetched: {origin} is not one of Discord's file servers; it was not used."
+    )
+    assert "Budget: 40k" in user_text(model.requests[0])
+
+
+async def test_a_discord_download_that_redirects_is_not_followed(
+    tmp_path: Path, dc: FakeDiscord, model: FakeModel
+) -> None:
+    notes = dc.cdn.attachment(b"Budget: 40k\n", filename="notes.txt")
+    async with push_receiver() as elsewhere, gateway(discord_config(tmp_path, dc, model)):
+        dc.cdn.redirect_next_download(elsewhere.url)
+        await dc.inject_message(DM_ID, "read this", author_id=USER, attachments=[notes])
+        with anyio.fail_after(15):
+            [reply] = await dc.wait_for_messages(DM_ID, 1)
+    assert elsewhere.received == []
+    assert reply["content"].startswith(
+        "notes.txt was not fetched: its file server answered with a redirect (302)"
+    )
+    assert [d.status for d in dc.cdn.downloads_of(notes)] == [302]

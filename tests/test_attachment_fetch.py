@@ -46,9 +46,11 @@ async def dc() -> AsyncIterator[FakeDiscord]:
 
 
 @pytest.fixture
-async def cdn() -> AsyncIterator[discord_files.Fetching]:
-    """The Discord adapter's downloads (its ``Fetching`` mixin), closed as the adapter does."""
+async def cdn(dc: FakeDiscord) -> AsyncIterator[discord_files.Fetching]:
+    """The Discord adapter's downloads (its ``Fetching`` mixin), told of ``api_base`` and
+    closed as the adapter does."""
     fetching = discord_files.Fetching()
+    fetching.fetch_from(dc.api_base)
     yield fetching
     await fetching.close_downloads()
 

@@ -13,12 +13,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
 import pytest
 
 from gateway.attachments import Attachments, TurnInput
 from gateway.config import AgentConfig
 from gateway.errors import AttachmentTooLarge, PlatformError
-from gateway.events import AttachmentFetched, Event
+from gateway.events import AttachmentFetched, AttachmentHandled, Event
 from gateway.messages import (
     AttachmentRef,
     ChatMessage,
@@ -31,6 +32,7 @@ from gateway.messages import (
 from gateway.ports import Watch
 from gateway.store import AdmitRow, PendingRows, open_sqlite_store
 from gateway.store.sqlite import SqliteStore
+from tests.fakes._pdf import pdf_blank_pages, pdf_heavy_pages
 
 pytestmark = pytest.mark.anyio
 
@@ -93,9 +95,9 @@ def photo(
 
 
 def attachments(
-    store: SqliteStore, files: Files, events: list[Event] | None = None, **config: int
+    store: SqliteStore, files: Files, events: list[Event] | None = None, **config: float
 ) -> Attachments:
-    agent = AgentConfig(max_attachment_bytes=LIMIT, **config)  # type: ignore[arg-type]
+    agent = AgentConfig(**{"max_attachment_bytes": LIMIT, **config})  # type: ignore[arg-type]
     observe = events.append if events is not None else (lambda event: None)
     return Attachments(store, {"telegram": files}, NoVoice(), lambda: agent, observe=observe)
 
@@ -209,6 +211,80 @@ async def test_history_images_are_resolved_for_recent_turns_only(tmp_path: Path)
     assert isinstance(later, TurnInput) and files.fetches == ["file-1"]
 
 
-async def admit_text(store: SqliteStore) -> StoredMessage:
-    inbound = Inbound("telegram", "telegram:1", "m2", "and now?")
+async def admit_text(store: SqliteStore, *refs: AttachmentRef, key: str = "m2") -> StoredMessage:
+    inbound = Inbound("telegram", "telegram:1", key, "and now?", attachments=refs)
     return (await store.submit(AdmitRow(inbound))).row
+
+
+@pytest.mark.process
+async def test_a_pdf_over_its_budget_is_cut_short_and_never_read_again(tmp_path: Path) -> None:
+    """Review H-3: pages sharing one heavy content stream (about 5 s of CPU a page) from a
+    4.6 KB file. The reading child is ended by its CPU budget; the reply says so, and what
+    it says is kept on the reference, so a restart does not start the work again."""
+    db = str(tmp_path / "s.db")
+    heavy = pdf_heavy_pages(20)
+    files = Files(files={"pdf-1": heavy})
+    ref = AttachmentRef("document", "plan.pdf", "application/pdf", len(heavy), "pdf-1")
+    events: list[Event] = []
+    budget = {"max_attachment_bytes": 100_000, "document_cpu_s": 1}
+    async with open_sqlite_store(db) as store:
+        row = await admit(store, ref, text="summarise")
+        with anyio.fail_after(15):  # 1 s of CPU, 2 s of wall time, and the child's start
+            asked = await attachments(store, files, events, **budget).prepare(row, [])
+    why = "the PDF could not be read within its budget (1 s of CPU, 1024 MiB of memory)"
+    assert asked.notices == (f"plan.pdf: {why}; its text was not used.",)
+    assert asked.text == f"summarise\n\n[plan.pdf]\n[{why}]"
+    reads = [e for e in events if isinstance(e, AttachmentHandled)]
+    assert [(e.step, e.outcome) for e in reads] == [("read", "over_budget")]
+    # A crash before the answer: the row is pending again, with what the reading found.
+    events.clear()
+    async with open_sqlite_store(db) as store:
+        (pending,) = await store.read(PendingRows("telegram:1"))
+        assert pending.attachments[0].text == f"[{why}]"
+        with anyio.fail_after(1):  # no child this time
+            again = await attachments(store, files, events, **budget).prepare(pending, [])
+    assert again.text == asked.text and events == []
+
+
+@pytest.mark.process
+async def test_a_long_pdf_is_read_up_to_max_document_pages(tmp_path: Path) -> None:
+    pdf = pdf_blank_pages(30, text_every=4)
+    files = Files(files={"pdf-1": pdf})
+    ref = AttachmentRef("document", "long.pdf", "application/pdf", len(pdf), "pdf-1")
+    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+        row = await admit(store, ref, text="")
+        asked = await attachments(
+            store, files, max_attachment_bytes=100_000, max_document_pages=10
+        ).prepare(row, [])
+    assert asked.notices == (
+        "long.pdf: only pages 1-10 of 30 were read (max_document_pages = 10).",
+    )
+    shown = "page 1\n\n\n\npage 5\n\n\n\npage 9\n"
+    assert (
+        asked.text == f"[long.pdf]\n{shown}\n[pages 1-10 of 30 were read (max_document_pages = 10)]"
+    )
+
+
+async def test_a_file_finding_no_room_in_the_budget_is_named_and_the_budget_comes_back(
+    tmp_path: Path,
+) -> None:
+    """Review L-7: past ``max_attachment_bytes_in_flight`` a file waits for room (here not
+    at all), then is left out with a notice; a finished turn gives its bytes back."""
+    agent = AgentConfig(max_attachment_bytes=LIMIT, max_attachment_bytes_in_flight=len(PHOTO))
+    files = Files(files={"file-1": PHOTO, "file-2": PHOTO})
+    async with open_sqlite_store(str(tmp_path / "s.db")) as store:
+        step = Attachments(store, {"telegram": files}, NoVoice(), lambda: agent, budget_wait_s=0)
+        first = await step.prepare(await admit(store, photo("file-1")), [])
+        assert len(first.images) == 1 and first.held == len(PHOTO) == step.budget.held
+        second = await step.prepare(await admit_text(store, photo("file-2", name="b.jpg")), [])
+        assert second.images == () and files.fetches == ["file-1"]  # not even fetched
+        assert second.notices == (
+            "b.jpg was not used: other conversations hold as many attachments as botmux keeps"
+            " in memory at once (max_attachment_bytes_in_flight); send it again shortly.",
+        )
+        assert second.text == "and now?"  # the rest is still answered
+        step.release(first)
+        step.release(second)
+        assert step.budget.held == 0
+        third = await step.prepare(await admit_text(store, photo("file-2"), key="m3"), [])
+        assert len(third.images) == 1 and files.fetches == ["file-1", "file-2"]

@@ -9,16 +9,26 @@ import base64
 import hashlib
 import os
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import anyio
 import openai
 import pytest
 
 from gateway.config import Config, parse_config
-from tests.fakes.openai_server import FakeModel, ok, open_fake_model, rate_limited, unauthorized
-from tests.harness import config_text, running_gateway
+from tests.fakes.openai_server import (
+    FakeModel,
+    Hold,
+    ok,
+    open_fake_model,
+    rate_limited,
+    unauthorized,
+)
+from tests.harness import ROOT, config_text, running_gateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
@@ -297,6 +307,45 @@ async def test_voice_by_input_audio_is_transcribed_answered_and_stored(tmp_path:
     assert listed["sha256"] == hashlib.sha256(VOICE).hexdigest()
 
 
+@pytest.mark.process
+async def test_a_voice_notes_transcript_is_shown_with_its_row(tmp_path: Path) -> None:
+    """SPEC 9: the transcript is kept with its row and shown wherever the row's text is,
+    marked as one: the transcript route, the console's view of it, ``botmux sessions show``
+    (which printed the voice note's row with no text at all)."""
+    voice = {"name": "note.wav", "content_type": "audio/wav", "data": b64(VOICE)}
+    async with open_fake_model() as fake:
+        fake.transcript = "remind me to buy milk"
+        text = config_text(tmp_path / "b.db", fake.base_url, extra=transcription(fake))
+        file = tmp_path / "botmux.toml"
+        file.write_text(text)
+        cfg = parse_config(text, source=str(file), env={})
+        async with running_gateway(cfg) as (_, url), aiohttp.ClientSession() as http:
+            status, _ = await chat(http, url, "v", {"attachments": [voice]})
+            assert status == 200
+            status, _ = await chat(http, url, "v", {"message": "and", "attachments": [voice]})
+            assert status == 200
+            async with http.get(f"{url}/api/sessions/v/messages") as r:
+                route = [m["content"] for m in (await r.json())["messages"] if m["role"] == "user"]
+            async with http.get(f"{url}/api/admin/conversations/peer:v/messages") as r:
+                body = await r.json()
+                console = [m["content"] for m in body["messages"] if m["role"] == "user"]
+    heard = "[voice transcript] remind me to buy milk"
+    assert route == console == [heard, f"and\n{heard}"]
+    shown = await anyio.to_thread.run_sync(
+        lambda: subprocess.run(
+            [sys.executable, "-m", "gateway", "sessions", "show", "peer:v", "--config", str(file)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    )
+    assert shown.returncode == 0, shown.stderr
+    user_lines = [line for line in shown.stdout.splitlines() if " user " in line]
+    assert user_lines[0].endswith(f"[answered] {heard}")
+    assert user_lines[1].endswith("[answered] and") and f"    {heard}" in shown.stdout
+
+
 async def test_transcription_falls_back_on_429_and_fails_honestly_for_good(
     tmp_path: Path,
 ) -> None:
@@ -335,6 +384,7 @@ async def test_voice_without_transcription_configured_says_so(tmp_path: Path) ->
     assert fake.requests == [] and fake.transcriptions == []
 
 
+@pytest.mark.process
 async def test_documents_pdf_and_text_are_read_other_types_named(tmp_path: Path) -> None:
     files = [
         {
@@ -397,6 +447,72 @@ async def test_oversized_or_bad_data_is_refused_and_nothing_is_stored(tmp_path: 
     with sqlite3.connect(tmp_path / "b.db") as db:
         assert db.execute("SELECT COUNT(*) FROM blobs").fetchall() == [(0,)]
     assert [r.last_user for r in fake.requests] == ["still here"]
+
+
+async def test_a_content_type_must_be_a_mime_type(tmp_path: Path) -> None:
+    """Review L-6: a CR/LF in content_type was stored, and the file could never be
+    downloaded (aiohttp refused the header). Now 400 naming the field, nothing stored; a
+    type with parameters is taken and served back as sent."""
+    notes = b64(b"buy milk")
+    hostile = {"name": "n.txt", "content_type": "text/plain\r\nSet-Cookie: x=1", "data": notes}
+    fine = {"name": "n.txt", "content_type": 'text/plain; charset="utf-8"', "data": notes}
+    async with (
+        open_fake_model() as fake,
+        running_gateway(config(tmp_path, fake)) as (_, url),
+        aiohttp.ClientSession() as http,
+    ):
+        for bad in (hostile["content_type"], "text", "text/plain; x", "a/" + "b" * 300):
+            body = {"message": "read", "attachments": [{**hostile, "content_type": bad}]}
+            status, answer = await chat(http, url, "m", body)
+            assert status == 400, (bad, answer)
+            assert answer["error"]["param"] == "attachments[0].content_type"
+            assert "attachments[0].content_type must be a MIME type" in answer["error"]["message"]
+        async with http.get(f"{url}/api/sessions/m/messages") as r:
+            assert (await r.json())["messages"] == []
+        status, answer = await chat(http, url, "m", {"message": "read", "attachments": [fine]})
+        assert status == 200, answer
+        sha = hashlib.sha256(b"buy milk").hexdigest()
+        async with http.get(f"{url}/api/sessions/m/attachments/{sha}") as r:
+            assert r.status == 200 and await r.read() == b"buy milk"
+            assert r.headers["Content-Type"] == 'text/plain; charset="utf-8"'
+
+
+async def test_a_turn_waits_for_room_in_the_attachment_budget(tmp_path: Path) -> None:
+    """Review L-7: the images turns hold at once are bounded by
+    ``max_attachment_bytes_in_flight``. With room for one photo, a second conversation's
+    photo waits (nothing of it is sent) until the first turn's model call is over."""
+    photo = {"name": "cat.png", "content_type": "image/png", "data": b64(PHOTO)}
+    extra = f"[agent]\nmax_attachment_bytes_in_flight = {len(PHOTO) * 3 // 2}\n"
+    async with (
+        open_fake_model() as fake,
+        running_gateway(config(tmp_path, fake, extra=extra)) as (app, url),
+        aiohttp.ClientSession() as http,
+    ):
+        assert app.router is not None
+        fake.script(Hold())
+        replies: dict[str, str] = {}
+
+        async def send(session: str) -> None:
+            body = {"message": f"look {session}", "attachments": [photo]}
+            status, answer = await chat(http, url, session, body)
+            assert status == 200, answer
+            replies[session] = answer["message"]["content"]
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(send, "a")
+            with anyio.fail_after(10):
+                await fake.wait_for_requests(1)
+            tg.start_soon(send, "b")
+            with anyio.fail_after(10):
+                while (b := app.router.actors().get("peer:b")) is None or not (
+                    b.running or b.turns  # its turn started (or, unbounded, even answered)
+                ):
+                    await anyio.wait_all_tasks_blocked()
+            await anyio.wait_all_tasks_blocked()
+            assert len(fake.requests) == 1  # b's turn runs, and waits for room
+            fake.release()
+    assert "look a" in replies["a"] and "look b" in replies["b"]
+    assert [len(image_urls(r)) for r in fake.requests] == [1, 1]  # both photos were seen
 
 
 async def test_an_attachment_is_scoped_to_its_token_and_deleted_with_its_session(

@@ -10,6 +10,7 @@ their exit codes, and ``botmux check``'s preview.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sqlite3
@@ -308,6 +309,37 @@ async def test_sighup_and_botmux_reload_in_a_real_process(tmp_path: Path, model:
     )
     assert check.returncode == 1 and f"none answered at {nobody}" in check.stdout
     assert not list((tmp_path / "run").glob("*.json"))  # the run file went with the process
+
+
+@pytest.mark.process
+async def test_check_exits_with_the_files_status_whatever_the_running_gateway_thinks(
+    tmp_path: Path, model: FakeModel, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file valid where ``botmux check`` runs but not in the running gateway's environment
+    (a variable only the shell has): exit 0, the gateway's opinion beside it, and the
+    gateway logs that preview at info level (nothing was to change)."""
+    caplog.set_level(logging.INFO, logger="gateway")
+    port = free_port()
+    text = config_text(tmp_path / "b.db", model.base_url, listen=f"127.0.0.1:{port}")
+    file = ConfigFile(tmp_path / "botmux.toml", text)
+    app = GatewayApp(file.read(), read=file.read)
+    env = {"ONLY_IN_THE_SHELL": "v2", "BOTMUX_RUN_DIR": str(tmp_path / "run")}
+    async with anyio.create_task_group() as run:
+        await run.start(app.run)
+        try:
+            file.path.write_text(text + '\n[agent]\nsystem_prompt = "${ONLY_IN_THE_SHELL}"\n')
+            check = await anyio.to_thread.run_sync(
+                lambda: botmux("check", "--config", str(file.path), env=env)
+            )
+        finally:
+            app.stop.set()
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"config: {file.path}: valid" in check.stdout
+    gateway = f"running gateway at http://127.0.0.1:{port}"
+    assert f"{gateway}: HTTP 422:" in check.stdout
+    assert f"{gateway}: agent.system_prompt: environment variable ONLY_IN_THE_SHELL" in check.stdout
+    logged = [r for r in caplog.records if r.getMessage() == "config_reloaded"]
+    assert [(r.levelno, r.result, r.dry_run) for r in logged] == [(logging.INFO, "invalid", True)]
 
 
 async def test_peer_tokens_and_limits_change_live_and_the_route_names_who_asked(

@@ -1,5 +1,10 @@
 """Fetching a Discord attachment's bytes: a GET of its URL, streamed within the limit.
 
+Only from where Discord keeps attachments (its CDN, over https) or the configured
+``api_base``'s origin, and never following a redirect: anything else is refused before any
+request (:class:`~gateway.errors.AttachmentRefused`; the reply names the file). Discord
+writes attachment URLs itself, so this is defence in depth (security review 2026-12-05, L-4).
+
 Discord states every attachment's size in the message, so one over the limit is refused
 before anything is fetched; the body is still read through
 :func:`platforms._attachments.read_bounded` (a Content-Length or a body longer than stated
@@ -24,10 +29,19 @@ import discord
 
 from gateway.errors import PlatformError
 from gateway.messages import AttachmentRef
-from platforms._attachments import MAX_DOWNLOADS, read_bounded, refuse_declared
+from platforms._attachments import (
+    MAX_DOWNLOADS,
+    origin,
+    read_bounded,
+    refuse_declared,
+    refuse_off_origin,
+    refuse_redirect,
+)
 from platforms.discord.errors import TRANSLATED, translate
 
 CHUNK_BYTES = 64 * 1024
+#: Where Discord keeps attachments: the URLs it writes in a message are on these, over https.
+CDN_ORIGINS = frozenset({"https://cdn.discordapp.com", "https://media.discordapp.net"})
 TIMEOUT = aiohttp.ClientTimeout(total=None, sock_connect=30.0, sock_read=30.0)
 
 
@@ -58,11 +72,22 @@ async def _refusal(response: aiohttp.ClientResponse) -> PlatformError:
     return error
 
 
-async def fetch(session: aiohttp.ClientSession, ref: AttachmentRef, *, limit: int) -> bytes:
-    """The bytes at ``ref.source`` (the attachment URL), within ``limit``, on ``session``."""
+def file_origins(api_base: str) -> frozenset[str]:
+    """Where attachments are fetched from: Discord's CDN, and ``api_base``'s origin (a proxy
+    in front of Discord, or a loopback stand-in in tests)."""
+    return CDN_ORIGINS | {origin(api_base)}
+
+
+async def fetch(
+    session: aiohttp.ClientSession, ref: AttachmentRef, *, limit: int, origins: frozenset[str]
+) -> bytes:
+    """The bytes at ``ref.source`` (the attachment URL), within ``limit``, on ``session``;
+    only from ``origins`` (:func:`file_origins`), never following a redirect."""
     refuse_declared(ref, limit)
+    refuse_off_origin(ref, ref.source, origins, "one of Discord's file servers")
     try:
-        async with session.get(ref.source, timeout=TIMEOUT) as response:
+        async with session.get(ref.source, timeout=TIMEOUT, allow_redirects=False) as response:
+            refuse_redirect(ref, response.status)
             if response.status != 200:
                 raise await _refusal(response)
             refuse_declared(ref, limit, response.content_length)
@@ -79,6 +104,11 @@ class Fetching:
 
     _downloads: anyio.CapacityLimiter | None = None
     _cdn: aiohttp.ClientSession | None = None
+    _file_origins: frozenset[str] = CDN_ORIGINS  # and, once told, api_base's (fetch_from)
+
+    def fetch_from(self, api_base: str) -> None:
+        """Take attachments from ``api_base``'s origin too, besides Discord's CDN."""
+        self._file_origins = file_origins(api_base)
 
     async def fetch(self, ref: AttachmentRef, *, limit: int) -> bytes:
         if self._downloads is None:
@@ -86,7 +116,7 @@ class Fetching:
         async with self._downloads:
             if self._cdn is None or self._cdn.closed:
                 self._cdn = aiohttp.ClientSession()
-            return await fetch(self._cdn, ref, limit=limit)
+            return await fetch(self._cdn, ref, limit=limit, origins=self._file_origins)
 
     async def close_downloads(self) -> None:
         if self._cdn is not None:

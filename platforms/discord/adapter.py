@@ -102,6 +102,7 @@ class DiscordAdapter(LiveSection[DiscordConfig], _attachments.Fetching, SentByCo
         live: Callable[[], DiscordConfig] | None = None,  # a reload's section
     ) -> None:
         self._use_config(config, live)
+        self.fetch_from(config.api_base)  # a restart key: fixed for the adapter's life
         self._leases = leases  # several nodes: each runs the shards it holds
         self._ledger = ledger
         self._access = access

@@ -19,6 +19,7 @@ import anyio
 from aiohttp import web
 
 from gateway.ports import Transcripts
+from platforms.peer.attachments import is_mime_type
 from platforms.peer.convert import parse_json
 from platforms.peer.errors import json_error
 
@@ -71,7 +72,10 @@ async def attachment_response(
     return web.Response(
         body=data,
         headers={
-            "Content-Type": content_type or "application/octet-stream",
+            # One stored before types were checked may be no header at all: served as bytes.
+            "Content-Type": content_type
+            if is_mime_type(content_type) and content_type
+            else "application/octet-stream",
             "Content-Disposition": "attachment",
             "X-Content-Type-Options": "nosniff",
             "Cache-Control": "private, max-age=31536000, immutable",

@@ -8,7 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.messages import ATTACHMENT_FAILURES
-from platforms.peer.attachments import B64_PATTERN, DATA_URL_PATTERN, HTTPS_PATTERN
+from platforms.peer.attachments import (
+    B64_PATTERN,
+    DATA_URL_PATTERN,
+    HTTPS_PATTERN,
+    MAX_CONTENT_TYPE,
+    MIME_PATTERN,
+)
 from platforms.peer.convert import MODEL_NAME
 from policy import REASONS
 
@@ -77,7 +83,12 @@ SCHEMAS: dict[str, Any] = {
         "additionalProperties": False,
         "properties": {
             "name": {"type": "string", "pattern": NAME},
-            "content_type": {"type": "string", "pattern": NO_NUL},
+            "content_type": {
+                "type": "string",
+                "pattern": MIME_PATTERN,
+                "maxLength": MAX_CONTENT_TYPE,
+                "description": "A MIME type (type/subtype, optional parameters), or empty.",
+            },
             "data": {
                 "type": "string",
                 "pattern": BASE64,
@@ -256,7 +267,12 @@ SCHEMAS: dict[str, Any] = {
                             "description": "tool: one tool call of a step, its content the"
                             " result once finished (SPEC 15).",
                         },
-                        "content": {"type": "string"},
+                        "content": {
+                            "type": "string",
+                            "description": "The row's text; a user row's voice notes add"
+                            " their transcripts, each on a line of its own after"
+                            " '[voice transcript] ' (SPEC 9).",
+                        },
                         "created_at": {"type": "string", "format": "date-time"},
                         "state": {
                             "type": "string",

@@ -248,7 +248,7 @@ def message_json(row: StoredMessage) -> dict[str, Any]:
     return {
         "id": row.id,
         "role": row.role,
-        "content": row.content,
+        "content": row.shown,  # a voice note's transcript too (SPEC 9)
         "state": row.state,
         "created_at": row.created_at,
         "failure": row.failure,

@@ -5,8 +5,8 @@ user content parts of ``/v1/chat/completions`` (``image_url`` with a data URL or
 ``input_audio``) become :class:`~gateway.messages.AttachmentRef` values; inline bytes are
 decoded here, hashed, and stored by admission with the row (so a peer attachment is never
 fetched). An ``https`` image URL is kept as the reference's ``source`` and handed to the model
-as it is: botmux never fetches it. Bad data is 400, a file over ``max_attachment_bytes`` 413,
-both before anything is stored.
+as it is: botmux never fetches it. Bad data is 400 (a ``content_type`` that is no MIME type
+too), a file over ``max_attachment_bytes`` 413, both before anything is stored.
 """
 
 from __future__ import annotations
@@ -30,11 +30,20 @@ DATA_URL_PATTERN = (
     r"(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?)$"
 )
 HTTPS_PATTERN = r"^https://[^\x00-\x20]+$"  # no control character, no space
+# A MIME type (RFC 6838 names, RFC 9110 parameters: token=token or a quoted string), or
+# nothing; at most MAX_CONTENT_TYPE characters. Anything else could never be served back as
+# a Content-Type header (security review 2026-12-05, L-6: a CR/LF in it dropped downloads).
+_MIME_NAME = r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+_TOKEN = r"[!#$%&'*+.^_`|~0-9A-Za-z-]+"
+_QUOTED = r'"(?:[\t !#-\[\]-~]|\\[\t -~])*"'
+MIME_PATTERN = rf"^(?:{_MIME_NAME}/{_MIME_NAME}(?:[ \t]*;[ \t]*{_TOKEN}=(?:{_TOKEN}|{_QUOTED}))*)?$"
+MAX_CONTENT_TYPE = 255
 # Checked without a regex over the data: ``re`` keeps state per repetition of a group, which
 # for 27 MB of base64 was most of a gigabyte. ``b64decode(validate=True)`` (strict mode)
 # refuses what B64_PATTERN refuses: characters outside the alphabet, bad or extra padding.
 _DATA_URL_HEAD = re.compile(r"data:(image/[A-Za-z0-9.+-]+);base64,")
 _HTTPS = re.compile(HTTPS_PATTERN)
+_MIME = re.compile(MIME_PATTERN)
 _AUDIO_TYPES = {"wav": "audio/wav", "mp3": "audio/mpeg"}
 
 
@@ -88,6 +97,22 @@ def _string(value: Any, what: str, *, empty: bool = False) -> str:
     return value
 
 
+def is_mime_type(value: str) -> bool:
+    """A well-formed MIME type (or "": none said), within MAX_CONTENT_TYPE characters."""
+    return len(value) <= MAX_CONTENT_TYPE and _MIME.fullmatch(value) is not None
+
+
+def _content_type(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not is_mime_type(value):
+        raise BadRequest(
+            f"{what} must be a MIME type: type/subtype with optional ;name=value parameters"
+            f" (RFC 6838), at most {MAX_CONTENT_TYPE} characters",
+            code="bad_attachment",
+            param=what,
+        )
+    return value
+
+
 def chat_attachments(value: Any, max_bytes: int) -> Files:
     """The chat route's ``attachments`` list."""
     files = Files(max_bytes)
@@ -102,7 +127,7 @@ def chat_attachments(value: Any, max_bytes: int) -> Files:
                 f"{what} must be an object of name, content_type and data", code="bad_attachment"
             )
         name = _string(item.get("name"), f"{what}.name")[:255]
-        content_type = _string(item.get("content_type", ""), f"{what}.content_type", empty=True)
+        content_type = _content_type(item.get("content_type", ""), f"{what}.content_type")
         # Taken out of the request (not copied): the text is freed once decoded.
         data = _string(item.pop("data", None), f"{what}.data")
         files.add(kind_of(content_type), name, content_type.lower(), data)

@@ -306,7 +306,7 @@ def transcript_json(rows: list[StoredMessage]) -> dict[str, Any]:
             {
                 "id": r.id,
                 "role": r.role,
-                "content": r.content,
+                "content": r.shown,  # a voice note's transcript too (SPEC 9)
                 "created_at": _iso(r.created_at),
                 "state": _state(r),
                 **({"failure": r.failure} if r.failure else {}),

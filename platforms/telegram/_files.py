@@ -10,6 +10,10 @@ caller's ``refuse_declared`` before anything is asked), then getFile's, then the
 Content-Length; Telegram refuses getFile for files over its 20 MiB bot limit with 400 "file
 is too big", which is that same refusal.
 
+The URL must be on the Bot API's origin (``api_base``: PTB builds it so, this checks it) and
+a redirect is never followed: anything else is refused before any request, or at the 3xx
+(:class:`~gateway.errors.AttachmentRefused`; the reply names the file).
+
 Failures leave through the adapter's one table (``errors.translate``) and are marked
 idempotent: a download repeated cannot duplicate anything, so ``policy.classify_send``
 retries a 5xx, a 429 (with its retry-after) or a lost connection, and not a 4xx.
@@ -23,7 +27,15 @@ from telegram.request import BaseRequest
 
 from gateway.errors import PlatformError
 from gateway.messages import AttachmentRef
-from platforms._attachments import read_bounded, refetchable, refuse_declared, too_large
+from platforms._attachments import (
+    origin,
+    read_bounded,
+    refetchable,
+    refuse_declared,
+    refuse_off_origin,
+    refuse_redirect,
+    too_large,
+)
 from platforms.telegram import errors
 from platforms.telegram._transport import BotApiRequest
 from platforms.telegram.convert import BOT_API_DOWNLOAD_LIMIT
@@ -58,6 +70,7 @@ async def fetch(bot: Bot, ref: AttachmentRef, *, limit: int, timeout_s: float) -
     if not url.startswith(("http://", "https://")):
         # A local Bot API server (--local) answers a path on its own disk: not supported.
         raise PlatformError(f"telegram gave no file URL for {ref.name}", status=400)
+    refuse_off_origin(ref, url, frozenset({origin(bot.base_file_url)}), "the Bot API's origin")
     try:
         return await _download(bot.request, url, ref, limit=limit, timeout_s=timeout_s)
     except TelegramError as exc:
@@ -70,6 +83,7 @@ async def _download(
     if not isinstance(request, BotApiRequest):
         raise TypeError(f"telegram downloads need the bot on a BotApiRequest, not {request!r}")
     async with request.download(url, timeout_s) as response:
+        refuse_redirect(ref, response.status)
         if response.status != 200:
             raise _refused(response.status, await response.content.read(4096))  # its start
         refuse_declared(ref, limit, response.content_length)

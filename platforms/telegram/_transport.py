@@ -163,7 +163,11 @@ class BotApiRequest(BaseRequest):
         headers = {"User-Agent": self.USER_AGENT}
         with self._failures():
             async with session.get(
-                url, headers=headers, timeout=timeout, proxy=self._proxy(url)
+                url,
+                headers=headers,
+                timeout=timeout,
+                proxy=self._proxy(url),
+                allow_redirects=False,  # downloads go only to the Bot API's origin
             ) as response:
                 self._on_answer(response.status < 500)
                 yield response

@@ -5,7 +5,7 @@ records a :class:`Download` (path, status, bytes written, whether the whole body
 the client's address and port): a client that stops reading past a limit shows as
 ``complete=False``, ``sent`` short of the file; downloads on one kept-alive connection share a
 ``client``. ``fail_next_download(status)`` answers the next download(s) with that error instead
-(a 5xx once, then the file). ``send_length = False`` leaves Content-Length out (a chunked
+(a 5xx once, then the file); ``redirect_next_download(location)`` with a 302 to there. ``send_length = False`` leaves Content-Length out (a chunked
 body: the client learns the size only by reading).
 """
 
@@ -36,7 +36,7 @@ class FileServer:
     def __init__(self, notify: Callable[[], None]) -> None:
         self._notify = notify
         self._files: dict[str, bytes] = {}
-        self._failures: deque[int] = deque()
+        self._failures: deque[tuple[int, str]] = deque()  # (status, Location of a 3xx)
         self.downloads: list[Download] = []
         self.send_length = True
 
@@ -44,7 +44,10 @@ class FileServer:
         self._files[path] = data
 
     def fail_next_download(self, status: int = 502, *, times: int = 1) -> None:
-        self._failures.extend([status] * times)
+        self._failures.extend([(status, "")] * times)
+
+    def redirect_next_download(self, location: str, status: int = 302) -> None:
+        self._failures.append((status, location))
 
     def downloads_of(self, path: str) -> list[Download]:
         return [d for d in self.downloads if d.path == path]
@@ -52,8 +55,9 @@ class FileServer:
     async def serve(self, request: web.Request, path: str) -> web.StreamResponse:
         data = self._files.get(path)
         if self._failures:
-            status = self._failures.popleft()
-            failed = web.Response(status=status, text="Bad Gateway")
+            status, location = self._failures.popleft()
+            headers = {"Location": location} if location else {}
+            failed = web.Response(status=status, text="Bad Gateway", headers=headers)
             return self._record(request, path, status, failed)
         if data is None:
             return self._record(request, path, 404, web.Response(status=404, text="Not Found"))

@@ -125,6 +125,9 @@ class FakeFiles:
     def fail_next_download(self, status: int = 502, *, times: int = 1) -> None:
         self.server.fail_next_download(status, times=times)
 
+    def redirect_next_download(self, location: str) -> None:
+        self.server.redirect_next_download(location)
+
     @property
     def downloads(self) -> list[Download]:
         return self.server.downloads
