@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from gateway.store import Store
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
-PAIRING_PLATFORMS = ("telegram", "discord")
+PAIRING_PLATFORMS = ("telegram", "discord", "slack")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -268,10 +268,23 @@ def _check_tools(config: Config) -> None:
     for server in servers:
         where = f"stdio: {server.command}" if server.command else f"http: {server.url}"
         print(f"tool server {server.name} ({where}), approval: {server.approval}")
-    platforms = ["peer", *(p for p in ("telegram", "discord", "a2a") if getattr(config, p))]
+    chats = ("telegram", "discord", "slack", "a2a")
+    platforms = ["peer", *(p for p in chats if getattr(config, p))]
     for platform in platforms:
         for line in profile_lines(config.profiles, config.agent.tools, platform):
             print(f"{platform} conversations: {line}")
+
+
+def _slack_line(config: Config) -> str:
+    sl = config.slack
+    if sl is None:
+        return "slack: off"
+    way = "Socket Mode" if sl.socket_mode else f"Events API at http://{sl.listen}/slack/events"
+    channels = f"{len(sl.allow_channels)} open channel(s)"
+    users = f"{len(sl.allow_users)} allowed user(s), others by DM pairing"
+    mention = "mention needed in channels" if sl.require_mention else "answers everything"
+    threads = "answers in threads" if sl.reply_in_thread else "answers in the channel"
+    return f"slack: {way} via {sl.api_base}, {channels}, {users}, {mention}, {threads}"
 
 
 def _check(config: Config) -> int:
@@ -317,6 +330,7 @@ def _check(config: Config) -> int:
         guilds += f" ({who})"
         mention = "mention or reply needed" if dc.require_mention else "answers everything"
         print(f"discord: via {dc.api_base}, {guilds}, {mention}")
+    print(_slack_line(config))
     _check_tools(config)
     for line in cli_schedules.check_lines(config):
         print(line)

@@ -32,6 +32,7 @@ from pydantic import BeforeValidator, TypeAdapter
 from gateway import _config_checks as checks
 from gateway._schema import SECRET, TABLE, Problem, problem_error, rule, validate
 from gateway.config_schedules import ScheduleEntry, SchedulerConfig, schedule_problems
+from gateway.config_slack import SlackConfig, slack_problems
 from gateway.config_tools import (
     Profile,
     ResolvedProfile,
@@ -425,6 +426,7 @@ class Config:
     log: LogConfig = LogConfig()
     telegram: TelegramConfig | None = None
     discord: DiscordConfig | None = None
+    slack: SlackConfig | None = None  # SPEC 17 (gateway/config_slack.py)
     a2a: A2aConfig | None = None  # SPEC 12: on when the section is present
     cluster: ClusterConfig = ClusterConfig()
     # Voice and audio (SPEC 9): an OpenAI-compatible /v1/audio/transcriptions endpoint, with
@@ -460,7 +462,8 @@ class Config:
     @property
     def platforms_on(self) -> set[str]:
         """The platforms a conversation (and a schedule) can be on: the peer API always."""
-        return {"peer"} | {p for p in ("telegram", "discord") if getattr(self, p) is not None}
+        chats = ("telegram", "discord", "slack")
+        return {"peer"} | {p for p in chats if getattr(self, p) is not None}
 
     def queue_policy(self, platform: str, conversation: str = "") -> QueuePolicy:
         """The queue mode of a conversation of ``platform``: its profile's, else its platform
@@ -488,6 +491,8 @@ class Config:
                 found.append(platform.token)
         if self.telegram is not None:
             found.append(self.telegram.webhook_secret)
+        if self.slack is not None:
+            found.extend(self.slack.secrets())
         return tuple(s for s in found if s and s != "unused")
 
 
@@ -557,6 +562,7 @@ def _cross_checks(config: Config) -> list[Problem]:
         for key in ("webhook_url", "webhook_secret"):
             if not getattr(config.telegram, key):
                 problems.append((f"telegram.{key}", 'is required when mode = "webhook"'))
+    problems += slack_problems(config.slack)
     problems += schedule_problems(config.schedules, config.scheduler, config.platforms_on)
     return problems + tool_problems(config.tools, config.models, config.profiles)
 

@@ -25,6 +25,9 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 KEY_FORMS = {
     "telegram": re.compile(r"^telegram:-?\d+(:topic:\d+)?$"),
     "discord": re.compile(r"^discord:\d+$"),
+    "slack": re.compile(
+        r"^slack:[TE][A-Z0-9]{2,31}:[CGD][A-Z0-9]{2,31}(:thread:\d{1,12}\.\d{1,9})?$"
+    ),
     "peer": re.compile(r"^peer:[A-Za-z0-9._:-]{1,128}$"),
 }
 
@@ -107,7 +110,8 @@ def conversation_problem(key: str, platforms_on: set[str]) -> str | None:
     if form is None:
         return (
             f"{key!r} is not a conversation key a schedule can fire into:"
-            " telegram:<chat id>, discord:<channel id> or peer:<session id>"
+            " telegram:<chat id>, discord:<channel id>, slack:<team>:<channel> or"
+            " peer:<session id>"
         )
     if not form.match(key):
         return f"{key!r} is not a {platform} conversation key (SPEC 2's form)"

@@ -14,7 +14,8 @@ some decisions carry is left out: see :func:`log_fields`).
 
 A leaf module, like ``messages`` and ``errors``: it imports nothing of ours but its own parts
 (``events_tools``, the tool loop's events; ``events_mcp``, the MCP servers';
-``events_schedules``, the scheduler's), so ``policy/`` and ``platforms/`` may import it.
+``events_schedules``, the scheduler's; ``events_slack``, the Slack adapter's), so ``policy/``
+and ``platforms/`` may import it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import ClassVar, Literal
 
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
 from gateway.events_schedules import ScheduleEvent
+from gateway.events_slack import SlackEvent
 from gateway.events_tools import (
     ApprovalAsked,
     ApprovalDecided,
@@ -585,6 +587,7 @@ Event = (
     | ToolsListed
     | ToolCalled
     | ScheduleEvent
+    | SlackEvent
 )
 Observe = Callable[[Event], None]
 

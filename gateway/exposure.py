@@ -52,7 +52,11 @@ def access_warnings(config: Config) -> list[str]:
                     f"{key} is cleartext http:// to another host ({endpoint.base_url}): API"
                     " keys and conversations travel unencrypted (use https://)"
                 )
-    platforms = [("telegram", config.telegram), ("discord", config.discord)]
+    platforms = [
+        ("telegram", config.telegram),
+        ("discord", config.discord),
+        ("slack", config.slack),
+    ]
     for name, platform in platforms:
         if platform is not None and _cleartext(platform.api_base):
             found.append(

@@ -91,6 +91,12 @@ from gateway.events_schedules import (
     ScheduleMissed,
     SchedulesSynced,
 )
+from gateway.events_slack import (
+    SlackAdmissionDeferred,
+    SlackConnectionChanged,
+    SlackRequestRefused,
+    SlackStrangerIgnored,
+)
 from gateway.events_tools import (
     ApprovalAsked,
     ApprovalDecided,
@@ -214,6 +220,10 @@ def place(event: Event) -> str | None:
             | TelegramNoticeFailed()
             | TelegramWebhookRefused()
             | DiscordBackfilled()
+            | SlackAdmissionDeferred()
+            | SlackRequestRefused()
+            | SlackStrangerIgnored()
+            | SlackConnectionChanged()
             | AttachmentHandled()
             | ConfigReloaded()
             | AdminActed()

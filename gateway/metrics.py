@@ -67,6 +67,12 @@ from gateway.events_schedules import (
     ScheduleMissed,
     SchedulesSynced,
 )
+from gateway.events_slack import (
+    SlackAdmissionDeferred,
+    SlackConnectionChanged,
+    SlackRequestRefused,
+    SlackStrangerIgnored,
+)
 from gateway.events_tools import (
     ApprovalAsked,
     ApprovalDecided,
@@ -211,6 +217,13 @@ class Metrics:
             "botmux_telegram_events",
             "Telegram: plain-text fallbacks, poll errors, deferred admissions, strangers,"
             " dropped and failed notices, refused webhook calls",
+            ["event"],
+            registry=r,
+        )
+        self.slack = Counter(
+            "botmux_slack_events",
+            "Slack: deferred admissions, refused Events API requests, strangers, Socket Mode"
+            " connections up and down",
             ["event"],
             registry=r,
         )
@@ -409,6 +422,10 @@ class Metrics:
                 self._child(self.attachments, platform, kind, "fetch", "ok").inc()
             case AttachmentHandled(platform=platform, kind=kind, step=step, outcome=outcome):
                 self._child(self.attachments, platform, kind, step, outcome).inc()
+            case SlackAdmissionDeferred() | SlackRequestRefused() | SlackStrangerIgnored():
+                self._child(self.slack, event.name.removeprefix("slack_")).inc()
+            case SlackConnectionChanged(state=state):
+                self._child(self.slack, f"connection_{state}").inc()
             case DiscordBackfilled(reason=reason, messages=messages):
                 self._child(self.discord_backfills, reason).inc()
                 self._child(self.discord_backfilled, reason).inc(messages)

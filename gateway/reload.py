@@ -64,6 +64,7 @@ LIVE_KEYS: tuple[str, ...] = (
     "peer.queue_mode",
     "telegram.queue_mode",
     "discord.queue_mode",
+    "slack.queue_mode",
     "telegram.allow_users",
     "telegram.allow_chats",
     "telegram.group_mode",
@@ -84,6 +85,12 @@ LIVE_KEYS: tuple[str, ...] = (
     "discord.typing_deadline_s",
     "discord.streaming",
     "discord.stream_interval_s",
+    "slack.allow_users",  # SPEC 17: read at each message (the adapter's live section)
+    "slack.allow_channels",
+    "slack.require_mention",
+    "slack.reply_in_thread",
+    "slack.streaming",
+    "slack.stream_interval_s",
     # Tools (SPEC 15): the toolbox reconfigures its servers; profiles, the offer, the approvers
     # and the loop's bounds are read at each turn (the agent's generation, the live config).
     "tools.mcp",

@@ -59,7 +59,7 @@ class ScheduleBook:
         settings = self._settings()
         if platform_of(conversation) not in KEY_FORMS:
             raise ScheduleRefused(
-                "scheduled messages go to Telegram, Discord and peer API conversations only"
+                "scheduled messages go to Telegram, Discord, Slack and peer API conversations only"
             )
         if not body.strip():
             raise ScheduleRefused("the schedule needs a text or a prompt to send")

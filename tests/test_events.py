@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import events, events_mcp, events_schedules, events_tools
+from gateway import events, events_mcp, events_schedules, events_slack, events_tools
 from gateway.app import Observer
 from gateway.events import (
     AnswerCommitted,
@@ -73,7 +73,7 @@ def counted(metrics: Metrics) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 def test_the_union_holds_every_event_class_of_the_module() -> None:
     defined = {
         obj
-        for module in (events, events_tools, events_mcp, events_schedules)
+        for module in (events, events_tools, events_mcp, events_schedules, events_slack)
         for obj in vars(module).values()
         if inspect.isclass(obj) and obj.__module__ == module.__name__
     }
