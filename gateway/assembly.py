@@ -105,6 +105,18 @@ def build_adapters(
                 live=live.view(lambda c: c.discord or discord),
             )
         )
+    if (slack := config.slack) is not None:
+        from platforms.slack import SlackAdapter
+
+        adapters.append(
+            SlackAdapter(
+                slack,
+                ledger=ports.ledger,
+                access=ports.access,
+                observe=observe,
+                live=live.view(lambda c: c.slack or slack),
+            )
+        )
     return adapters
 
 

@@ -1,2 +1,7 @@
-"""Slack, the fourth chat platform (SPEC 17). The adapter comes later; for now the package
-holds how the model's Markdown is written as Slack mrkdwn (:mod:`platforms.slack.render`)."""
+"""Slack, the fourth chat platform (SPEC 17): Socket Mode or the Events API in, the Web API
+out, on slack_sdk (``adapter`` says why not slack-bolt); replies written as mrkdwn by
+:mod:`platforms.slack.render`."""
+
+from platforms.slack.adapter import SlackAdapter
+
+__all__ = ["SlackAdapter"]
