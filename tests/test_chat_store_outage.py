@@ -1,4 +1,4 @@
-"""No acknowledgement without a stored row, on Telegram and on Discord.
+"""No acknowledgement without a stored row, on Telegram, on Discord and on Slack.
 
 A real gateway (in process, real SQLite store), real python-telegram-bot and discord.py, the
 loopback fakes. The store fails on demand from outside the gateway, as it would in
@@ -6,7 +6,8 @@ production: the test holds SQLite's write lock from another connection (``BEGIN 
 the gateway's writer waits out its busy timeout, then its commit fails), or renames a table
 the allowlist and pairing checks read or write. While the store fails nothing is
 acknowledged (Telegram keeps the update; Discord's adapter keeps the message and tries it
-again); once it recovers the message is answered, exactly once.
+again; Slack's envelope stays unacknowledged and its HTTP event is answered 503, so Slack
+delivers it again); once it recovers the message is answered, exactly once.
 
 Refusals (``Refused``: too many turns waiting, a message over the limit) are answers, not
 store failures: the user gets a short notice and the message is acknowledged. They are
@@ -28,6 +29,7 @@ import pytest
 from gateway.app import GatewayApp
 from gateway.config import DiscordConfig, TelegramConfig
 from gateway.errors import MessageTooLong, Overloaded, Refused
+from gateway.events_slack import SlackAdmissionDeferred
 from gateway.messages import Admission, Inbound
 from platforms._refusals import BUSY_TEXT, too_long_text
 from platforms.discord import DiscordAdapter
@@ -36,8 +38,12 @@ from platforms.telegram import TelegramAdapter
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model
 from tests.fakes.runtime import HeldIntake
+from tests.fakes.slack_server import open_fake_slack
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
-from tests.harness import free_port, make_config, running_gateway, telegram_section
+from tests.harness import Events, free_port, make_config, running_gateway, telegram_section
+from tests.support.slack_world import ALICE as S_ALICE
+from tests.support.slack_world import ALICE_DM as S_ALICE_DM
+from tests.support.slack_world import running_botmux as slack_botmux
 
 pytestmark = pytest.mark.anyio
 
@@ -374,3 +380,35 @@ async def test_discord_refusals_are_answered_and_the_next_message_is_admitted() 
     assert answers == sorted([too_long_text(100), BUSY_TEXT, "ran /status"])
     assert [a.text for a in intake.admitted] == ["admitted"]
     assert adapter.statistics().refused == 3
+
+
+# -- Slack -------------------------------------------------------------------------------------
+
+
+@pytest.mark.gateway
+@pytest.mark.parametrize("events", [False, True], ids=["socket", "events"])
+async def test_slack_envelope_stays_unacknowledged_until_the_store_commits_again(
+    tmp_path: Path, model: FakeModel, events: bool
+) -> None:
+    """While the store cannot commit, the envelope is not acknowledged (the Events API's post
+    is answered 503); Slack's retry after the store is back is admitted and answered once."""
+    db = tmp_path / "botmux.db"
+    seen = Events()
+    with anyio.fail_after(60):
+        async with (
+            open_fake_slack() as slack,
+            slack_botmux(tmp_path, slack, model, events=events, record=seen),
+        ):
+            with write_lock(db):
+                await slack.send(S_ALICE_DM, "while locked", user=S_ALICE)
+                [envelope] = slack.envelopes
+                await seen.wait_for(SlackAdmissionDeferred)
+                assert not envelope.acked and slack.bot_messages(S_ALICE_DM) == []
+            if events:
+                await slack.wait_until(lambda: envelope.answers == [503])
+            await slack.redeliver()  # Slack's retry
+            await slack.wait_acked(envelope)
+            [reply] = await slack.wait_for_bot_messages(S_ALICE_DM, 1)
+    assert reply["text"] == "answer to while locked"
+    assert user_rows(db) == [("while locked", "answered")]
+    assert [r.last_user for r in model.requests] == ["while locked"]

@@ -20,7 +20,7 @@ from tests.fakes.slack_server import (
     TEAM,
     FakeSlack,
 )
-from tests.harness import free_port, make_config, running_gateway
+from tests.harness import Events, free_port, make_config, running_gateway
 
 ALICE = "U0ALICE01"  # on allow_users
 BOB = "U0BOB0001"  # a member of the open channel, not on allow_users
@@ -65,13 +65,20 @@ def adapter_of(app: GatewayApp) -> SlackAdapter:
 
 @asynccontextmanager
 async def running_botmux(
-    tmp_path: Path, slack: FakeSlack, model: FakeModel, extra: str = "", *, events: bool = False
+    tmp_path: Path,
+    slack: FakeSlack,
+    model: FakeModel,
+    extra: str = "",
+    *,
+    events: bool = False,
+    record: Events | None = None,
 ) -> AsyncIterator[GatewayApp]:
     """botmux in process in front of the world (its store: ``tmp_path/botmux.db``); with
-    ``events``, the fake posts to its Events API listener."""
+    ``events``, the fake posts to its Events API listener; ``record`` keeps what the gateway
+    reported."""
     section = slack_toml(slack, extra, events=events)
     config = make_config(tmp_path / "botmux.db", model.base_url, extra=section)
-    async with running_gateway(config) as (app, _):
+    async with running_gateway(config, events=record) as (app, _):
         if events:
             port = adapter_of(app).events_port
             slack.events_url = f"http://127.0.0.1:{port}/slack/events"
