@@ -20,8 +20,10 @@ import pytest
 from gateway.failpoints import EVENTS
 from tests.fakes.discord_server import FakeDiscord
 from tests.fakes.openai_server import FakeModel, ok, open_fake_model
+from tests.fakes.slack_server import FakeSlack, open_fake_slack
 from tests.fakes.telegram_server import open_fake_telegram
 from tests.harness import telegram_section
+from tests.support import slack_world
 from tests.support.crashes import LONG, assert_one_answer, crash_at, make_gateway, settle
 from tests.support.discord_world import BOB, CHANNEL_ID, discord_toml, mention, open_world
 
@@ -40,7 +42,9 @@ TOOL_POINTS = (
     "awaiting_approval",
     "after_approval_stored",
 )
-POINTS = [p for p in EVENTS if p not in ATTACHMENT_POINTS and p not in TOOL_POINTS]
+#: A schedule's firing (SPEC 16): tests/test_schedules_cluster.py crashes at each of them.
+SCHEDULE_POINTS = ("before_schedule_admission", "after_schedule_admission")
+POINTS = [p for p in EVENTS if p not in ATTACHMENT_POINTS + TOOL_POINTS + SCHEDULE_POINTS]
 CHUNK_POINTS = ("after_send_before_record", "between_chunks")
 
 
@@ -127,6 +131,33 @@ async def test_discord(tmp_path: Path, model: FakeModel, point: str) -> None:
     assert_delivered(sent, duplicates_allowed=0)  # the nonce makes a re-sent chunk a no-op
 
 
+@pytest.mark.process
+@pytest.mark.parametrize("point", POINTS)
+async def test_slack(tmp_path: Path, model: FakeModel, point: str) -> None:
+    """Killed after admission, the envelope was never acknowledged: Slack delivers it again
+    to the restarted process's new connection (a duplicate), and the stored row is resumed."""
+    async with open_fake_slack() as slack:
+        gateway = make_gateway(tmp_path, model, slack_world.slack_toml(slack))
+        try:
+            await gateway.start(env={"BOTMUX_FAILPOINT": f"{point}:kill"})
+            await slack.send(slack_world.ALICE_DM, "hello", user=slack_world.ALICE)
+            await crash_at(gateway, point)
+            await gateway.start(env={"BOTMUX_FAILPOINT": ""})
+            with anyio.fail_after(20):
+                await slack.wait_until(lambda: slack_replies(slack).endswith("The end."))
+                await settle(gateway)
+        finally:
+            await gateway.kill()
+        sent = slack.texts(slack_world.ALICE_DM)
+    assert_one_answer(tmp_path / "botmux.db")
+    # Slack cannot deduplicate a post: a chunk it took just before the crash is sent again.
+    assert_delivered(sent, duplicates_allowed=1 if point == "after_send_before_record" else 0)
+
+
+def slack_replies(slack: FakeSlack) -> str:
+    return "".join(slack.texts(slack_world.ALICE_DM))
+
+
 def replies(dc: FakeDiscord) -> str:
     return "".join(m["content"] for m in dc.sent_messages(CHANNEL_ID))
 
@@ -139,6 +170,6 @@ def assert_delivered(sent: list[str], *, duplicates_allowed: int) -> None:
 
 
 def test_every_failpoint_is_in_the_matrix() -> None:
-    assert set(POINTS) | set(ATTACHMENT_POINTS) | set(TOOL_POINTS) == set(EVENTS)
+    assert set(POINTS) | set(ATTACHMENT_POINTS + TOOL_POINTS + SCHEDULE_POINTS) == set(EVENTS)
     assert len(POINTS) == 6
     assert os.environ.get("BOTMUX_FAILPOINT") in (None, "")
