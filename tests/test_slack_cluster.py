@@ -1,0 +1,66 @@
+"""Slack on several botmux nodes (one PostgreSQL store), as real processes.
+
+Each node holds a Socket Mode connection of its own; the fake Slack gives each envelope to one
+open connection in turn, as Slack spreads events over an app's connections. A mention comes as
+two envelopes (``message`` and ``app_mention``), which may go to two nodes: admission is keyed
+on channel and ``ts``, so one of them admits the turn and the other finds it stored. Every
+message is answered once (the replies the fake received, the rows in PostgreSQL), whichever
+node took which envelope, and each node sends the replies of the conversations it runs. (Two
+connections keep no order between them: messages sent in quick succession may be admitted in
+either order, as with Slack itself.)
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.fakes.openai_server import FakeModel
+from tests.fakes.slack_server import FakeSlack, open_fake_slack
+from tests.harness import cluster_nodes, pg_fetch, start_all
+from tests.support.slack_world import ALICE, ALICE_DM, BOB, CHANNEL, mention, slack_toml
+
+pytestmark = [pytest.mark.anyio, pytest.mark.process, pytest.mark.timeout(90)]
+
+
+@pytest.fixture
+async def slack() -> AsyncIterator[FakeSlack]:
+    async with open_fake_slack() as fake:
+        yield fake
+
+
+async def test_two_nodes_with_a_connection_each_answer_every_message_once(
+    tmp_path: Path, postgres_url: str, model: FakeModel, slack: FakeSlack
+) -> None:
+    async with cluster_nodes(
+        tmp_path, postgres_url, model.base_url, lease_s=2.0, heartbeat_s=0.4
+    ) as make:
+        nodes = [make(name, slack_toml(slack)) for name in ("n1", "n2")]
+        await start_all(nodes)
+        with anyio.fail_after(60):
+            await slack.wait_until(lambda: slack.hellos >= 2)
+            threads = []
+            for i in range(6):
+                threads.append(await slack.send(CHANNEL, mention(f"question {i}"), user=BOB))
+                await slack.send(ALICE_DM, f"dm {i}", user=ALICE)
+            await slack.wait_until(
+                lambda: len(slack.bot_messages(CHANNEL)) >= 6
+                and len(slack.bot_messages(ALICE_DM)) >= 6
+                and not slack.unacked()
+            )
+    # Envelopes went to both connections, and the pairs of a mention were split at times.
+    assert len({id(e.on) for e in slack.envelopes}) == 2
+    for i, ts in enumerate(threads):
+        assert slack.texts(CHANNEL, ts) == [f"echo: question {i}"]
+    # Two connections keep no order between them: the DMs' replies are all there, once each.
+    assert sorted(slack.texts(ALICE_DM)) == [f"echo: dm {i}" for i in range(6)]
+    users = await pg_fetch(
+        postgres_url, "SELECT content, state FROM messages WHERE role = 'user' ORDER BY id"
+    )
+    counts = Counter(r["content"] for r in users)
+    assert len(users) == 12 and set(counts.values()) == {1}
+    assert {r["state"] for r in users} == {"answered"}
