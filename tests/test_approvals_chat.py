@@ -1,5 +1,6 @@
-"""Approvals in the chat (SPEC 15), end to end on Telegram and Discord: a whole gateway in
-process with the real python-telegram-bot and discord.py against the loopback platforms, the
+"""Approvals in the chat (SPEC 15), end to end on Telegram, Discord and Slack: a whole gateway
+in process with the real python-telegram-bot, discord.py and slack_sdk against the loopback
+platforms, the
 fake model scripting the tool calls, and an in-process toolbox counting what ran.
 
 What a user sees: the request as a message with Approve and Deny buttons (the tool, its
@@ -26,9 +27,11 @@ from gateway.app import GatewayApp
 from gateway.config import parse_config
 from tests.fakes.discord_server import FakeDiscord, open_fake_discord
 from tests.fakes.openai_server import FakeModel, calls, ok, open_fake_model
+from tests.fakes.slack_server import FakeSlack, open_fake_slack
 from tests.fakes.telegram_server import FakeTelegram, open_fake_telegram
 from tests.fakes.toolbox import RecordingToolBox, tool
 from tests.harness import config_text, free_port, running_gateway
+from tests.support import slack_world
 
 with warnings.catch_warnings():  # discord.py imports audioop, deprecated since 3.11
     warnings.filterwarnings("ignore", "'audioop' is deprecated", DeprecationWarning)
@@ -45,6 +48,8 @@ D_BOT, D_ALICE = 990_000_000_000_000_001, 990_000_000_000_000_010
 D_BOB, D_CAROL = 990_000_000_000_000_011, 990_000_000_000_000_012
 D_GUILD, D_CHANNEL, D_DM = 990_000_000_000_000_100, 990_000_000_000_000_101, 990_000_000_000_000_300
 D_TOKEN = "discord-test-token"
+# Slack: the world's Alice and Bob (allowed), Carol an approver; her DM, an open channel.
+S_ALICE, S_BOB, S_CAROL = slack_world.ALICE, slack_world.BOB, "U0CAROL01"
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,8 +230,91 @@ class DiscordChat:
         return found()
 
 
+class SlackChat:
+    platform = "slack"
+
+    def __init__(self, slack: FakeSlack, events: bool) -> None:
+        self.slack, self.events = slack, events
+        self.users = {"alice": S_ALICE, "bob": S_BOB, "carol": S_CAROL}
+        self.threads: dict[str, str] = {}
+
+    def section(self, tmp_path: Path) -> str:
+        toml = slack_world.slack_toml(self.slack, events=self.events)
+        return toml.replace(
+            f'allow_users = ["{S_ALICE}"]', f'allow_users = ["{S_ALICE}", "{S_BOB}"]'
+        )
+
+    def channel(self, group: bool) -> str:
+        return slack_world.CHANNEL if group else slack_world.ALICE_DM
+
+    async def say(self, text: str, *, group: bool = False) -> None:
+        if group:
+            await self.slack.send(self.channel(True), slack_world.mention(text), user=S_ALICE)
+        else:
+            await self.slack.send(self.channel(False), text, user=S_ALICE)
+
+    def _requests(self, channel: str) -> list[dict[str, Any]]:
+        return [m for m in self.slack.bot_messages(channel) if str(m["text"]).startswith(ASKING)]
+
+    async def asked(self, n: int = 1, *, group: bool = False) -> Asked:
+        channel = self.channel(group)
+        await self.slack.wait_until(lambda: len(self._requests(channel)) >= n)
+        return self._of(self._requests(channel)[n - 1])
+
+    def _of(self, message: dict[str, Any]) -> Asked:
+        mid = int(str(message["ts"]).replace(".", ""))
+        self.threads[str(mid)] = str(message["ts"])
+        buttons = [
+            str(e["value"])
+            for block in message.get("blocks", [])
+            if block["type"] == "actions"
+            for e in block["elements"]
+        ]
+        return Asked(mid, str(message["text"]), buttons)
+
+    def now(self, asked: Asked, *, group: bool = False) -> Asked:
+        ts = self.threads[str(asked.message_id)]
+        (message,) = [m for m in self.slack.bot_messages(self.channel(group)) if m["ts"] == ts]
+        return self._of(message)
+
+    async def wait_for_update(self) -> None:
+        updates = len(self.slack.calls_of("chat.update"))
+        await self.slack.wait_until(lambda: len(self.slack.calls_of("chat.update")) > updates)
+
+    def _answers_to_clicks(self) -> list[Any]:
+        return [c for c in self.slack.calls if c.method in ("chat.update", "chat.postEphemeral")]
+
+    async def click(self, asked: Asked, approve: bool, who: str, *, group: bool = False) -> None:
+        answered = len(self._answers_to_clicks())
+        ts = self.threads[str(asked.message_id)]
+        value = asked.buttons[0 if approve else 1]
+        await self.slack.click(self.channel(group), ts, value, user=self.users[who])
+        await self.slack.wait_until(lambda: len(self._answers_to_clicks()) > answered)
+
+    def told(self) -> tuple[str, bool]:
+        """A decision is told by the message's update: its last paragraph; a refusal by an
+        ephemeral message."""
+        last = self._answers_to_clicks()[-1]
+        if last.method == "chat.update":
+            return str(last.args["text"]).rpartition("\n\n")[2], False
+        return str(last.args["text"]), True
+
+    async def answers(self, count: int, *, group: bool = False) -> list[str]:
+        channel = self.channel(group)
+
+        def found() -> list[str]:
+            return [t for t in self.slack.texts(channel) if not t.startswith(ASKING)]
+
+        await self.slack.wait_until(lambda: len(found()) >= count)
+        return found()
+
+
 @asynccontextmanager
 async def open_chat(kind: str) -> AsyncIterator[Chat]:
+    if kind.startswith("slack"):
+        async with open_fake_slack() as slack:
+            yield SlackChat(slack, events=kind.endswith("events"))
+        return
     if kind.startswith("telegram"):
         async with open_fake_telegram() as tg:
             yield TelegramChat(tg, "webhook" if kind.endswith("webhook") else "polling")
@@ -252,6 +340,9 @@ class World:
     async def gateway(self) -> AsyncIterator[GatewayApp]:
         config = parse_config(self.text, source="test", env={})
         async with running_gateway(config, tools=self.box) as (app, _):
+            if isinstance(self.chat, SlackChat) and self.chat.events:
+                port = slack_world.adapter_of(app).events_port
+                self.chat.slack.events_url = f"http://127.0.0.1:{port}/slack/events"
             yield app
 
     def tool_rows(self) -> list[tuple[str, str]]:
@@ -275,7 +366,7 @@ async def world(
     async with open_chat(kind) as chat, open_fake_model() as model:
         extra = (
             chat.section(tmp_path) + section + '\n[agent]\ntools = ["*"]\n\n[tools]\n'
-            f'approvers = ["telegram:{T_CAROL}", "discord:{D_CAROL}"]\n'
+            f'approvers = ["telegram:{T_CAROL}", "discord:{D_CAROL}", "slack:{S_CAROL}"]\n'
             f"approval_timeout_s = {timeout_s}\n\n[gateway]\ndrain_timeout_s = 0\n"
         )
         db = tmp_path / "botmux.db"
@@ -294,10 +385,12 @@ def told(chat: Chat) -> str:
     return text.removesuffix(".").split(" by ")[0]
 
 
-BOTH = pytest.mark.parametrize("kind", ["telegram", "discord"])
+BOTH = pytest.mark.parametrize("kind", ["telegram", "discord", "slack"])
 
 
-@pytest.mark.parametrize("kind", ["telegram", "telegram-webhook", "discord"])
+@pytest.mark.parametrize(
+    "kind", ["telegram", "telegram-webhook", "discord", "slack", "slack-events"]
+)
 async def test_an_approved_call_runs_once_and_the_turn_answers_once(
     tmp_path: Path, kind: str
 ) -> None:
@@ -312,16 +405,22 @@ async def test_an_approved_call_runs_once_and_the_turn_answers_once(
                 assert await w.chat.answers(1) == ["pushed main"]
             done = w.chat.now(asked)
     chat = w.chat
+    arguments = {
+        "telegram": '{"text": "main"}',
+        "discord": "```json",
+        "slack": '```{"text": "main"}```',
+    }
     assert asked.text.splitlines()[:3] == [
         ASKING,
         "Tool: git__push",
-        "Arguments: " + ('{"text": "main"}' if chat.platform == "telegram" else "```json"),
+        "Arguments: " + arguments[chat.platform],
     ]
     assert asked.text.endswith(f"{NOT_YOURS} No answer within 10 min is a denial.")
     row = int(asked.buttons[0].split(":")[1])
     assert asked.buttons == [f"ap:{row}:y", f"ap:{row}:n"]
     assert told(chat) == "Approved"
-    who = "Alice" if chat.platform == "telegram" else f"<@{D_ALICE}>"
+    who = {"telegram": "Alice", "discord": f"<@{D_ALICE}>", "slack": f"<@{S_ALICE}>"}
+    who = who[chat.platform]
     assert done.buttons == [] and done.text.endswith(f"\n\nApproved by {who}.")
     assert w.box.executed == {"git__push": 1}
     assert tool_results(w.model, 1) == ["push({'text': 'main'})"]
@@ -409,6 +508,8 @@ async def wait_for_no_buttons(chat: Chat, asked: Asked) -> None:
             await chat.tg.wait_for_calls("editMessageReplyMarkup")
         elif isinstance(chat, DiscordChat):
             await chat.dc.wait_for_calls("PATCH", "/channels/{channel_id}/messages/{message_id}")
+        elif isinstance(chat, SlackChat):
+            await chat.wait_for_update()
 
 
 @BOTH
