@@ -1,10 +1,10 @@
 """Every exception class of the client libraries we call has a decided translation.
 
 httpx tests that each httpcore exception is in its ``HTTPCORE_EXC_MAP``; these are the same
-for our other three tables (the store's are in ``test_store_errors``): ``openai``'s
+for our other tables (the store's are in ``test_store_errors``): ``openai``'s
 (``agent.errors.translate_openai_errors``), python-telegram-bot's
-(``platforms.telegram.errors.translate``) and discord.py's
-(``platforms.discord.errors.translate``). Each test lists every exception class the library
+(``platforms.telegram.errors.translate``), discord.py's
+(``platforms.discord.errors.translate``) and slack_sdk's (``platforms.slack.errors.translate``). Each test lists every exception class the library
 exports with what it must become. A class a new library version adds fails the test until
 someone decides what it means for the policy (a 4xx refused, a send that may have been
 carried out, a wait), instead of it falling silently into the catch-all.
@@ -24,7 +24,9 @@ import discord.errors
 import httpx2
 import openai
 import pytest
+import slack_sdk.errors
 import telegram.error
+from slack_sdk.web.async_slack_response import AsyncSlackResponse
 from telegram.warnings import PTBDeprecationWarning
 
 from agent.errors import translate_openai_errors
@@ -36,6 +38,7 @@ from gateway.errors import (
     ProviderUnreachable,
 )
 from platforms.discord import errors as discord_errors
+from platforms.slack import errors as slack_errors
 from platforms.telegram import errors as telegram_errors
 
 
@@ -276,3 +279,82 @@ def test_discord_exceptions_translate_to_platform_errors(
         assert error.retry_after == 12.5
     if status in (400, 403, 404, 429, 503):  # a send's refusal keeps its nonce's promise
         assert error.idempotent is idempotent
+
+
+def _slack(status: int, error: str, headers: dict[str, str] | None = None) -> Callable[[], Any]:
+    def make() -> slack_sdk.errors.SlackApiError:
+        answer = AsyncSlackResponse(
+            client=None,
+            http_verb="POST",
+            api_url="https://slack.com/api/chat.postMessage",
+            req_args={},
+            data={"ok": False, "error": error},
+            headers=headers or {},
+            status_code=status,
+        )
+        return slack_sdk.errors.SlackApiError("refused", answer)
+
+    return make
+
+
+#: slack_sdk's class -> how to make one, and the facts it becomes: status, ambiguous.
+SLACK: dict[type[BaseException], tuple[Callable[[], BaseException], int, bool]] = {
+    slack_sdk.errors.SlackClientError: (slack_sdk.errors.SlackClientError, 0, False),
+    slack_sdk.errors.BotUserAccessError: (slack_sdk.errors.BotUserAccessError, 0, False),
+    slack_sdk.errors.SlackRequestError: (slack_sdk.errors.SlackRequestError, 0, False),
+    slack_sdk.errors.SlackApiError: (_slack(200, "channel_not_found"), 400, False),
+    slack_sdk.errors.SlackTokenRotationError: (
+        lambda: slack_sdk.errors.SlackTokenRotationError(_slack(200, "invalid_auth")()),
+        0,
+        False,
+    ),
+    slack_sdk.errors.SlackClientNotConnectedError: (
+        slack_sdk.errors.SlackClientNotConnectedError,
+        0,
+        False,
+    ),
+    slack_sdk.errors.SlackObjectFormationError: (
+        slack_sdk.errors.SlackObjectFormationError,
+        0,
+        False,
+    ),
+    slack_sdk.errors.SlackClientConfigurationError: (
+        slack_sdk.errors.SlackClientConfigurationError,
+        0,
+        False,
+    ),
+}
+
+
+def test_every_slack_exception_has_a_decided_translation() -> None:
+    assert_listed(exported_errors(slack_sdk.errors, "slack_sdk"), SLACK)
+    for cls in SLACK:  # each is caught where slack_sdk is called
+        assert issubclass(cls, slack_errors.TRANSLATED), cls
+
+
+@pytest.mark.parametrize("cls", list(SLACK), ids=lambda c: c.__name__)
+def test_slack_exceptions_translate_to_platform_errors(cls: type[BaseException]) -> None:
+    make, status, ambiguous = SLACK[cls]
+    exc = make()
+    assert type(exc) is cls
+    error = slack_errors.translate(exc)
+    assert (error.status, error.ambiguous) == (status, ambiguous)
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "headers", "facts"),
+    [
+        (429, "ratelimited", {"Retry-After": "7"}, (429, False, 7.0)),
+        (200, "invalid_auth", {}, (401, False, None)),
+        (200, "token_revoked", {}, (401, False, None)),
+        (200, "msg_too_long", {}, (400, False, None)),
+        (200, "internal_error", {}, (503, True, None)),
+        (502, "", {}, (502, True, None)),
+    ],
+)
+def test_slack_api_answers_become_facts(
+    status: int, code: str, headers: dict[str, str], facts: tuple[int, bool, float | None]
+) -> None:
+    """Slack's HTTP 200 refusals carry their meaning in the error code; a 429 its wait."""
+    error = slack_errors.translate(_slack(status, code, headers)(), idempotent=True)
+    assert (error.status, error.ambiguous, error.retry_after) == facts

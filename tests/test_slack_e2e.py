@@ -14,7 +14,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from tests.fakes.openai_server import FakeModel, streamed
+from tests.fakes.openai_server import FakeModel, ok, streamed
 from tests.fakes.slack_server import FakeSlack, open_fake_slack
 from tests.support.slack_world import (
     ALICE,
@@ -269,3 +269,35 @@ async def test_unsigned_and_stale_events_api_posts_are_refused(
     assert (unsigned, stale, forged, challenge) == (401, 401, 401, 200)
     assert [r.last_user for r in model.requests] == ["the real one"]
     assert [r[2] for r in rows(tmp_path / "botmux.db")] == ["the real one", "echo: the real one"]
+
+
+async def test_a_429_on_the_answer_is_waited_out_for_its_retry_after(
+    tmp_path: Path, slack: FakeSlack, model: FakeModel
+) -> None:
+    """Slack's ratelimited answer posted nothing: the courier waits its Retry-After (whole
+    seconds) and posts again, once; the user sees one answer."""
+    slack.fail_next("chat.postMessage", 429, retry_after=1)
+    with anyio.fail_after(30):
+        async with running_botmux(tmp_path, slack, model, 'streaming = "off"\n'):
+            await slack.send(ALICE_DM, "patience", user=ALICE)
+            await slack.wait_for_bot_messages(ALICE_DM, 1)
+    refused, sent = slack.calls_of("chat.postMessage")
+    assert (refused.status, refused.retry_after, sent.status) == (429, 1.0, 200)
+    assert sent.arrived - refused.arrived >= 1.0
+    assert slack.texts(ALICE_DM) == ["echo: patience"]
+
+
+async def test_a_long_answer_is_cut_after_rendering_within_slacks_limits(
+    tmp_path: Path, slack: FakeSlack, model: FakeModel
+) -> None:
+    long = "\n\n".join(f"Paragraph {i}: " + "lorem ipsum dolor " * 60 for i in range(8))
+    model.default = lambda r: ok("```python\n" + "x = 1\n" * 700 + "```\n\n" + long)
+    with anyio.fail_after(30):
+        async with running_botmux(tmp_path, slack, model, 'streaming = "off"\n'):
+            await slack.send(ALICE_DM, "write a lot", user=ALICE)
+            await slack.wait_until(
+                lambda: slack.texts(ALICE_DM)[-1:] and "Paragraph 7" in slack.texts(ALICE_DM)[-1]
+            )
+    texts = slack.texts(ALICE_DM)
+    assert len(texts) >= 4 and all(len(t) <= 3000 for t in texts)
+    assert all(t.count("```") % 2 == 0 for t in texts)  # no chunk leaves a code block open
