@@ -1,8 +1,9 @@
 """Who may talk to a chat bot: the allow lists and DM pairing, shared by the chat platforms.
 
-Every chat platform asks the same questions in the same order: is the user on ``allow_users``; is
-the place open to everyone (a Telegram group on ``allow_chats``, a Discord guild with
-``guild_access = "everyone"``, a Slack channel on ``allow_channels``); has the operator approved the user through pairing. A
+Every chat platform asks the same questions in the same order: is the user on
+``allow_users``; is the place open to everyone (a Telegram group on ``allow_chats``, a Discord
+guild with ``guild_access = "everyone"``, a Slack channel on ``allow_channels``); has the
+operator approved the user through pairing (Slack's user ids are strings, the others' ints). A
 stranger writing privately (``may_pair``) is given a pairing code, once: the store answers
 None while a code already waits, or when too many do. What counts as "open" is the
 platform's rule; the order and the store calls are this module's. A store failure raises

@@ -122,7 +122,7 @@ def test_every_problem_is_reported_at_once_each_with_its_key() -> None:
         "peer.listen": "must be HOST:PORT, for example 127.0.0.1:8642",
         "surprise": (
             "unknown key (known here: a2a, agent, cluster, discord, gateway, log, model,"
-            " models, peer, profiles, scheduler, schedules, store, telegram, tools,"
+            " models, peer, profiles, scheduler, schedules, slack, store, telegram, tools,"
             " transcription)"
         ),
     }
@@ -304,3 +304,44 @@ def test_what_the_file_may_not_say_and_where_the_environment_model_goes_wrong() 
     assert err.value.errors == (
         ("model (from environment).base_url", "must be an http:// or https:// URL"),
     )
+
+
+SLACK = '[slack]\nbot_token = "xoxb-1234-5678-abcdef"\n'
+
+
+def test_the_slack_section_and_its_one_way_in() -> None:
+    """SPEC 17: a bot token (xoxb-), and exactly one of an app-level token (xapp-, Socket
+    Mode) or a signing secret (the Events API); Slack's ids where ids are listed."""
+    socket = parse_config(SLACK + 'app_token = "xapp-1-A1-123456"\n', source="t", env={})
+    assert socket.slack is not None and socket.slack.socket_mode
+    assert socket.slack.require_mention and socket.slack.reply_in_thread
+    assert socket.slack.api_base == "https://slack.com/api"
+    http = parse_config(
+        SLACK + 'signing_secret = "0123456789abcdef0123"\nlisten = "0.0.0.0:3000"\n',
+        source="t",
+        env={},
+    )
+    assert http.slack is not None and not http.slack.socket_mode and http.slack.port == 3000
+    assert "slack" in http.platforms_on and "0123456789abcdef0123" in http.secrets()
+    bad = {
+        '[slack]\nbot_token = "xoxp-user-token-1234"\napp_token = "xapp-1-A1-123456"\n': (
+            "slack.bot_token: must be a Slack bot token (it starts with xoxb-)"
+        ),
+        SLACK: "slack.app_token: is required (Socket Mode), unless signing_secret is set",
+        SLACK + 'app_token = "xoxb-1234-5678-abcdef"\n': (
+            "slack.app_token: must be a Slack app-level token (it starts with xapp-)"
+        ),
+        SLACK + 'app_token = "xapp-1-A1-123456"\nsigning_secret = "0123456789abcdef0123"\n': (
+            "slack.signing_secret: set either app_token (Socket Mode) or signing_secret"
+        ),
+        SLACK + 'app_token = "xapp-1-A1-123456"\nallow_users = ["bob"]\n': (
+            "slack.allow_users[0]: must be a Slack user id (U0123ABCD)"
+        ),
+        SLACK + 'app_token = "xapp-1-A1-123456"\nallow_channels = ["#general"]\n': (
+            "slack.allow_channels[0]: must be a Slack channel id (C0123ABCD)"
+        ),
+    }
+    for text, message in bad.items():
+        with pytest.raises(ConfigError) as refused:
+            parse_config(text, source="t", env={})
+        assert str(refused.value).startswith(message), str(refused.value)

@@ -27,8 +27,10 @@ import pytest
 from gateway.app import GatewayApp
 from gateway.config import parse_config
 from tests.fakes.openai_server import FakeModel, streamed_text
+from tests.fakes.slack_server import open_fake_slack
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import ROOT, GatewayProcess, config_text, free_port, telegram_section
+from tests.support import slack_world
 from tests.support.discord_world import ALICE as DC_ALICE
 from tests.support.discord_world import (
     DM_ID,
@@ -414,5 +416,37 @@ async def test_a_discord_guild_allowed_by_a_reload_is_answered(
                 await dc.inject_message(OTHER_CHANNEL_ID, mention("after"), author_id=DC_ALICE)
                 [reply] = await dc.wait_for_messages(OTHER_CHANNEL_ID, 1)
                 assert reply["content"] == "echo: after"
+                app.stop.set()
+    assert [r.last_user for r in model.requests] == ["a DM after it", "after"]
+
+
+async def test_a_slack_channel_opened_by_a_reload_is_answered(
+    tmp_path: Path, model: FakeModel
+) -> None:
+    """SPEC 17: the allow lists apply live; Bob in a channel not on allow_channels is
+    ignored, then answered once a reload lists it."""
+    sw = slack_world
+    async with open_fake_slack() as slack:
+        text = config_text(tmp_path / "b.db", model.base_url, extra=sw.slack_toml(slack))
+        file = ConfigFile(tmp_path / "botmux.toml", text)
+        app = GatewayApp(file.read(), read=file.read)
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as run:
+                await run.start(app.run)
+                assert app.reloader is not None
+                await slack.send(sw.CLOSED, sw.mention("before"), user=sw.BOB)
+                await slack.send(sw.ALICE_DM, "a DM after it", user=sw.ALICE)
+                await slack.wait_for_bot_messages(sw.ALICE_DM, 1)  # in order: "before" was seen
+                assert slack.bot_messages(sw.CLOSED) == []
+
+                file.edit(
+                    f'allow_channels = ["{sw.CHANNEL}"]',
+                    f'allow_channels = ["{sw.CHANNEL}", "{sw.CLOSED}"]',
+                )
+                result = await app.reloader.reload("test")
+                assert (result.outcome, result.plan.live) == ("applied", ("slack.allow_channels",))
+                await slack.send(sw.CLOSED, sw.mention("after"), user=sw.BOB)
+                [reply] = await slack.wait_for_bot_messages(sw.CLOSED, 1)
+                assert reply["text"] == "echo: after"
                 app.stop.set()
     assert [r.last_user for r in model.requests] == ["a DM after it", "after"]

@@ -39,6 +39,10 @@ allow_users = [1]
 
 [discord]
 token = "discord-secret-token"
+
+[slack]
+bot_token = "xoxb-slack-bot-token-1"
+app_token = "xapp-1-A1-slack-app-token"
 """
 
 
@@ -83,6 +87,16 @@ def test_the_same_file_changes_nothing() -> None:
         ('"peer-token-old-00000001"', '"peer-token-new-00000002"', "peer.tokens"),
         ('name = "ops"', 'name = "ops2"', "peer.tokens"),
         (
+            '"xapp-1-A1-slack-app-token"',
+            '"xapp-1-A1-slack-app-token"\nallow_users = ["U0ALICE01"]',
+            "slack.allow_users",
+        ),
+        (
+            '"xapp-1-A1-slack-app-token"',
+            '"xapp-1-A1-slack-app-token"\nallow_channels = ["C0GENERAL"]',
+            "slack.allow_channels",
+        ),
+        (
             'listen = "127.0.0.1:8642"',
             'listen = "127.0.0.1:8642"\ntoken_requests_per_min = 9',
             "peer.token_requests_per_min",
@@ -117,6 +131,7 @@ def test_adding_a_fallback_model_is_live() -> None:
             '"discord-secret-token"\nshard_count = 2',
             "discord.shard_count",
         ),
+        ('"xapp-1-A1-slack-app-token"', '"xapp-1-A1-another-app-token"', "slack.app_token"),
         ("[store]", "[cluster]\nlease_s = 9\n\n[store]", "cluster.lease_s"),
         ("[store]", "[gateway]\nidle_evict_s = 5\n\n[store]", "gateway.idle_evict_s"),
         ("[store]", '[log]\nlevel = "debug"\n\n[store]', "log.level"),

@@ -48,9 +48,11 @@ async def test_two_nodes_with_a_connection_each_answer_every_message_once(
                 threads.append(await slack.send(CHANNEL, mention(f"question {i}"), user=BOB))
                 await slack.send(ALICE_DM, f"dm {i}", user=ALICE)
             await slack.wait_until(
-                lambda: len(slack.bot_messages(CHANNEL)) >= 6
-                and len(slack.bot_messages(ALICE_DM)) >= 6
-                and not slack.unacked()
+                lambda: (
+                    len(slack.bot_messages(CHANNEL)) >= 6
+                    and len(slack.bot_messages(ALICE_DM)) >= 6
+                    and not slack.unacked()
+                )
             )
     # Envelopes went to both connections, and the pairs of a mention were split at times.
     assert len({id(e.on) for e in slack.envelopes}) == 2
