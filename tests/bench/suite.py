@@ -308,6 +308,12 @@ async def scenario_telegram(repeat: int, quick: bool) -> dict[str, Any]:
     return _summary([await telegram_updates_per_s(4 if quick else 10) for _ in range(repeat)])
 
 
+async def scenario_slack(repeat: int, quick: bool) -> dict[str, Any]:
+    from tests.bench.platforms import slack_messages_per_s
+
+    return _summary([await slack_messages_per_s(4 if quick else 10) for _ in range(repeat)])
+
+
 async def scenario_discord(repeat: int, quick: bool) -> dict[str, Any]:
     from tests.bench.platforms import discord_messages_per_s
 
@@ -353,6 +359,7 @@ SCENARIOS: dict[str, Callable[[int, bool], Awaitable[dict[str, Any]]]] = {
     "hermes": scenario_hermes,
     "telegram": scenario_telegram,
     "discord": scenario_discord,
+    "slack": scenario_slack,
 }
 
 
