@@ -28,6 +28,8 @@ def test_the_example_config_passes_check(tmp_path: Path) -> None:
         "TELEGRAM_BOT_TOKEN": "123456:example",
         "TELEGRAM_WEBHOOK_SECRET": "example_secret",
         "DISCORD_BOT_TOKEN": "example.discord.token",
+        "SLACK_BOT_TOKEN": "xoxb-0000-example-token",
+        "SLACK_APP_TOKEN": "xapp-1-A0000-example",
     }
     config = tmp_path / "botmux.toml"
     config.write_text((DEPLOY / "botmux.example.toml").read_text())
@@ -36,6 +38,7 @@ def test_the_example_config_passes_check(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "valid" in result.stdout
     assert "warning" not in result.stdout
+    assert "slack: Socket Mode via https://slack.com/api" in result.stdout
 
 
 def test_the_dockerfile_passes_hadolint() -> None:

@@ -16,6 +16,8 @@ import pytest
 
 from tests.fakes.openai_server import FakeModel, ok, streamed
 from tests.fakes.slack_server import FakeSlack, open_fake_slack
+from tests.harness import make_config, running_gateway
+from tests.support import slack_world
 from tests.support.slack_world import (
     ALICE,
     ALICE_DM,
@@ -301,3 +303,17 @@ async def test_a_long_answer_is_cut_after_rendering_within_slacks_limits(
     texts = slack.texts(ALICE_DM)
     assert len(texts) >= 4 and all(len(t) <= 3000 for t in texts)
     assert all(t.count("```") % 2 == 0 for t in texts)  # no chunk leaves a code block open
+
+
+@pytest.mark.parametrize("token", ["bot_token", "app_token"])
+async def test_a_wrong_token_fails_the_start_with_slacks_answer(
+    tmp_path: Path, slack: FakeSlack, model: FakeModel, token: str
+) -> None:
+    wrong = "xoxb-0000-wrong-token" if token == "bot_token" else "xapp-1-A0-wrong-token"
+    section = slack_world.slack_toml(slack)
+    section = section.replace(f'{token} = "', f'{token} = "{wrong}" #', 1)
+    config = make_config(tmp_path / "botmux.db", model.base_url, extra=section)
+    with anyio.fail_after(30), pytest.raises(BaseException) as failed:
+        async with running_gateway(config):
+            pass
+    assert "slack refused the token (invalid_auth)" in repr(failed.value)

@@ -267,21 +267,22 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
         timeout = aiohttp.ClientTimeout(total=config.request_timeout_s)
         session = self._session = aiohttp.ClientSession(timeout=timeout)
         try:
-            # One session for every Web API call (kept-alive connections); no retries of the
-            # SDK's own: the courier and the notices decide what may be sent again.
-            client = AsyncWebClient(
-                token=config.bot_token,
-                base_url=config.api_base,
-                session=session,
-                retry_handlers=[],
-            )
-            self._me = await self._identify(client)
-            self._client = client
             async with anyio.create_task_group() as tg:
-                tg.start_soon(self._intake_loop)
+                # The actors first: each closes its streams however the start ends.
+                await tg.start(self._intake_loop)
                 await tg.start(self._notices.run)
                 await tg.start(self._previews.run)
                 await tg.start(self._courier.run)
+                # One session for every Web API call (kept-alive connections); no retries of
+                # the SDK's own: the courier and the notices decide what may be sent again.
+                client = AsyncWebClient(
+                    token=config.bot_token,
+                    base_url=config.api_base,
+                    session=session,
+                    retry_handlers=[],
+                )
+                self._me = await self._identify(client)
+                self._client = client
                 if self._socket_mode:
                     self._link = SocketLink(
                         config, submit=self._submit, observe=self._observe, hello=self._hello
@@ -297,7 +298,7 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
                 task_status.started()
                 await anyio.sleep_forever()
         finally:
-            self._mailbox.close()  # the intake loop ends by itself
+            self._mailbox.close()
             self._notices.close()
             self._previews.close()
             for pending in list(self._waiting):
@@ -331,9 +332,12 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
         finally:
             self._waiting.discard(envelope.pending)
 
-    async def _intake_loop(self) -> None:
+    async def _intake_loop(
+        self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         """One envelope at a time, in arrival order: admission order is arrival order."""
         async with self._taken:
+            task_status.started()
             async for envelope in self._taken:
                 verdict = Verdict.HOLD  # if cancelled (shutting down): never acknowledged
                 try:
