@@ -28,6 +28,7 @@ from agent.clients import ClientPool
 heavy = ("openai", "httpx2", "pypdf", "telegram", "discord", "cryptography", "asyncpg")
 heavy += ("markdown_it",)
 heavy += ("mcp", "mcp_types")
+heavy += ("slack_sdk",)
 print(",".join(m for m in heavy if m in sys.modules))
 ClientPool.load_library()
 print("openai" in sys.modules)

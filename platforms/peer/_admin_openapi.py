@@ -56,7 +56,7 @@ ADMIN_SCHEMAS: dict[str, Any] = {
             }
         ),
         "description": "Every part's counters and states by part; besides the required"
-        " ones: compaction, cluster, and one per platform adapter (telegram, discord, a2a)."
+        " ones: compaction, cluster, and one per platform adapter (telegram, discord, slack, a2a)."
         " Counters since start, no secrets.",
         "additionalProperties": {"type": "object"},
     },
@@ -290,7 +290,7 @@ def _post(operation: str, summary: str, schema: str, *params: str) -> dict[str, 
 
 
 _PARAMS = {
-    "platform": _path("platform", "telegram or discord."),
+    "platform": _path("platform", "telegram, discord or slack."),
     "code": _path("code", "The pairing code (case and surrounding space do not matter)."),
     "user_id": _path("user_id", "The platform's user id."),
 }
