@@ -143,7 +143,8 @@ class Metrics:
         )
         self.decisions = Counter(
             "botmux_policy_decisions",
-            "Failure-policy decisions (retry, rotate, bench, recover, fallback, rerun, give_up)",
+            "Failure-policy decisions (retry, rotate, bench, recover, fallback, wait_bench, trim,"
+            " give_up) and the session's reruns",
             ["decision", "reason"],
             registry=r,
         )
