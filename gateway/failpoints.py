@@ -49,7 +49,6 @@ from gateway.events import (
     ChunkSent,
     ConfigReloaded,
     ContextCompacted,
-    DiscordBackfilled,
     DuplicateIgnored,
     Event,
     FirstTokenShown,
@@ -65,13 +64,6 @@ from gateway.events import (
     SendRetried,
     StoreCommitted,
     TakeoverDone,
-    TelegramAdmissionDeferred,
-    TelegramNoticeDropped,
-    TelegramNoticeFailed,
-    TelegramPlainFallback,
-    TelegramPollFailed,
-    TelegramStrangerIgnored,
-    TelegramWebhookRefused,
     TurnAbandoned,
     TurnCancelled,
     TurnCompleted,
@@ -82,6 +74,16 @@ from gateway.events import (
     TurnStarted,
 )
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
+from gateway.events_platforms import (
+    DiscordBackfilled,
+    TelegramAdmissionDeferred,
+    TelegramNoticeDropped,
+    TelegramNoticeFailed,
+    TelegramPlainFallback,
+    TelegramPollFailed,
+    TelegramStrangerIgnored,
+    TelegramWebhookRefused,
+)
 from gateway.events_schedules import (
     ScheduleCaughtUp,
     ScheduleChanged,

@@ -25,7 +25,6 @@ from gateway.events import (
     ChunkSent,
     ConfigReloaded,
     ContextCompacted,
-    DiscordBackfilled,
     DuplicateIgnored,
     Event,
     FirstTokenShown,
@@ -41,13 +40,6 @@ from gateway.events import (
     SendRetried,
     StoreCommitted,
     TakeoverDone,
-    TelegramAdmissionDeferred,
-    TelegramNoticeDropped,
-    TelegramNoticeFailed,
-    TelegramPlainFallback,
-    TelegramPollFailed,
-    TelegramStrangerIgnored,
-    TelegramWebhookRefused,
     TurnAbandoned,
     TurnCancelled,
     TurnCompleted,
@@ -58,6 +50,16 @@ from gateway.events import (
     TurnStarted,
 )
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
+from gateway.events_platforms import (
+    DiscordBackfilled,
+    TelegramAdmissionDeferred,
+    TelegramNoticeDropped,
+    TelegramNoticeFailed,
+    TelegramPlainFallback,
+    TelegramPollFailed,
+    TelegramStrangerIgnored,
+    TelegramWebhookRefused,
+)
 from gateway.events_schedules import (
     ScheduleCaughtUp,
     ScheduleChanged,
