@@ -75,6 +75,8 @@ CONTEXT_SEEN = 4096
 Messages = list[dict[str, Any]]  # content: a string, or text and image_url parts (SPEC 9)
 #: What the reply says when a turn had images and no model of the chain can see them.
 IMAGES_UNSEEN = "(this model cannot see images; the image was not used)"
+#: How long a turn with tools waits for servers still on their first try (``ToolBox.started``).
+FIRST_TRY_WAIT_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,7 +359,7 @@ class Agent:
         config = gen.config
         if profile is not None and profile.system_prompt != config.system_prompt:
             config = dataclasses.replace(config, system_prompt=profile.system_prompt)
-        loop = self._loop(conversation, turn, profile, tools, watch, config)
+        loop = await self._loop(conversation, turn, profile, tools, watch, config)
         request = _Request(
             conversation, history, text, summary, images, config, watch, before_call, loop
         )
@@ -432,7 +434,7 @@ class Agent:
         done = answer.value
         return Answered(done.text, done.usage, done.calls, answer.model, answer.fell_back)
 
-    def _loop(
+    async def _loop(
         self,
         conversation: str,
         turn: int,
@@ -441,16 +443,19 @@ class Agent:
         watch: Watch | None,
         config: AgentConfig,
     ) -> ToolLoop | None:
-        """The turn's tool loop, when its profile offers tools that are available now (those
-        that need an approval only when someone can be asked)."""
+        """The turn's tool loop, when its profile names tools: it offers those available now
+        (those that need an approval only when someone can be asked), and it is there even
+        when that is none, as a re-run replays the steps it stored (SPEC 15)."""
         agent_tools = self._tools
         if agent_tools is None or tools is None or profile is None or not profile.tools:
             return None
+        # A turn resumed at a start must find its stored calls' tools: their servers are still
+        # connecting then, and would offer nothing.
+        with anyio.move_on_after(FIRST_TRY_WAIT_S):
+            await agent_tools.box.started()
         specs = agent_tools.box.offered(profile.tools)
         if tools.asker is None:
             specs = [s for s in specs if not s.approval]
-        if not specs:
-            return None
         limits = Limits(
             max_parallel_tools=config.max_parallel_tools,
             max_tool_steps=config.max_tool_steps,

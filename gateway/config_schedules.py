@@ -39,8 +39,10 @@ def _name(value: str) -> str | None:
 def _zone(value: str) -> str | None:
     try:
         zone(value)
-    except ValueError as exc:
-        return str(exc)
+    except ValueError:
+        # The value is not repeated: it may have come from the environment (SPEC 6), and the
+        # error names the key.
+        return "is not an IANA time zone (such as Europe/Berlin)"
     return None
 
 

@@ -2,8 +2,8 @@
 
 uvloop (libuv under asyncio's interface) runs the same gateway with less CPU per event: the
 loop's own bookkeeping, socket reads and writes, and the wake-ups from the store's threads are
-C instead of Python. Measured on the 50-conversation load (docs/BENCHMARKS.md, "Issue 20, third
-round"): 7% fewer instructions per turn, 13% with one client. It is a dependency on the
+C instead of Python. Measured on the 50-conversation load (docs/BENCHMARKS-HISTORY.md, "Issue
+20, third round"): 7% fewer instructions per turn, 13% with one client. It is a dependency on the
 platforms it is built for (not Windows); ``BOTMUX_EVENT_LOOP=asyncio`` runs asyncio's loop
 instead, to tell a loop problem from ours. The tests run in-process on asyncio's loop (the
 anyio pytest plugin); the real-process tests run ``botmux run``, so on uvloop.

@@ -14,8 +14,8 @@ some decisions carry is left out: see :func:`log_fields`).
 
 A leaf module, like ``messages`` and ``errors``: it imports nothing of ours but its own parts
 (``events_tools``, the tool loop's events; ``events_mcp``, the MCP servers';
-``events_schedules``, the scheduler's; ``events_slack``, the Slack adapter's), so ``policy/``
-and ``platforms/`` may import it.
+``events_schedules``, the scheduler's; ``events_platforms``, the chat platforms' own), so
+``policy/`` and ``platforms/`` may import it.
 """
 
 from __future__ import annotations
@@ -27,8 +27,18 @@ from dataclasses import dataclass
 from typing import ClassVar, Literal
 
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
+from gateway.events_platforms import (
+    DiscordBackfilled,
+    SlackEvent,
+    TelegramAdmissionDeferred,
+    TelegramNoticeDropped,
+    TelegramNoticeFailed,
+    TelegramPlainFallback,
+    TelegramPollFailed,
+    TelegramStrangerIgnored,
+    TelegramWebhookRefused,
+)
 from gateway.events_schedules import ScheduleEvent
-from gateway.events_slack import SlackEvent
 from gateway.events_tools import (
     ApprovalAsked,
     ApprovalDecided,
@@ -400,97 +410,6 @@ class SelfFenced:
     name: ClassVar[str] = "self_fenced"
     level: ClassVar[int] = DEBUG
     conversations: int
-
-
-# -- Telegram -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TelegramPlainFallback:
-    """Telegram refused a chunk's formatting; it went out as plain text."""
-
-    name: ClassVar[str] = "telegram_plain_fallback"
-    level: ClassVar[int] = INFO
-    conversation: str
-    chunk: int
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class TelegramPollFailed:
-    """A getUpdates call failed (PTB polls again by itself)."""
-
-    name: ClassVar[str] = "telegram_poll_error"
-    level: ClassVar[int] = INFO
-    error: str
-
-
-@dataclass(frozen=True, slots=True)
-class TelegramAdmissionDeferred:
-    """The store failed while admitting an update: left unacknowledged, Telegram resends it."""
-
-    name: ClassVar[str] = "telegram_admission_deferred"
-    level: ClassVar[int] = WARNING
-    update: int
-    error: str
-    failure: Literal["store"] = "store"
-
-
-@dataclass(frozen=True, slots=True)
-class TelegramStrangerIgnored:
-    """A message from someone not allowed; a private chat got a pairing code."""
-
-    name: ClassVar[str] = "telegram_stranger_ignored"
-    level: ClassVar[int] = INFO
-    user: int
-    chat: int
-    code_sent: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TelegramNoticeDropped:
-    """A notice (a command's answer, a pairing code) found its mailbox full."""
-
-    name: ClassVar[str] = "telegram_notice_dropped"
-    level: ClassVar[int] = WARNING
-    chat: int
-    reason: Literal["mailbox full"] = "mailbox full"
-    failure: Literal["full"] = "full"
-
-
-@dataclass(frozen=True, slots=True)
-class TelegramNoticeFailed:
-    """A notice could not be sent (``failure``: the send failure's class)."""
-
-    name: ClassVar[str] = "telegram_notice_failed"
-    level: ClassVar[int] = WARNING
-    chat: int
-    reason: str
-    failure: str
-
-
-@dataclass(frozen=True, slots=True)
-class TelegramWebhookRefused:
-    """A webhook POST without the right secret token: 403."""
-
-    name: ClassVar[str] = "telegram_webhook_refused"
-    level: ClassVar[int] = INFO
-    reason: Literal["wrong secret token"] = "wrong secret token"
-
-
-# -- Discord ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class DiscordBackfilled:
-    """Messages said while no session was alive were read back and go through admission."""
-
-    name: ClassVar[str] = "discord_backfill"
-    level: ClassVar[int] = WARNING
-    reason: str  # session_lost, shard_started
-    conversation: str
-    messages: int
-    truncated: bool  # as many as backfill_messages: older ones may be missing
 
 
 # -- operations -------------------------------------------------------------------------------

@@ -49,7 +49,6 @@ from gateway.events import (
     ChunkSent,
     ConfigReloaded,
     ContextCompacted,
-    DiscordBackfilled,
     DuplicateIgnored,
     Event,
     FirstTokenShown,
@@ -65,13 +64,6 @@ from gateway.events import (
     SendRetried,
     StoreCommitted,
     TakeoverDone,
-    TelegramAdmissionDeferred,
-    TelegramNoticeDropped,
-    TelegramNoticeFailed,
-    TelegramPlainFallback,
-    TelegramPollFailed,
-    TelegramStrangerIgnored,
-    TelegramWebhookRefused,
     TurnAbandoned,
     TurnCancelled,
     TurnCompleted,
@@ -82,6 +74,20 @@ from gateway.events import (
     TurnStarted,
 )
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
+from gateway.events_platforms import (
+    DiscordBackfilled,
+    SlackAdmissionDeferred,
+    SlackConnectionChanged,
+    SlackRequestRefused,
+    SlackStrangerIgnored,
+    TelegramAdmissionDeferred,
+    TelegramNoticeDropped,
+    TelegramNoticeFailed,
+    TelegramPlainFallback,
+    TelegramPollFailed,
+    TelegramStrangerIgnored,
+    TelegramWebhookRefused,
+)
 from gateway.events_schedules import (
     ScheduleCaughtUp,
     ScheduleChanged,
@@ -90,12 +96,6 @@ from gateway.events_schedules import (
     ScheduleFired,
     ScheduleMissed,
     SchedulesSynced,
-)
-from gateway.events_slack import (
-    SlackAdmissionDeferred,
-    SlackConnectionChanged,
-    SlackRequestRefused,
-    SlackStrangerIgnored,
 )
 from gateway.events_tools import (
     ApprovalAsked,

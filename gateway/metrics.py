@@ -25,7 +25,6 @@ from gateway.events import (
     ChunkSent,
     ConfigReloaded,
     ContextCompacted,
-    DiscordBackfilled,
     DuplicateIgnored,
     Event,
     FirstTokenShown,
@@ -41,13 +40,6 @@ from gateway.events import (
     SendRetried,
     StoreCommitted,
     TakeoverDone,
-    TelegramAdmissionDeferred,
-    TelegramNoticeDropped,
-    TelegramNoticeFailed,
-    TelegramPlainFallback,
-    TelegramPollFailed,
-    TelegramStrangerIgnored,
-    TelegramWebhookRefused,
     TurnAbandoned,
     TurnCancelled,
     TurnCompleted,
@@ -58,6 +50,20 @@ from gateway.events import (
     TurnStarted,
 )
 from gateway.events_mcp import ToolCalled, ToolServerChanged, ToolsListed
+from gateway.events_platforms import (
+    DiscordBackfilled,
+    SlackAdmissionDeferred,
+    SlackConnectionChanged,
+    SlackRequestRefused,
+    SlackStrangerIgnored,
+    TelegramAdmissionDeferred,
+    TelegramNoticeDropped,
+    TelegramNoticeFailed,
+    TelegramPlainFallback,
+    TelegramPollFailed,
+    TelegramStrangerIgnored,
+    TelegramWebhookRefused,
+)
 from gateway.events_schedules import (
     ScheduleCaughtUp,
     ScheduleChanged,
@@ -66,12 +72,6 @@ from gateway.events_schedules import (
     ScheduleFired,
     ScheduleMissed,
     SchedulesSynced,
-)
-from gateway.events_slack import (
-    SlackAdmissionDeferred,
-    SlackConnectionChanged,
-    SlackRequestRefused,
-    SlackStrangerIgnored,
 )
 from gateway.events_tools import (
     ApprovalAsked,
@@ -149,7 +149,8 @@ class Metrics:
         )
         self.decisions = Counter(
             "botmux_policy_decisions",
-            "Failure-policy decisions (retry, rotate, bench, recover, fallback, rerun, give_up)",
+            "Failure-policy decisions (retry, rotate, bench, recover, fallback, wait_bench, trim,"
+            " give_up) and the session's reruns",
             ["decision", "reason"],
             registry=r,
         )

@@ -352,6 +352,12 @@ class ToolBox(Protocol):
         """The tool the model named, if it is available now."""
         ...
 
+    async def started(self) -> None:
+        """Returns once no server is on its first try any more (up, or down after it): until
+        then a server offers nothing only because it has not answered yet (the gateway has
+        just started, or a reload added it)."""
+        ...
+
     async def call(
         self, spec: ToolSpec, arguments: Mapping[str, Any], *, conversation: str
     ) -> ToolOutcome:

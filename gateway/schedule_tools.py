@@ -118,6 +118,9 @@ class ScheduleTools:
     def status(self) -> list[ToolServerStatus]:
         return []  # built in: no server to be up or down
 
+    async def started(self) -> None:
+        return
+
     async def call(
         self, spec: ToolSpec, arguments: Mapping[str, Any], *, conversation: str
     ) -> ToolOutcome:
@@ -179,6 +182,10 @@ class ToolBoxes:
 
     def find(self, name: str) -> ToolSpec | None:
         return next((s for box in self._boxes if (s := box.find(name)) is not None), None)
+
+    async def started(self) -> None:
+        for box in self._boxes:
+            await box.started()
 
     async def call(
         self, spec: ToolSpec, arguments: Mapping[str, Any], *, conversation: str

@@ -29,7 +29,7 @@ import pytest
 from gateway.app import GatewayApp
 from gateway.config import DiscordConfig, TelegramConfig
 from gateway.errors import MessageTooLong, Overloaded, Refused
-from gateway.events_slack import SlackAdmissionDeferred
+from gateway.events_platforms import SlackAdmissionDeferred
 from gateway.messages import Admission, Inbound
 from platforms._refusals import BUSY_TEXT, too_long_text
 from platforms.discord import DiscordAdapter

@@ -276,15 +276,16 @@ def test_the_example_config_names_every_key() -> None:
     from pathlib import Path
 
     from gateway import config as schema
-    from gateway import config_tools
+    from gateway import config_peer, config_schedules, config_tools
 
     example = (Path(__file__).parent.parent / "deploy" / "botmux.example.toml").read_text()
     written = set(re.findall(r"^(?:# )?([a-z_]+) = ", example, re.MULTILINE))
-    tables = [schema.StoreConfig, schema.ModelConfig, schema.AgentConfig, schema.PeerConfig]
-    tables += [schema.PeerToken, schema.GatewayConfig, schema.ClusterConfig, schema.LogConfig]
+    tables = [schema.StoreConfig, schema.ModelConfig, schema.AgentConfig, config_peer.PeerConfig]
+    tables += [config_peer.PeerToken, schema.GatewayConfig, schema.ClusterConfig, schema.LogConfig]
     tables += [schema.TelegramConfig, schema.DiscordConfig]
     tables += [schema.A2aConfig, schema.A2aSkill]
     tables += [config_tools.ToolsConfig, config_tools.McpServer, config_tools.Profile]
+    tables += [config_schedules.SchedulerConfig, config_schedules.ScheduleEntry]
     missing = {
         f"{cls.__name__}.{f.name}"
         for cls in tables

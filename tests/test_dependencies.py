@@ -45,7 +45,7 @@ def test_runtime_floors_and_bounds() -> None:
     }
     aiohttp = runtime["aiohttp"]
     assert not aiohttp.contains("3.14.3") and aiohttp.contains("3.14.4")  # PYSEC-2026-4371
-    assert not runtime["openai"].contains("4.0.0")  # semi-private client.post options
+    assert not runtime["openai"].contains("4.0.0")  # the next major: transcriptions, errors
     assert not runtime["mcp"].contains("2.4.0")  # its dispatcher under ClientSession
     for name in ("anyio", "aiosqlite", "aiohttp", "asyncpg", "prometheus-client", "openai"):
         assert any(s.operator == "<" for s in runtime[name]), f"{name} has no upper bound"

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway import events, events_mcp, events_schedules, events_slack, events_tools
+from gateway import events, events_mcp, events_platforms, events_schedules, events_tools
 from gateway.app import Observer
 from gateway.events import (
     AnswerCommitted,
@@ -73,7 +73,7 @@ def counted(metrics: Metrics) -> set[tuple[str, tuple[tuple[str, str], ...]]]:
 def test_the_union_holds_every_event_class_of_the_module() -> None:
     defined = {
         obj
-        for module in (events, events_tools, events_mcp, events_schedules, events_slack)
+        for module in (events, events_tools, events_mcp, events_schedules, events_platforms)
         for obj in vars(module).values()
         if inspect.isclass(obj) and obj.__module__ == module.__name__
     }
@@ -154,7 +154,7 @@ def test_an_event_left_out_of_a_sink_fails_type_checking(tmp_path: Path) -> None
     source = Path(events.__file__).parent
     for name in (
         *("errors.py", "metrics.py", "failpoints.py"),
-        *("events_mcp.py", "events_tools.py", "events_schedules.py"),
+        *("events_mcp.py", "events_tools.py", "events_schedules.py", "events_platforms.py"),
     ):
         shutil.copy(source / name, package / name)
     text = (source / "events.py").read_text()

@@ -12,7 +12,7 @@ import aiohttp
 import anyio
 import pytest
 
-from gateway.config import PeerToken
+from gateway.config_peer import PeerToken
 from gateway.logs import configure_logging
 from tests.fakes.openai_server import error, open_fake_model, rate_limited
 from tests.harness import make_config, running_gateway

@@ -15,7 +15,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.config import Config, PeerToken, parse_config
+from gateway.config import Config, parse_config
+from gateway.config_peer import PeerToken
 from gateway.errors import ConfigError
 from tests.fakes.openai_server import open_fake_model
 from tests.harness import config_text, make_config, running_gateway

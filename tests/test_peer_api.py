@@ -12,7 +12,7 @@ import anyio
 import openai
 import pytest
 
-from gateway.config import PeerToken
+from gateway.config_peer import PeerToken
 from gateway.router import RouterStatistics
 from tests.fakes.openai_server import Hold, ok, open_fake_model, unauthorized
 from tests.harness import make_config, running_gateway

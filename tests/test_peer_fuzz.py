@@ -28,7 +28,8 @@ import anyio
 import pytest
 from openapi_spec_validator import validate
 
-from gateway.config import Config, PeerToken
+from gateway.config import Config
+from gateway.config_peer import PeerToken
 from platforms.a2a.openapi import a2a_paths
 from platforms.peer.openapi import build_openapi
 from tests.fakes.openai_server import open_fake_model

@@ -14,7 +14,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.config import PeerToken
+from gateway.config_peer import PeerToken
 from tests.fakes.openai_server import ok, open_fake_model, server_error
 from tests.harness import FAST, make_config, running_gateway
 

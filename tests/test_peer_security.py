@@ -17,7 +17,8 @@ import aiohttp
 import anyio
 import pytest
 
-from gateway.config import Config, PeerToken, parse_config
+from gateway.config import Config, parse_config
+from gateway.config_peer import PeerToken
 from gateway.errors import ConfigError
 from platforms.peer.limits import (
     FailureWindow,

@@ -21,7 +21,8 @@ import aiohttp
 import anyio
 import pytest
 
-from gateway.config import PeerToken, parse_config
+from gateway.config import parse_config
+from gateway.config_peer import PeerToken
 from gateway.errors import ConfigError
 from tests.fakes.openai_server import error, open_fake_model
 from tests.fakes.telegram_server import open_fake_telegram

@@ -1,7 +1,7 @@
 """The session turn on a real actor, store and model (its plan, without I/O, is
 tests/test_turn_plan.py): a real ``SessionActor`` runs on a real ``SqliteStore`` with the real
-agent (the ``openai`` client) against the fake model server; the tests assert the rows stored,
-the calls the model received and what the platform was handed.
+agent (its chat calls on aiohttp, ``agent/_wire.py``) against the fake model server; the tests
+assert the rows stored, the calls the model received and what the platform was handed.
 """
 
 from __future__ import annotations

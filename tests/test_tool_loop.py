@@ -18,7 +18,7 @@ import pytest
 from gateway.events_tools import ApprovalAsked, ApprovalDecided, ToolLoopStopped
 from gateway.mailbox import StopTurn, TurnAdmitted
 from gateway.messages import CallState, ToolCall
-from gateway.store import FinishCall, OpenCall, RecordStep, Transcript, TurnSteps
+from gateway.store import DecideCall, FinishCall, OpenCall, RecordStep, Transcript, TurnSteps
 from tests.actors import Platform, session
 from tests.fakes.openai_server import calls, ok, open_fake_model
 from tests.fakes.toolbox import RecordingToolBox, tool
@@ -128,6 +128,37 @@ async def test_a_rerun_replays_stored_steps_without_asking_the_model_or_running_
     assert {c.call_id: c.state for c in stored.stored} == dict.fromkeys(
         ("call_1", "call_2", "call_3"), "finished"
     )
+
+
+async def test_a_rerun_waits_for_a_starting_server_and_replays_what_is_offered_to_nobody(
+    tmp_path: Path,
+) -> None:
+    """What a restart meets: the turn's stored step holds a call approved before the crash,
+    whose server is still on its first try, of a tool that needs a yes nobody can be asked
+    for now (a resumed peer turn: no tool is offered to it). The turn waits for the server,
+    replays its step and runs the call once; the model is asked only for the answer."""
+    box = RecordingToolBox().add(tool("git__push", approval=True))
+    box.starting = anyio.Event()
+    push = ToolCall("call_1", "git__push", '{"text": "main"}')
+    async with open_fake_model() as fake:
+        fake.script(ok("pushed"))
+        async with session(tmp_path, fake, toolbox=box) as world:  # the platform cannot ask
+            store = world.store
+            row = await world.admitter.stored("push main")
+            await store.submit(RecordStep(row, "", (push,), "gpt"))
+            opened = await store.submit(OpenCall(row, push, CallState.AWAITING))
+            assert await store.submit(DecideCall(opened, True, "peer"))
+            await world.actor.send(TurnAdmitted(row))
+            with anyio.fail_after(10):
+                await box.waited.wait()
+            assert fake.requests == []
+            box.starting.set()
+            await world.delivered(1)
+    assert world.platform.delivered[0].reply == "pushed"
+    assert box.executed == {"git__push": 1}
+    (request,) = fake.requests
+    assert request.tools is None
+    assert tool_messages(request.messages) == [("call_1", "push({'text': 'main'})")]
 
 
 async def test_an_approval_waits_for_a_yes_and_a_no_is_told_to_the_model(

@@ -100,6 +100,7 @@ class ServerLink:
         self.config = config
         self.scope = anyio.CancelScope()
         self.stopped = anyio.Event()
+        self.tried = anyio.Event()  # the first try ended: it is up, or down after it
         self._observe = observe
         self._clock = clock
         self._backoff = backoff
@@ -165,6 +166,7 @@ class ServerLink:
                     await anyio.sleep(delay)
         finally:
             self._connected = None
+            self.tried.set()
             self.stopped.set()
 
     async def _once(self) -> str:
@@ -344,6 +346,7 @@ class ServerLink:
     ) -> None:
         changed = state != self._state
         self._state, self._detail, self._retry_at = state, detail, retry_at
+        self.tried.set()
         if listed is not None:
             self._publish(listed)
         elif changed:

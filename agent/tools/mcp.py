@@ -191,6 +191,10 @@ class McpToolBox:
     def find(self, name: str) -> ToolSpec | None:
         return self._index.get(name)
 
+    async def started(self) -> None:
+        for link in list(self._links.values()):
+            await link.tried.wait()
+
     async def call(
         self, spec: ToolSpec, arguments: Mapping[str, Any], *, conversation: str = ""
     ) -> ToolOutcome:

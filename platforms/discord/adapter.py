@@ -41,7 +41,8 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from gateway.config import DiscordConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
-from gateway.events import DiscordBackfilled, Observe
+from gateway.events import Observe
+from gateway.events_platforms import DiscordBackfilled
 from gateway.messages import OutboxChunk, StoredMessage, TurnOutcome
 from gateway.ports import Access, Asker, Intake, Leases, Ledger, Watch
 from platforms._access import check_access

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.config import PeerConfig
+from gateway.config_peer import PeerConfig
 from platforms.peer import limits
 from platforms.peer.openapi import build_openapi
 

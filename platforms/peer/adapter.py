@@ -29,7 +29,7 @@ import anyio
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 
-from gateway.config import PeerConfig, PeerToken
+from gateway.config_peer import PeerConfig, PeerToken
 from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, ChunkState, Inbound, StoredMessage, TurnOutcome
 from gateway.ports import Asker, Intake, Ledger, Transcripts, Watch

@@ -42,7 +42,7 @@ from typing import Any, Literal, Protocol
 import anyio
 from aiohttp import web
 
-from gateway.config import PeerToken
+from gateway.config_peer import PeerToken
 from gateway.events import AdminActed, Observe
 from gateway.messages import (
     ConversationListing,

@@ -29,7 +29,7 @@ from slack_sdk.signature import Clock, SignatureVerifier
 
 from gateway.config_slack import SlackConfig
 from gateway.events import Observe
-from gateway.events_slack import SlackRequestRefused
+from gateway.events_platforms import SlackRequestRefused
 from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.slack._envelopes import Envelope, Verdict
 

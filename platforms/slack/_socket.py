@@ -31,7 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from gateway.config_slack import SlackConfig
 from gateway.events import Observe
-from gateway.events_slack import SlackConnectionChanged
+from gateway.events_platforms import SlackConnectionChanged
 from platforms.slack._envelopes import Envelope, Verdict
 from platforms.slack.errors import TRANSLATED, translate
 

@@ -49,7 +49,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from gateway.config_slack import SlackConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
 from gateway.events import Observe
-from gateway.events_slack import SlackAdmissionDeferred, SlackStrangerIgnored
+from gateway.events_platforms import SlackAdmissionDeferred, SlackStrangerIgnored
 from gateway.messages import AttachmentRef, OutboxChunk, StoredMessage, TurnOutcome
 from gateway.ports import Access, Asker, Intake, Ledger, Watch
 from platforms._access import check_access

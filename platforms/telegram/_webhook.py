@@ -19,7 +19,8 @@ from aiohttp import web
 from telegram import Bot, Update
 
 from gateway.config import TelegramConfig
-from gateway.events import Observe, TelegramWebhookRefused
+from gateway.events import Observe
+from gateway.events_platforms import TelegramWebhookRefused
 from platforms._guarded import ConnectionGuard, guarded_serving
 from platforms.telegram._admission import Verdict
 

@@ -37,8 +37,8 @@ from telegram.ext import Application, ExtBot, Updater
 
 from gateway.config import TelegramConfig
 from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refused
-from gateway.events import (
-    Observe,
+from gateway.events import Observe
+from gateway.events_platforms import (
     TelegramAdmissionDeferred,
     TelegramNoticeDropped,
     TelegramNoticeFailed,

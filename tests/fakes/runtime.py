@@ -39,7 +39,7 @@ class HeldIntake:
         )
         return Admission(row, duplicate)
 
-    async def command(self, platform: str, conversation: str, name: str) -> str:
+    async def command(self, platform: str, conversation: str, name: str, args: str = "") -> str:
         return f"ran /{name}"
 
     async def delete(self, conversation: str, *, by: str) -> int | None:

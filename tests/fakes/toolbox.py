@@ -54,6 +54,9 @@ class RecordingToolBox:
     executed: Counter[str] = field(default_factory=Counter)  # by tool name
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     entered: anyio.Event = field(default_factory=anyio.Event)  # a call began running
+    #: given: a server on its first try until it is set (``started`` waits for it)
+    starting: anyio.Event | None = None
+    waited: anyio.Event = field(default_factory=anyio.Event)  # a turn asked for ``started``
 
     def add(self, *tools: Tool) -> RecordingToolBox:
         for t in tools:
@@ -70,6 +73,11 @@ class RecordingToolBox:
     def find(self, name: str) -> ToolSpec | None:
         found = self.tools.get(name)
         return found.spec if found else None
+
+    async def started(self) -> None:
+        self.waited.set()
+        if self.starting is not None:
+            await self.starting.wait()
 
     async def call(
         self, spec: ToolSpec, arguments: Mapping[str, Any], *, conversation: str = ""
