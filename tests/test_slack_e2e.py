@@ -317,3 +317,56 @@ async def test_a_wrong_token_fails_the_start_with_slacks_answer(
         async with running_gateway(config):
             pass
     assert "slack refused the token (invalid_auth)" in repr(failed.value)
+
+
+HOSTILE: list[tuple[str, object]] = [
+    ("events_api", {"type": "event_callback", "team_id": "T0BOTMUX1", "event": "not an object"}),
+    ("events_api", {"type": "event_callback", "team_id": 7, "event": {"type": "message"}}),
+    ("events_api", {"type": "something_else"}),
+    ("events_api", ["not", "an", "object"]),
+    ("interactive", {"type": "block_actions", "actions": "none"}),
+    ("interactive", {"type": "view_submission"}),
+    ("slash_commands", {"command": "/botmux", "text": "new"}),
+]
+BAD_EVENTS: list[dict[str, object]] = [
+    {"type": "message", "channel": ALICE_DM, "user": ALICE, "text": "no ts"},
+    {"type": "message", "channel": ALICE_DM, "user": ALICE, "text": "x", "ts": 1700000000.5},
+    {"type": "message", "channel": "../etc", "user": ALICE, "text": "x", "ts": "1.2"},
+    {"type": "message", "channel": ALICE_DM, "user": ALICE, "text": ["x"], "ts": "1.3"},
+    {"type": "message", "channel": ALICE_DM, "user": {"id": ALICE}, "text": "x", "ts": "1.4"},
+    {
+        "type": "message",
+        "channel": ALICE_DM,
+        "user": ALICE,
+        "text": "files",
+        "ts": "1.5",
+        "files": [None, {"url_private": "javascript:alert(1)"}, {"size": -1}],
+    },
+    {
+        "type": "message",
+        "channel": ALICE_DM,
+        "user": ALICE,
+        "text": "nul\x00 and \ud800",
+        "ts": "1.6",
+    },
+]
+
+
+async def test_hostile_payloads_are_acknowledged_and_change_nothing(
+    tmp_path: Path, slack: FakeSlack, model: FakeModel
+) -> None:
+    """Payloads Slack never sends (wrong types, missing ids, kinds botmux does not take) are
+    acknowledged (Slack would send them again forever otherwise) and start no turn; a text
+    with a NUL and a lone surrogate is stored cleaned. The gateway goes on."""
+    with anyio.fail_after(30):
+        async with running_botmux(tmp_path, slack, model) as app:
+            for kind, payload in HOSTILE:
+                await slack.deliver(kind, payload)  # type: ignore[arg-type]
+            for event in BAD_EVENTS:
+                await slack.deliver_event(event)
+            await slack.send(ALICE_DM, "still here?", user=ALICE)
+            await slack.wait_until(lambda: len(slack.bot_messages(ALICE_DM)) >= 3)
+            await slack.wait_until(lambda: not slack.unacked())
+            stats = slack_world.adapter_of(app).statistics()
+    assert sorted(r.last_user for r in model.requests) == ["files", "nul and \ufffd", "still here?"]
+    assert stats.admitted == 3 and stats.deferred == 0

@@ -98,6 +98,11 @@ class SocketLink:
             count = info if isinstance(info, int) and not isinstance(info, bool) else 0
             self._hello()
             self._observe(SlackConnectionChanged("up", count))
+        elif "envelope_id" in message and not isinstance(message.get("payload"), dict):
+            # No request slack_sdk can build (it logs an error and calls no listener): Slack
+            # never sends one, but one that did would come back forever unacknowledged.
+            log.warning("slack envelope unreadable: acknowledged and skipped")
+            await client.send_socket_mode_response({"envelope_id": message["envelope_id"]})
         elif kind == "disconnect":
             # The client reconnects at once, on a new URL; what was not acknowledged comes again.
             log.info("slack asked to reconnect", extra={"reason": message.get("reason")})
