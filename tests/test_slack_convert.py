@@ -149,3 +149,13 @@ def test_the_signature_check() -> None:
     ) == ("interactive", {"type": "block_actions"})
     assert read_payload(b"\xff", "application/json") is None
     assert read_payload(b"[1]", "application/json") is None
+
+
+def test_a_schedule_may_fire_into_a_slack_conversation() -> None:
+    from gateway.config_schedules import conversation_problem
+
+    thread = "slack:T0TEAM001:C0CHAN001:thread:1700000000.000100"
+    assert conversation_problem(thread, {"slack", "peer"}) is None
+    assert conversation_problem("slack:team:general", {"slack"}) == (
+        "'slack:team:general' is not a slack conversation key (SPEC 2's form)"
+    )
