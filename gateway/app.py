@@ -319,10 +319,13 @@ class GatewayApp:
     # -- what the peer listener shows of the whole gateway -----------------------------------
 
     def _serving(self, parts: Parts) -> Serving:
+        # The servers' states: /readyz's detail and the console's Tools view (SPEC 15).
+        tools = parts.tools.status if parts.tools is not None else list
         return Serving(
             intake=parts.intake,
             ready=self.readiness,
             metrics=partial(self._render_metrics, parts),
+            tools=tools,
             admin=AdminDeps(
                 store=ConsoleStore(parts.store),
                 timeline=self.timeline,
@@ -331,6 +334,7 @@ class GatewayApp:
                 nodes=parts.store.leases.nodes if parts.store.leases is not None else None,
                 statistics=partial(self._statistics, parts),
                 schedules=parts.schedules.records,
+                tools=tools,
             ),
         )
 

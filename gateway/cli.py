@@ -494,6 +494,14 @@ async def _status(config: Config) -> int:
         assert isinstance(checks, dict)
         for part, ok in checks.items():
             print(f"  {part:<12} {'ready' if ok else 'NOT READY'}")
+        servers = ready.get("tools", [])  # SPEC 15: a server down is no reason for NOT READY
+        assert isinstance(servers, list)
+        for server in servers:
+            detail = f" ({server['detail']})" if server.get("detail") else ""
+            print(
+                f"  tool server {server['name']}: {server['state']},"
+                f" {server['tools']} tool(s){_printable(detail)}"
+            )
     if metrics is not None:
         for _, value in _samples(metrics, "botmux_live_sessions"):
             print(f"live conversations: {int(value)}")

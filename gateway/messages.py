@@ -342,6 +342,7 @@ class ToolServerStatus:
     state: str  # "starting" | "up" | "down"
     tools: int  # offered now
     detail: str = ""  # why it is down, or what it is
+    names: tuple[str, ...] = ()  # the tools offered now, by the model's names for them
 
 
 @dataclass(frozen=True, slots=True)

@@ -138,7 +138,8 @@ class ServerLink:
         if self._state == "down" and self._retry_at is not None:
             wait = max(0.0, self._retry_at - self._clock())
             detail += f"; next try in {wait:.0f} s"
-        return ToolServerStatus(self.config.name, self._state, len(self.specs), detail)
+        specs = self.specs
+        return ToolServerStatus(self.config.name, self._state, len(specs), detail, tuple(specs))
 
     def retune(self, config: McpServer) -> None:
         """The same server (command, args, env, cwd, url, headers) with other filters, an

@@ -11,6 +11,7 @@ from typing import Any
 
 from platforms.peer._admin_schedules import SCHEDULES_SCHEMA
 from platforms.peer._schemas import ref
+from platforms.peer._tool_servers import ADMIN_TOOLS_SCHEMA
 from platforms.peer.admin import CURSOR, MAX_LIMIT, MAX_QUERY, TICKET_TTL_S
 
 _NUMBER = {"type": "number"}
@@ -181,6 +182,7 @@ ADMIN_SCHEMAS: dict[str, Any] = {
         }
     ),
     "AdminSchedules": SCHEDULES_SCHEMA,
+    "AdminTools": ADMIN_TOOLS_SCHEMA,
     "AdminPairing": _object(
         {
             "pending": {
@@ -381,6 +383,12 @@ def admin_paths() -> dict[str, Any]:
             "Scheduled messages: next due time, last firing, its delivery (fired and never"
             " delivered shows as such), missed due times, last failure (SPEC 16).",
             "AdminSchedules",
+        ),
+        "/api/admin/tools": _get(
+            "adminTools",
+            "The MCP tool servers: each one's state (starting, up, down), the tools it offers"
+            " now and why it is down (SPEC 15).",
+            "AdminTools",
         ),
         "/api/admin/pairing": _get(
             "adminPairing", "Pending pairing codes and the users approved.", "AdminPairing"

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.messages import ATTACHMENT_FAILURES
+from platforms.peer._tool_servers import READYZ_TOOL_SCHEMA
 from platforms.peer.attachments import (
     B64_PATTERN,
     DATA_URL_PATTERN,
@@ -540,11 +541,12 @@ SCHEMAS: dict[str, Any] = {
     },
     "Readiness": {
         "type": "object",
-        "required": ["ready", "checks"],
+        "required": ["ready", "checks", "tools"],
         "additionalProperties": False,
         "properties": {
             "ready": {"type": "boolean"},
             "checks": {"type": "object", "additionalProperties": {"type": "boolean"}},
+            "tools": {"type": "array", "items": READYZ_TOOL_SCHEMA},
         },
     },
     "ReloadRequest": {

@@ -42,6 +42,7 @@ from platforms.peer._files import BodyReader, attachment_response
 from platforms.peer._loopback import not_local
 from platforms.peer._reload_route import Reload, add_reload_route
 from platforms.peer._statistics import Counts, PeerStatistics
+from platforms.peer._tool_servers import ToolStates, readyz_tools
 from platforms.peer.admin import Admin, AdminDeps
 from platforms.peer.attachments import Files, chat_attachments, content_parts
 from platforms.peer.errors import error_middleware, json_error
@@ -106,6 +107,8 @@ class Serving:
     ready: Callable[[], dict[str, bool]]
     metrics: Callable[[], Awaitable[bytes]]
     admin: AdminDeps | None = None
+    #: The MCP servers' states (SPEC 15), shown by /readyz; they never make it 503.
+    tools: ToolStates = list
 
 
 class PeerAdapter:
@@ -113,6 +116,7 @@ class PeerAdapter:
     _intake: Intake  # given when it starts (``Serving``), like readiness and metrics
     _ready: Callable[[], dict[str, bool]]
     _metrics: Callable[[], Awaitable[bytes]]
+    _tools: ToolStates
 
     def __init__(
         self,
@@ -254,6 +258,7 @@ class PeerAdapter:
         self._intake = serving.intake
         self._ready = serving.ready
         self._metrics = serving.metrics
+        self._tools = serving.tools
         if serving.admin is not None:
             tokens = lambda: self._auth.current().config.tokens  # noqa: E731
             self.admin = Admin(
@@ -300,9 +305,12 @@ class PeerAdapter:
         self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
     ) -> web.StreamResponse:
         self._counts.requests += 1
-        if request.path in _OPEN_ROUTES or Admin.checks_itself(request.path):
-            return await handler(request)  # the console page (static) and its event stream
         auth = self._auth.current()  # one config's tokens for the whole decision
+        if request.path in _OPEN_ROUTES or Admin.checks_itself(request.path):
+            # /readyz with a token is checked as any request: it shows a token holder more.
+            bears = request.path == "/readyz" and "Authorization" in request.headers
+            if not (auth.digests and bears):
+                return await handler(request)  # probes, the console page and its stream
         if not auth.digests:
             refusal = not_local(request, self._config.host)
             return refusal if refusal is not None else await handler(request)
@@ -614,8 +622,13 @@ class PeerAdapter:
 
     async def _readyz(self, request: web.Request) -> web.Response:
         checks = self._ready()
-        ready = all(checks.values())
-        return web.json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
+        ready = all(checks.values())  # a tool server down is no reason to route around us
+        detail = _TOKEN in request or (
+            not self._auth.current().digests and not_local(request, self._config.host) is None
+        )
+        tools = readyz_tools(self._tools(), detail=detail)
+        body = {"ready": ready, "checks": checks, "tools": tools}
+        return web.json_response(body, status=200 if ready else 503)
 
     async def _openapi_route(self, request: web.Request) -> web.Response:
         return web.Response(body=self._auth.current().openapi, content_type="application/json")

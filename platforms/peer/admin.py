@@ -54,6 +54,7 @@ from gateway.messages import (
 )
 from gateway.timeline import Timeline
 from platforms.peer._admin_schedules import schedules_json
+from platforms.peer._tool_servers import ToolStates, admin_tools
 from platforms.peer.convert import BadRequest, sse
 from platforms.peer.streaming import SSE_HEADERS
 
@@ -142,6 +143,8 @@ class AdminDeps:
     wall: Callable[[], float] = field(default=time.time)
     #: Scheduled messages with their records (SPEC 16; GET /api/admin/schedules).
     schedules: Callable[[], Awaitable[list[ScheduleRecord]]] | None = None
+    #: The MCP tool servers' states (SPEC 15; GET /api/admin/tools).
+    tools: ToolStates = list
 
 
 class Tickets:
@@ -358,6 +361,7 @@ class Admin:
         get("/api/admin/conversations/{key:[^/]+}/messages", self._messages)
         get("/api/admin/outbox", self._outbox)
         get("/api/admin/schedules", self._schedules)
+        get("/api/admin/tools", self._tools)
         get("/api/admin/pairing", self._pairing)
         post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/approve", self._approve)
         post("/api/admin/pairing/{platform:[^/]+}/{code:[^/]+}/reject", self._reject)
@@ -465,6 +469,9 @@ class Admin:
     async def _schedules(self, request: web.Request) -> web.Response:
         records = await self._deps.schedules() if self._deps.schedules is not None else []
         return web.json_response(schedules_json(records))
+
+    async def _tools(self, request: web.Request) -> web.Response:
+        return web.json_response(admin_tools(self._deps.tools()))
 
     async def _pairing(self, request: web.Request) -> web.Response:
         store = self._deps.store

@@ -40,6 +40,20 @@ def cpu_seconds(pid: int, *, threads: str = "all") -> float:
     return total / tick
 
 
+def postgres_cpu() -> float:
+    """CPU seconds of every PostgreSQL server process on the machine."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if "(postgres)" in text:
+            fields = text.rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
 def memory_kib(pid: int) -> dict[str, int]:
     """VmRSS (now) and VmHWM (peak) in KiB."""
     found = {}

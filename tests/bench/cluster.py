@@ -38,20 +38,6 @@ from tests.bench import _load, _procs
 LATENCY_S = 0.5
 
 
-def _postgres_cpu() -> float:
-    """CPU seconds of every PostgreSQL server process on the machine."""
-    total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
-            continue
-        if "(postgres)" in text:
-            fields = text.rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
 @asynccontextmanager
 async def _node(workdir: Path, model_url: str, store: str, name: str) -> AsyncIterator[_procs.Proc]:
     await anyio.Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -100,13 +86,13 @@ async def _run(nodes: int, store: str, conversations: int, messages: int) -> dic
 
         await _load.closed_loop(spread("warm"), min(conversations, 64), 2)
         cpu_before = [_procs.cpu_seconds(gw.pid) for gw in gateways]
-        pg_before = _postgres_cpu()
+        pg_before = _procs.postgres_cpu()
         result = await _load.closed_loop(spread("c"), conversations, messages)
         gateway_cpu = sum(
             _procs.cpu_seconds(gw.pid) - before
             for gw, before in zip(gateways, cpu_before, strict=True)
         )
-        pg_cpu = _postgres_cpu() - pg_before
+        pg_cpu = _procs.postgres_cpu() - pg_before
     return {
         "turns_per_s": result.turns_per_s,
         "p50_ms": result.p50_ms,

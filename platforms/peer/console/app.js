@@ -221,6 +221,7 @@ async function refresh() {
     else if (name === "pairing") await loadPairing();
     else if (name === "outbox") await loadOutbox();
     else if (name === "schedules") await loadSchedules();
+    else if (name === "tools") await loadTools();
   } finally {
     state.refreshing = false;
   }
@@ -259,6 +260,9 @@ async function route() {
     } else if (name === "schedules") {
       show("view-schedules", "schedules");
       await loadSchedules();
+    } else if (name === "tools") {
+      show("view-tools", "tools");
+      await loadTools();
     } else if (name === "pairing") {
       show("view-pairing", "pairing");
       await loadPairing();
@@ -461,6 +465,25 @@ async function loadSchedules() {
             s.delivered_id ? el("span", { class: "mono muted" }, ` ${s.delivered_id}`) : null),
           el("td", {}, s.last_failure || s.answer_failure || ""))),
     "No schedules: add [[schedules]] to the config, or let conversations make their own ([scheduler] agent_tools).")));
+}
+
+// -- tools -------------------------------------------------------------------------------------
+
+const SERVER_STATE = { up: "ok", down: "bad", starting: "warn" };
+
+async function loadTools() {
+  const data = await api("/api/admin/tools");
+  const down = data.servers.filter((s) => s.state === "down").length;
+  const summary = down ? el("p", { class: "error" }, `${down} tool server(s) down: their tools are not offered`) : null;
+  $("view-tools").replaceChildren(el("div", { class: "panel" },
+    el("h2", {}, "Tool servers"), summary,
+    table(["Server", "State", "Tools offered now", "Detail"],
+      data.servers.map((s) =>
+        el("tr", {}, el("td", { class: "mono" }, s.name),
+          el("td", {}, el("span", { class: "badge " + (SERVER_STATE[s.state] || "") }, s.state)),
+          el("td", { class: "mono" }, s.tools.length ? s.tools.join(", ") : el("span", { class: "muted" }, "none")),
+          el("td", {}, s.detail))),
+    "No tool servers: add [[tools.mcp]] to the config (docs/TOOLS.md).")));
 }
 
 // -- pairing -----------------------------------------------------------------------------------
