@@ -39,6 +39,7 @@ from platforms.peer import convert, limits, responses, streaming
 from platforms.peer._approvals import add_approvals_route
 from platforms.peer._auth import AuthHolder
 from platforms.peer._files import BodyReader, attachment_response
+from platforms.peer._in_flight import InFlight
 from platforms.peer._loopback import not_local
 from platforms.peer._reload_route import Reload, add_reload_route
 from platforms.peer._statistics import Counts, PeerStatistics
@@ -56,6 +57,9 @@ REPLY_CHECK_MAX_S = 30.0
 #: A streamed completion whose turn takes longer than this sends its headers and then an SSE
 #: comment this often, so proxies and clients do not time the connection out.
 SSE_KEEPALIVE_S = 15.0
+#: How long the listener's stop may take once every request in flight was answered (their
+#: 503s written, the connections closed): the gateway's stop margin holds it (gateway.app).
+STOP_DEADLINE_S = 1.0
 # The A2A agent card is public, as discovery needs (it says how to authenticate).
 _OPEN_ROUTES = frozenset(
     {"/healthz", "/readyz", "/.well-known/agent-card.json", "/.well-known/agent.json"}
@@ -135,6 +139,7 @@ class PeerAdapter:
         self._waiters = _Waiters()
         self._pmids: dict[int, str] = {}
         self._watched: dict[str, Watched] = {}  # by platform message id
+        self._in_flight = InFlight()  # every request, answered 503 at the stop
         self._guard = ConnectionGuard(
             header_timeout_s=config.header_timeout_s, max_connections=config.max_connections
         )
@@ -218,7 +223,7 @@ class PeerAdapter:
     def build_app(self) -> web.Application:
         app = web.Application(
             client_max_size=self._config.max_body_bytes,
-            middlewares=[error_middleware, self._auth_middleware],
+            middlewares=[self._in_flight.middleware, error_middleware, self._auth_middleware],
         )
         app.router.add_post("/api/sessions/{session_id}/chat", self._chat)
         app.router.add_get("/api/sessions/{session_id}/messages", self._messages)
@@ -241,6 +246,7 @@ class PeerAdapter:
             self.admin.install(app)
         app.on_response_prepare.append(_server_header)
         app.on_response_prepare.append(self._count)
+        app.on_response_prepare.append(self._in_flight.prepared)
         return app
 
     async def _count(self, request: web.Request, response: web.StreamResponse) -> None:
@@ -279,6 +285,7 @@ class PeerAdapter:
             self._guard,
             idle_timeout_s=self._config.idle_timeout_s,
             handler_cancellation=True,
+            stop_deadline_s=STOP_DEADLINE_S,
         ) as port:
             self.port = port
             log.info(
@@ -292,6 +299,9 @@ class PeerAdapter:
             try:
                 await anyio.sleep_forever()
             finally:
+                # The drain is over: what requests still wait on stays pending in the store
+                # (or waits on a database that stopped answering). Each is answered now.
+                self._in_flight.stop()
                 if self.admin is not None:
                     self.admin.close()  # the console's event streams end before the server
 
