@@ -249,9 +249,13 @@ SCHEMAS: dict[str, Any] = {
     },
     "Transcript": {
         "type": "object",
-        "required": ["messages"],
+        "required": ["messages", "next"],
         "additionalProperties": False,
         "properties": {
+            "next": {
+                "type": ["integer", "null"],
+                "description": "The `before` of the page of older messages; null: none left.",
+            },
             "messages": {
                 "type": "array",
                 "description": "Oldest first.",
@@ -313,7 +317,7 @@ SCHEMAS: dict[str, Any] = {
                         },
                     },
                 },
-            }
+            },
         },
     },
     "StoredAttachment": {

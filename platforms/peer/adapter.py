@@ -542,8 +542,10 @@ class PeerAdapter:
 
     async def _messages(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])
-        rows = await self._transcripts.transcript(convert.conversation_key(session_id))
-        return web.json_response(convert.transcript_json(rows))
+        limit, before = convert.page_params(request.query)
+        page = await self._transcripts.page(convert.conversation_key(session_id), limit, before)
+        older = page.rows[0].id if page.more and page.rows else None
+        return web.json_response(convert.transcript_json(page.rows, next_before=older))
 
     async def _attachment(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])
