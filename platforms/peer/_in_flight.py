@@ -2,11 +2,13 @@
 
 A request may wait a long time: for its turn, which the drain may leave pending, or on a
 store that stopped answering (``[store] command_timeout_s``). When the listener stops, after
-the drain, each one is cancelled and answered at once: ``503 draining`` (with Retry-After, as
-a request that arrives while draining), or, for a stream whose headers already went out, the
-end of the stream. Its turn, if it was admitted, stays pending in the store and is answered
-later (a retry with the same Idempotency-Key gets the answer), so nothing committed is lost
-and the stop is not held up by what the requests wait on.
+the drain, those waiting for a turn are woken (the adapter answers them ``503 draining``, a
+stream with an ``error`` event), and what is still running a moment later is cancelled and
+answered ``503 draining`` (with Retry-After, as a request that arrives while draining), or,
+for a stream whose headers already went out, the stream ends. Its turn, if it was admitted,
+stays pending in the store and is answered later (a retry with the same Idempotency-Key gets
+the answer), so nothing committed is lost and the stop is not held up by what the requests
+wait on.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class InFlight:
     def __init__(self) -> None:
         self._scopes: set[anyio.CancelScope] = set()
         self._stopped = False
+        self._idle = anyio.Event()  # set once stopped with no request left
 
     def __len__(self) -> int:
         return len(self._scopes)
@@ -46,6 +49,8 @@ class InFlight:
                 return await handler(request)
             finally:
                 self._scopes.discard(scope)
+                if self._stopped and not self._scopes:
+                    self._idle.set()
         # Only stop() cancels this scope (a client that hangs up cancels the task, which
         # the scope does not catch): the gateway stops.
         started = request.get(_PREPARED)
@@ -54,8 +59,14 @@ class InFlight:
     async def prepared(self, request: web.Request, response: web.StreamResponse) -> None:
         request[_PREPARED] = response
 
-    def stop(self) -> None:
-        """Answer every request in flight now, and any that still arrives ``503 draining``."""
+    async def stop(self, grace_s: float) -> None:
+        """Answer any request that still arrives ``503 draining``; give those in flight
+        ``grace_s`` to end (those woken from a wait answer on their own), then cancel the
+        rest (a read of a database that stopped answering): ``503 draining`` too."""
         self._stopped = True
+        if not self._scopes:
+            return
+        with anyio.move_on_after(grace_s):
+            await self._idle.wait()
         for scope in self._scopes:
             scope.cancel()

@@ -57,8 +57,10 @@ REPLY_CHECK_MAX_S = 30.0
 #: A streamed completion whose turn takes longer than this sends its headers and then an SSE
 #: comment this often, so proxies and clients do not time the connection out.
 SSE_KEEPALIVE_S = 15.0
-#: How long the listener's stop may take once every request in flight was answered (their
-#: 503s written, the connections closed): the gateway's stop margin holds it (gateway.app).
+#: At the stop, how long the requests woken from their wait have to answer (503, a stream's
+#: error event) before what is left is cancelled; then how long the listener's close may
+#: take. The gateway's stop margin holds both (gateway.app.STOP_MARGIN_S).
+STOP_GRACE_S = 0.3
 STOP_DEADLINE_S = 1.0
 # The A2A agent card is public, as discovery needs (it says how to authenticate).
 _OPEN_ROUTES = frozenset(
@@ -96,6 +98,13 @@ class _Waiters:
             self._waiting.pop(pmid, None)
             self._outcomes.pop(pmid, None)
         return outcome
+
+    def wake_all(self) -> None:
+        """The listener stops: every request waiting for an outcome stops waiting (it finds
+        none, and answers that the gateway is shutting down)."""
+        for events in self._waiting.values():
+            for event in events:
+                event.set()
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -300,8 +309,11 @@ class PeerAdapter:
                 await anyio.sleep_forever()
             finally:
                 # The drain is over: what requests still wait on stays pending in the store
-                # (or waits on a database that stopped answering). Each is answered now.
-                self._in_flight.stop()
+                # (or waits on a database that stopped answering). Each is answered now: a
+                # turn's waiter 503 (a stream an error event), whatever is left cancelled.
+                self._waiters.wake_all()
+                with anyio.CancelScope(shield=True):
+                    await self._in_flight.stop(STOP_GRACE_S)
                 if self.admin is not None:
                     self.admin.close()  # the console's event streams end before the server
 
@@ -488,7 +500,8 @@ class PeerAdapter:
                 watched.replies.remove(reply)
             if watched.requests == 0:
                 self._watched.pop(pmid, None)
-        assert outcome is not None
+        if outcome is None:  # woken by the stop (wake_all): the turn stays pending
+            raise ConversationClosed("draining")
         self._counts.turns += 1
         return outcome
 
