@@ -142,10 +142,11 @@ class Cluster:
         return self._leases.node
 
     def stop_by(self, deadline: float) -> None:
-        """The gateway stops: the last release (at the end of :meth:`run`) gives up by
-        ``deadline`` (anyio's clock), however long ``release_deadline_s`` is; leases not
-        released expire after ``lease_s``."""
+        """The gateway stops: the last release (at the end of :meth:`run`), and the named
+        leases the adapters release, give up by ``deadline`` (anyio's clock), however long
+        ``release_deadline_s`` is; leases not released expire after ``lease_s``."""
         self._stop_by = deadline
+        self._node.stop_by(deadline)  # the adapters' named leases (the poller, shards) too
 
     @property
     def healthy(self) -> bool:

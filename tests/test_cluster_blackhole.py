@@ -18,6 +18,8 @@ import anyio
 import pytest
 
 from gateway.app import STOP_MARGIN_S
+from gateway.node_leases import NodeLeases
+from gateway.store.postgres import open_postgres_store
 from tests.fakes.openai_server import Hold, ok, open_fake_model
 from tests.fakes.tcp_proxy import proxy_to
 from tests.harness import GatewayProcess, cluster_node, pg_fetch
@@ -210,3 +212,24 @@ async def test_sigterm_with_a_request_in_flight_stops_within_the_drain_plus_a_ma
         finally:
             await a.kill()
             await b.kill()
+
+
+async def test_a_named_lease_release_at_the_stop_gives_up_by_the_stop_deadline(
+    postgres_url: str,
+) -> None:
+    """The Telegram poller's and the Discord shards' leases are released by their adapters
+    as they stop: with the database black-holed, that release gives up at the stop's one
+    deadline, not after ``command_timeout_s`` (10 s here); the lease expires instead."""
+    async with (
+        proxy_to(postgres_url) as proxy,
+        open_postgres_store(proxy.url(postgres_url), node="n1", command_timeout_s=10) as store,
+    ):
+        leases = NodeLeases(store.leases, heartbeat_s=HEARTBEAT_S)
+        assert await leases.hold("telegram-poller")
+        proxy.stall()
+        leases.stop_by(anyio.current_time() + 0.5)
+        started = time.monotonic()
+        with anyio.fail_after(30):
+            await leases.release("telegram-poller")
+        took = time.monotonic() - started
+    assert took < 2.0, took
