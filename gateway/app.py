@@ -8,15 +8,17 @@ Startup is ordered (store, router, adapters, the peer listener, then ready; the 
 left is resumed beside the traffic, ``gateway.resume``) and shutdown is the reverse with a
 drain: intake stops first, running turns get up to ``gateway.drain_timeout_s`` to finish,
 queued deliveries go out, the store closes last. Turns that did not finish stay pending and
-are resumed at the next start. Every wait after the drain has a deadline of its own (``[store]
-command_timeout_s`` for the store's writes and its close), so a database that stopped
-answering cannot hold the process: SIGTERM exits within ``drain_timeout_s`` plus about two
-``command_timeout_s``.
+are resumed at the next start. Everything after the drain shares one deadline,
+:data:`STOP_MARGIN_S` after it (issue 37): the peer listener answers the requests still in
+flight 503, the cluster's last release, the store's queued writes and its connections' goodbyes
+give up by then, whatever ``[store] command_timeout_s`` says, so a database that stopped
+answering cannot hold the process: SIGTERM exits within ``drain_timeout_s`` plus that margin.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from functools import partial
@@ -55,6 +57,9 @@ log = logging.getLogger("gateway")
 
 #: How long the model clients may take to close at the end (their sockets, nothing durable).
 CLOSE_DEADLINE_S = 5.0
+#: Everything after the drain (the listener's close, the last lease release, the store's
+#: close, the model clients') is over this long after it, however slow the database.
+STOP_MARGIN_S = 1.5
 #: How often a drain looks whether only turns waiting for an approval are left.
 DRAIN_POLL_S = 0.05
 
@@ -125,6 +130,7 @@ class GatewayApp:
         self._model: Model | None = None
         self._parts: Parts | None = None  # while running
         self._ready = {"store": False, "peer": False, "accepting": False}
+        self._stop_by = math.inf  # the stop's one deadline (anyio's clock), once drained
 
     def __repr__(self) -> str:
         return f"<GatewayApp {self.config.source} ready={self._ready}>"
@@ -208,7 +214,8 @@ class GatewayApp:
                 )
                 await self._serve(parts, task_status)
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(CLOSE_DEADLINE_S):
+            until = min(anyio.current_time() + CLOSE_DEADLINE_S, self._stop_by)
+            with anyio.CancelScope(shield=True, deadline=until):
                 await model.clients.aclose()
             log.info("botmux stopped")
 
@@ -247,6 +254,10 @@ class GatewayApp:
             task_status.started()
             await self.stop.wait()
             await self._drain(parts, router_done)
+            self._stop_by = anyio.current_time() + STOP_MARGIN_S
+            parts.store.stop_by(self._stop_by)
+            if parts.cluster is not None:
+                parts.cluster.stop_by(self._stop_by)
             tg.cancel_scope.cancel()
 
     async def _drain(self, parts: Parts, router_done: anyio.Event) -> None:

@@ -23,6 +23,7 @@ without I/O; this actor sends the renewal and acts, and reports each renewal to
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -108,6 +109,7 @@ class Cluster:
         self._outcome = outcome
         self._heartbeat_s = heartbeat_s
         self._release_deadline_s = release_deadline_s  # [store] command_timeout_s
+        self._stop_by = math.inf  # the stop's one deadline (anyio's clock), once stopping
         self._claim_batch = claim_batch
         self._max_age_s = max_age_s
         self._at_most_once = at_most_once
@@ -138,6 +140,13 @@ class Cluster:
     @property
     def node(self) -> str:
         return self._leases.node
+
+    def stop_by(self, deadline: float) -> None:
+        """The gateway stops: the last release (at the end of :meth:`run`), and the named
+        leases the adapters release, give up by ``deadline`` (anyio's clock), however long
+        ``release_deadline_s`` is; leases not released expire after ``lease_s``."""
+        self._stop_by = deadline
+        self._node.stop_by(deadline)  # the adapters' named leases (the poller, shards) too
 
     @property
     def healthy(self) -> bool:
@@ -193,8 +202,8 @@ class Cluster:
                         await anyio.sleep(self._heartbeat_s)
         finally:
             self._send.close()  # its receiving side went with _serve; nothing more is posted
-            deadline_s = self._release_deadline_s
-            with anyio.CancelScope(shield=True), anyio.move_on_after(deadline_s) as releasing:
+            until = min(anyio.current_time() + self._release_deadline_s, self._stop_by)
+            with anyio.CancelScope(shield=True, deadline=until) as releasing:
                 try:
                     await leases.release_all()
                 except _UNREACHABLE as exc:

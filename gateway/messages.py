@@ -200,6 +200,27 @@ class StoredMessage:
 
 
 @dataclass(frozen=True, slots=True)
+class RowPage:
+    """One page of a transcript (the transcript route): rows oldest first; ``more``: older
+    rows exist before the first."""
+
+    rows: list[StoredMessage]
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRows:
+    """One page of A2A tasks: their user rows, newest first; the rows of their turns that say
+    how each ended or what it asks (replies, tool steps and calls), oldest first; how many
+    tasks match in all; ``more``: older tasks exist after the page."""
+
+    tasks: list[StoredMessage]
+    related: list[StoredMessage]
+    total: int
+    more: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Admission:
     """The outcome of admitting an Inbound: the stored user row, and whether it was new.
 

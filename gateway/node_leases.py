@@ -11,6 +11,7 @@ what this node still holds: until then it holds nothing.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -45,6 +46,7 @@ class NodeLeases:
         self.clock = LeaseClock(leases.lease_s, heartbeat_s, last_renewal=clock())
         self._renewed = anyio.Event()  # set (and replaced) at each successful heartbeat
         self._taking = True  # False once draining: named leases go to the other nodes
+        self._stop_by = math.inf  # the stop's one deadline (anyio's clock), once stopping
 
     def __repr__(self) -> str:
         return f"<NodeLeases {self.node} healthy={self.healthy} held={len(self.pg.held)}>"
@@ -67,6 +69,11 @@ class NodeLeases:
     def stop_taking(self) -> None:
         """Draining: take no named lease any more, so another node takes them at once."""
         self._taking = False
+
+    def stop_by(self, deadline: float) -> None:
+        """The gateway stops: a named lease not released by ``deadline`` (anyio's clock) is
+        left to expire, however long the database takes to answer."""
+        self._stop_by = deadline
 
     # -- the session actors ask before each turn and each model call --------------------------
 
@@ -105,9 +112,13 @@ class NodeLeases:
 
     async def release(self, name: str) -> None:
         try:
-            await self.pg.release_named(name)
+            with anyio.CancelScope(deadline=self._stop_by) as releasing:
+                await self.pg.release_named(name)
         except UNREACHABLE as exc:
             log.warning("cluster: lease not released", extra={"lease": name, "error": str(exc)})
+            return
+        if releasing.cancelled_caught:  # it expires after lease_s: another node takes it then
+            log.warning("cluster: lease not released", extra={"lease": name, "error": "no answer"})
 
     async def live_nodes(self) -> list[str]:
         try:

@@ -23,10 +23,12 @@ from gateway.messages import (
     Failure,
     Image,
     Inbound,
+    RowPage,
     StoredCall,
     StoredMessage,
     StoredStep,
     StreamEvent,
+    TaskRows,
     ToolCall,
     ToolOutcome,
     ToolServerStatus,
@@ -310,6 +312,26 @@ class Transcripts(Protocol):
         ...
 
     async def transcript(self, conversation: str) -> list[StoredMessage]: ...
+
+    async def page(self, conversation: str, limit: int, before: int | None) -> RowPage:
+        """The newest ``limit`` rows below row id ``before`` (None: the newest), oldest first."""
+        ...
+
+    async def previous_turn(self, conversation: str, row_id: int) -> int | None:
+        """The newest user row before ``row_id`` (None: it is the first)."""
+        ...
+
+    async def tasks(
+        self,
+        conversation: str,
+        prefix: str,
+        limit: int,
+        before: int | None,
+        states: tuple[str, ...] | None,
+    ) -> TaskRows:
+        """A page of A2A tasks: user rows whose platform message id starts with ``prefix``,
+        newest first, below ``before``, in ``states`` (user row states) when given."""
+        ...
 
     async def attachment(self, conversation: str, sha256: str) -> tuple[str, bytes] | None:
         """(content type, bytes) of one of the conversation's attachments (SPEC 9)."""

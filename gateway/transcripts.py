@@ -10,8 +10,10 @@ from gateway.messages import (
     STOPPED_REPLY,
     Failure,
     MessageState,
+    RowPage,
     StoredMessage,
     StoredStep,
+    TaskRows,
     TurnOutcome,
     Usage,
 )
@@ -19,9 +21,12 @@ from gateway.store import (
     AttachmentBytes,
     AwaitingCall,
     Message,
+    PreviousTurn,
     ReplyTo,
     Store,
+    TaskPage,
     Transcript,
+    TranscriptPage,
     TurnSteps,
 )
 from policy import TRANSIENT
@@ -46,6 +51,22 @@ class StoredTranscripts:
 
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         return await self._store.read(Transcript(conversation))
+
+    async def page(self, conversation: str, limit: int, before: int | None) -> RowPage:
+        return await self._store.read(TranscriptPage(conversation, limit, before))
+
+    async def previous_turn(self, conversation: str, row_id: int) -> int | None:
+        return await self._store.read(PreviousTurn(conversation, row_id))
+
+    async def tasks(
+        self,
+        conversation: str,
+        prefix: str,
+        limit: int,
+        before: int | None,
+        states: tuple[str, ...] | None,
+    ) -> TaskRows:
+        return await self._store.read(TaskPage(conversation, prefix, limit, before, states))
 
     async def attachment(self, conversation: str, sha256: str) -> tuple[str, bytes] | None:
         return await self._store.read(AttachmentBytes(conversation, sha256))

@@ -86,12 +86,15 @@ async def test_turns_past_the_drain_deadline_stay_pending_and_run_after_restart(
 
             async def turn(i: int) -> None:
                 headers = {"Idempotency-Key": f"k{i}"}
-                with pytest.raises(aiohttp.ClientError):
-                    await http.post(
-                        f"{gateway.url}/api/sessions/s{i}/chat",
-                        json={"message": f"m{i}"},
-                        headers=headers,
-                    )
+                r = await http.post(
+                    f"{gateway.url}/api/sessions/s{i}/chat",
+                    json={"message": f"m{i}"},
+                    headers=headers,
+                )
+                # At the drain's deadline the request is told so, to retry later (issue 37).
+                assert r.status == 503, await r.text()
+                assert (await r.json())["error"]["code"] == "draining"
+                assert r.headers["Retry-After"] == "5"
 
             for i in range(TURNS):
                 tg.start_soon(turn, i)

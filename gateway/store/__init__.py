@@ -62,7 +62,14 @@ from gateway.store.steps import (
     TurnSteps,
 )
 from gateway.store.summaries import SaveSummary, SummaryOf
-from gateway.store.transcripts import History, Message, Transcript
+from gateway.store.transcripts import (
+    History,
+    Message,
+    PreviousTurn,
+    TaskPage,
+    Transcript,
+    TranscriptPage,
+)
 
 
 @asynccontextmanager
@@ -134,6 +141,7 @@ __all__ = [
     "PendingHeaders",
     "PendingRows",
     "PreviewOf",
+    "PreviousTurn",
     "PurgeConversation",
     "PushConfigsOf",
     "Query",
@@ -154,7 +162,9 @@ __all__ = [
     "Store",
     "StoreStatistics",
     "SummaryOf",
+    "TaskPage",
     "Transcript",
+    "TranscriptPage",
     "TurnSteps",
     "Undelivered",
     "Write",

@@ -5,6 +5,7 @@ password)."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
 
@@ -44,11 +45,14 @@ def connect_options(lease_s: float, command_timeout_s: float) -> dict[str, Any]:
     }
 
 
-async def close_or_cut(connection: asyncpg.Connection | asyncpg.Pool) -> None:
-    """Close politely within :data:`CLOSE_DEADLINE_S`, else cut the sockets; shielded (it
-    runs at a close, perhaps a cancelled one)."""
+async def close_or_cut(
+    connection: asyncpg.Connection | asyncpg.Pool, close_by: float = math.inf
+) -> None:
+    """Close politely within :data:`CLOSE_DEADLINE_S` (and by ``close_by``, anyio's clock:
+    the gateway's stop), else cut the sockets; shielded (it runs at a close, perhaps a
+    cancelled one)."""
     with anyio.CancelScope(shield=True):
-        with anyio.move_on_after(CLOSE_DEADLINE_S):
+        with anyio.CancelScope(deadline=min(anyio.current_time() + CLOSE_DEADLINE_S, close_by)):
             try:
                 await connection.close()
                 return

@@ -13,13 +13,15 @@ assigned, so the tasks that wait on them resume in admission order.
 A commit runs shielded from cancellation (a caller that gives up must not roll back the
 others' writes) but within ``deadline_s``: one the database does not finish in time fails
 with ``StoreUnavailable`` (its outcome unknown, as after a crash). At close, what is queued
-gets the same deadline to settle; what is left after it fails, and is logged.
+gets the same deadline to settle, or less when the gateway stops (``stop_by``: the stop's
+one deadline); what is left after it fails, and is logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -97,6 +99,7 @@ class GroupWriter:
         self._observe = observe
         self._deadline_s = deadline_s
         self._committing: anyio.CancelScope | None = None  # the commit under way, shielded
+        self._stop_by = math.inf  # when the close must be over (anyio's clock), if stopping
         self._stopped = anyio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None  # the submitters' (at the first)
         self._mailbox = mailbox
@@ -145,12 +148,18 @@ class GroupWriter:
                 yield
             finally:
                 self.close()
-                with anyio.CancelScope(shield=True), anyio.move_on_after(self._deadline_s):
+                until = min(anyio.current_time() + self._deadline_s, self._stop_by)
+                with anyio.CancelScope(shield=True, deadline=until):
                     await self._stopped.wait()
                 if not self._stopped.is_set():
                     if self._committing is not None:
                         self._committing.cancel()
                     tg.cancel_scope.cancel()
+
+    def stop_by(self, deadline: float) -> None:
+        """The gateway stops: what is queued at the close settles by ``deadline`` (anyio's
+        clock) at the latest, however long ``deadline_s`` is."""
+        self._stop_by = deadline
 
     def close(self) -> None:
         """No more operations: the writer settles what is queued, then ``run`` returns."""

@@ -48,3 +48,9 @@ class Store(Protocol):
         ...
 
     def statistics(self) -> StoreStatistics: ...
+
+    def stop_by(self, deadline: float) -> None:
+        """The gateway stops: the close (queued writes settling, the connections' goodbyes)
+        is over by ``deadline`` (anyio's clock), whatever ``command_timeout_s`` says; a write
+        cut short fails with its outcome unknown, as after a crash."""
+        ...

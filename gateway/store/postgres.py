@@ -15,6 +15,7 @@ LISTEN. A writer connection that failed is cut and reconnected before the next b
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -79,12 +80,17 @@ class PostgresStore:
             self._commit, mailbox=mailbox, observe=observe, deadline_s=command_timeout_s
         )
         self._closing = False
+        self.close_by = math.inf  # when the close must be over (anyio's clock), if stopping
 
     def __repr__(self) -> str:
         return f"<PostgresStore node={self.leases.node} leases={len(self.leases.held)}>"
 
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(writer=self._group.statistics(), leases=len(self.leases.held))
+
+    def stop_by(self, deadline: float) -> None:
+        self.close_by = deadline
+        self._group.stop_by(deadline)
 
     async def submit(self, write: Write[R]) -> R:
         assert REGISTRY.knows(write), f"not a store write: {write!r}"
@@ -179,10 +185,15 @@ async def open_postgres_store(
         async with store._group.running():
             yield store
     finally:
+        close_by = math.inf
         if store is not None:
             store._closing = True
             store.leases.close()
             writer = store._writer  # reconnected, perhaps
-        if pool is not None:
-            await close_or_cut(pool)
-        await close_or_cut(writer)
+            close_by = store.close_by
+        # Both at once: a database that stopped answering costs one goodbye's wait, not two.
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as closing:
+                if pool is not None:
+                    closing.start_soon(close_or_cut, pool, close_by)
+                closing.start_soon(close_or_cut, writer, close_by)

@@ -87,6 +87,9 @@ class SqliteStore:
     def __repr__(self) -> str:
         return f"<SqliteStore {self.path!r} commits={self._group.statistics().commits}>"
 
+    def stop_by(self, deadline: float) -> None:
+        self._group.stop_by(deadline)
+
     def statistics(self) -> StoreStatistics:
         return StoreStatistics(writer=self._group.statistics(), leases=None)
 

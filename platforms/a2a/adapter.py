@@ -84,6 +84,14 @@ SSE_KEEPALIVE_S = 15.0
 CANCEL_PUSHES = 256
 _CONTEXT_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _TASK_ID = re.compile(r"^[0-9]{1,18}$")
+#: ListTasks' status filter as the user rows' states (the store filters on them); the other
+#: states are a pending row's, told apart by what runs and what asks.
+_ROW_STATES: dict[TaskState, tuple[str, ...]] = {
+    TaskState.COMPLETED: (MessageState.ANSWERED,),
+    TaskState.FAILED: (MessageState.FAILED,),
+    TaskState.CANCELED: (MessageState.CANCELLED,),
+}
+_PENDING: tuple[str, ...] = (MessageState.PENDING,)
 
 
 def _context_of(row: StoredMessage) -> str:
@@ -516,27 +524,35 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
     async def _list(
         self, request: web.Request, wanted: convert.ListParams, dialect: Dialect
     ) -> dict[str, Any]:
+        """One page of the context's tasks, newest first, read page by page (issue 37, L-8):
+        the page's user rows and the rows of their turns, never the whole conversation. The
+        page token is the id of the page's last task. A state that only a pending row can be
+        in (submitted, working, input-required) is told apart here, so such a page may hold
+        fewer tasks than asked (``nextPageToken`` says whether more follow) and
+        ``totalSize`` counts the pending ones."""
         if not _CONTEXT_ID.match(wanted.context_id):
             return {"tasks": [], "nextPageToken": "", "pageSize": 0, "totalSize": 0}
-        rows = await self._transcripts.transcript(self._conversation(request, wanted.context_id))
-        prefix = self._pmid(request, "")
-        replies = {r.user_row_id: r for r in rows if r.role == "assistant" and r.state != "step"}
-        asked = _asking.questions(rows)
-        views = [
-            self._view_of(row, replies.get(row.id), asked.get(row.id))
-            for row in rows
-            if row.role == "user" and (row.platform_message_id or "").startswith(prefix)
-        ]
+        states = None if wanted.state is None else _ROW_STATES.get(wanted.state, _PENDING)
+        found = await self._transcripts.tasks(
+            self._conversation(request, wanted.context_id),
+            self._pmid(request, ""),
+            wanted.page_size,
+            wanted.before,
+            states,
+        )
+        replies = {
+            r.user_row_id: r for r in found.related if r.role == "assistant" and r.state != "step"
+        }
+        asked = _asking.questions(found.related)
+        views = [self._view_of(row, replies.get(row.id), asked.get(row.id)) for row in found.tasks]
         if wanted.state is not None:
             views = [v for v in views if v.state is wanted.state]
-        views.reverse()  # newest first, as the spec lists them
-        page = views[wanted.offset : wanted.offset + wanted.page_size]
-        after = wanted.offset + len(page)
+        after = str(found.tasks[-1].id) if found.more and found.tasks else ""
         return {
-            "tasks": [convert.task_json(v, dialect, wanted.history_length) for v in page],
-            "nextPageToken": str(after) if after < len(views) else "",
-            "pageSize": len(page),
-            "totalSize": len(views),
+            "tasks": [convert.task_json(v, dialect, wanted.history_length) for v in views],
+            "nextPageToken": after,
+            "pageSize": len(views),
+            "totalSize": found.total,
         }
 
     async def _cancel(self, row: StoredMessage) -> TaskView:

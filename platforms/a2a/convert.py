@@ -369,7 +369,7 @@ def send_params(params: dict[str, Any], dialect: Dialect) -> SendParams:
 class ListParams:
     context_id: str
     page_size: int
-    offset: int
+    before: int | None  # the page token: the last task of the page before (a row id)
     history_length: int | None
     state: TaskState | None
 
@@ -377,8 +377,8 @@ class ListParams:
 def list_params(params: dict[str, Any]) -> ListParams:
     context = _string(params, "contextId", required=True)
     assert context is not None
-    token = _string(params, "pageToken") or "0"
-    if not token.isdigit() or len(token) > 12:
+    token = _string(params, "pageToken") or ""
+    if token and (not token.isdigit() or len(token) > 18 or int(token) < 1):
         raise _bad("pageToken is not one this server gave")
     status = params.get("status")
     state: TaskState | None = None
@@ -393,7 +393,7 @@ def list_params(params: dict[str, Any]) -> ListParams:
     return ListParams(
         context_id=context,
         page_size=_int(params, "pageSize", low=0, high=MAX_PAGE_SIZE) or DEFAULT_PAGE_SIZE,
-        offset=int(token),
+        before=int(token) if token else None,
         history_length=history_length(params),
         state=state,
     )

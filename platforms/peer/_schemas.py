@@ -250,9 +250,13 @@ SCHEMAS: dict[str, Any] = {
     },
     "Transcript": {
         "type": "object",
-        "required": ["messages"],
+        "required": ["messages", "next"],
         "additionalProperties": False,
         "properties": {
+            "next": {
+                "type": ["integer", "null"],
+                "description": "The `before` of the page of older messages; null: none left.",
+            },
             "messages": {
                 "type": "array",
                 "description": "Oldest first.",
@@ -314,7 +318,7 @@ SCHEMAS: dict[str, Any] = {
                         },
                     },
                 },
-            }
+            },
         },
     },
     "StoredAttachment": {

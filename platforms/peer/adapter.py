@@ -39,6 +39,7 @@ from platforms.peer import convert, limits, responses, streaming
 from platforms.peer._approvals import add_approvals_route
 from platforms.peer._auth import AuthHolder
 from platforms.peer._files import BodyReader, attachment_response
+from platforms.peer._in_flight import InFlight
 from platforms.peer._loopback import not_local
 from platforms.peer._reload_route import Reload, add_reload_route
 from platforms.peer._statistics import Counts, PeerStatistics
@@ -57,6 +58,11 @@ REPLY_CHECK_MAX_S = 30.0
 #: A streamed completion whose turn takes longer than this sends its headers and then an SSE
 #: comment this often, so proxies and clients do not time the connection out.
 SSE_KEEPALIVE_S = 15.0
+#: At the stop, how long the requests woken from their wait have to answer (503, a stream's
+#: error event) before what is left is cancelled; then how long the listener's close may
+#: take. The gateway's stop margin holds both (gateway.app.STOP_MARGIN_S).
+STOP_GRACE_S = 0.3
+STOP_DEADLINE_S = 1.0
 # The A2A agent card is public, as discovery needs (it says how to authenticate).
 _OPEN_ROUTES = frozenset(
     {"/healthz", "/readyz", "/.well-known/agent-card.json", "/.well-known/agent.json"}
@@ -93,6 +99,13 @@ class _Waiters:
             self._waiting.pop(pmid, None)
             self._outcomes.pop(pmid, None)
         return outcome
+
+    def wake_all(self) -> None:
+        """The listener stops: every request waiting for an outcome stops waiting (it finds
+        none, and answers that the gateway is shutting down)."""
+        for events in self._waiting.values():
+            for event in events:
+                event.set()
 
     def __len__(self) -> int:
         return len(self._waiting)
@@ -139,6 +152,7 @@ class PeerAdapter:
         self._waiters = _Waiters()
         self._pmids: dict[int, str] = {}
         self._watched: dict[str, Watched] = {}  # by platform message id
+        self._in_flight = InFlight()  # every request, answered 503 at the stop
         self._guard = ConnectionGuard(
             header_timeout_s=config.header_timeout_s, max_connections=config.max_connections
         )
@@ -222,7 +236,7 @@ class PeerAdapter:
     def build_app(self) -> web.Application:
         app = web.Application(
             client_max_size=self._config.max_body_bytes,
-            middlewares=[error_middleware, self._auth_middleware],
+            middlewares=[self._in_flight.middleware, error_middleware, self._auth_middleware],
         )
         app.router.add_post("/api/sessions/{session_id}/chat", self._chat)
         app.router.add_get("/api/sessions/{session_id}/messages", self._messages)
@@ -245,6 +259,7 @@ class PeerAdapter:
             self.admin.install(app)
         app.on_response_prepare.append(_server_header)
         app.on_response_prepare.append(self._count)
+        app.on_response_prepare.append(self._in_flight.prepared)
         return app
 
     async def _count(self, request: web.Request, response: web.StreamResponse) -> None:
@@ -284,6 +299,7 @@ class PeerAdapter:
             self._guard,
             idle_timeout_s=self._config.idle_timeout_s,
             handler_cancellation=True,
+            stop_deadline_s=STOP_DEADLINE_S,
         ) as port:
             self.port = port
             log.info(
@@ -297,6 +313,12 @@ class PeerAdapter:
             try:
                 await anyio.sleep_forever()
             finally:
+                # The drain is over: what requests still wait on stays pending in the store
+                # (or waits on a database that stopped answering). Each is answered now: a
+                # turn's waiter 503 (a stream an error event), whatever is left cancelled.
+                self._waiters.wake_all()
+                with anyio.CancelScope(shield=True):
+                    await self._in_flight.stop(STOP_GRACE_S)
                 if self.admin is not None:
                     self.admin.close()  # the console's event streams end before the server
 
@@ -486,7 +508,8 @@ class PeerAdapter:
                 watched.replies.remove(reply)
             if watched.requests == 0:
                 self._watched.pop(pmid, None)
-        assert outcome is not None
+        if outcome is None:  # woken by the stop (wake_all): the turn stays pending
+            raise ConversationClosed("draining")
         self._counts.turns += 1
         return outcome
 
@@ -540,8 +563,10 @@ class PeerAdapter:
 
     async def _messages(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])
-        rows = await self._transcripts.transcript(convert.conversation_key(session_id))
-        return web.json_response(convert.transcript_json(rows))
+        limit, before = convert.page_params(request.query)
+        page = await self._transcripts.page(convert.conversation_key(session_id), limit, before)
+        older = page.rows[0].id if page.more and page.rows else None
+        return web.json_response(convert.transcript_json(page.rows, next_before=older))
 
     async def _attachment(self, request: web.Request) -> web.Response:
         session_id = self._session(request, request.match_info["session_id"])

@@ -12,6 +12,7 @@ import json
 import re
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +23,13 @@ from platforms._text import text_problem
 SESSION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,200}$")
 MODEL_NAME = "botmux"
+#: The transcript route's page (issue 37, L-8): rows when ``limit`` is not given, and at most.
+TRANSCRIPT_PAGE = 100
+TRANSCRIPT_PAGE_MAX = 1000
+#: The largest row id (a signed 64-bit integer in both databases): a ``before`` above it is
+#: no row's.
+MAX_ROW_ID = 2**63 - 1
+_DIGITS = re.compile(r"^[0-9]{1,19}$")
 
 
 class BadRequest(Exception):
@@ -300,7 +308,32 @@ def _iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
-def transcript_json(rows: list[StoredMessage]) -> dict[str, Any]:
+def page_params(query: Mapping[str, str]) -> tuple[int, int | None]:
+    """The transcript route's ``limit`` (1 to :data:`TRANSCRIPT_PAGE_MAX`, default
+    :data:`TRANSCRIPT_PAGE`) and ``before`` (a row id: the page ends below it)."""
+    limit = TRANSCRIPT_PAGE
+    if "limit" in query:
+        text = query["limit"]
+        if not _DIGITS.fullmatch(text) or not 1 <= int(text) <= TRANSCRIPT_PAGE_MAX:
+            raise BadRequest(
+                f"limit must be a whole number from 1 to {TRANSCRIPT_PAGE_MAX}", param="limit"
+            )
+        limit = int(text)
+    before = None
+    if "before" in query:
+        text = query["before"]
+        if not _DIGITS.fullmatch(text) or not 1 <= int(text) <= MAX_ROW_ID:
+            raise BadRequest(
+                "before must be a message id (a positive whole number: a page's next)",
+                param="before",
+            )
+        before = int(text)
+    return limit, before
+
+
+def transcript_json(rows: list[StoredMessage], *, next_before: int | None = None) -> dict[str, Any]:
+    """The transcript route's body: the page's rows oldest first, and ``next``, the
+    ``before`` of the page of older rows (null: none left)."""
     return {
         "messages": [
             {
@@ -316,7 +349,8 @@ def transcript_json(rows: list[StoredMessage]) -> dict[str, Any]:
                 **attachments_json(r),
             }
             for r in rows
-        ]
+        ],
+        "next": next_before,
     }
 
 

@@ -39,6 +39,13 @@ def json_error(status: int, message: str, code: str, param: str | None = None) -
     return web.json_response(error_json(message, code, status, param), status=status)
 
 
+def draining() -> web.Response:
+    """What a request gets while the gateway stops: 503, to retry shortly."""
+    response = json_error(503, "botmux is shutting down; retry shortly", "draining")
+    response.headers["Retry-After"] = "5"
+    return response
+
+
 @web.middleware
 async def error_middleware(
     request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -69,9 +76,7 @@ async def error_middleware(
             413, f"the message is over {exc.limit} characters ({exc.length})", "message_too_long"
         )
     except (ConversationClosed, StoreClosed):
-        response = json_error(503, "botmux is shutting down; retry shortly", "draining")
-        response.headers["Retry-After"] = "5"
-        return response
+        return draining()
     except StoreError as exc:
         # The database is unreachable (several nodes on PostgreSQL): nothing was admitted,
         # or the retry (same Idempotency-Key) finds what was.

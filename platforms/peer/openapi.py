@@ -16,7 +16,7 @@ from platforms.peer._admin_openapi import ADMIN_SCHEMAS, TICKET_SCHEME, admin_pa
 from platforms.peer._approvals import CALL_ID
 from platforms.peer._schemas import IDEMPOTENCY_KEY, SCHEMAS, SESSION_ID
 from platforms.peer._schemas import ref as _ref
-from platforms.peer.convert import MODEL_NAME
+from platforms.peer.convert import MAX_ROW_ID, MODEL_NAME, TRANSCRIPT_PAGE, TRANSCRIPT_PAGE_MAX
 
 
 def _json(schema: dict[str, Any], description: str, **extra: Any) -> dict[str, Any]:
@@ -193,8 +193,32 @@ def _paths() -> dict[str, Any]:
         "/api/sessions/{session_id}/messages": {
             "get": {
                 "operationId": "transcript",
-                "summary": "The session's stored messages, oldest first.",
-                "parameters": [_ref("parameters", "SessionId")],
+                "summary": "The session's stored messages, oldest first, a page at a time.",
+                "description": "The newest `limit` messages (below `before`, when given),"
+                " oldest first; `next`, when not null, is the `before` of the page of older"
+                " messages.",
+                "parameters": [
+                    _ref("parameters", "SessionId"),
+                    {
+                        "name": "limit",
+                        "in": "query",
+                        "required": False,
+                        "description": f"Messages in the page (default {TRANSCRIPT_PAGE}).",
+                        "schema": {
+                            "type": "integer",
+                            "minimum": 1,
+                            "maximum": TRANSCRIPT_PAGE_MAX,
+                            "default": TRANSCRIPT_PAGE,
+                        },
+                    },
+                    {
+                        "name": "before",
+                        "in": "query",
+                        "required": False,
+                        "description": "A message id (a page's `next`): only older messages.",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_ROW_ID},
+                    },
+                ],
                 "responses": {
                     "200": _json(_ref("schemas", "Transcript"), "The transcript."),
                     **_errors("400", "503", *_COMMON),

@@ -162,9 +162,9 @@ class ResponsesRoutes:
         row = await self._turn_row(request, resp_id)
         reply = await self._host._transcripts.reply_to(row.id)
         scope = self._host._anon_scope(request)
-        transcript = await self._host._transcripts.transcript(row.conversation)
-        before = [r.id for r in transcript if r.role == "user" and r.id < row.id]
-        previous = rj.response_id(before[-1], scope) if before else None
+        # One row id, not the conversation (issue 37, L-8): the turn before this one.
+        before = await self._host._transcripts.previous_turn(row.conversation, row.id)
+        previous = rj.response_id(before, scope) if before is not None else None
         status, text, usage, failure = _settled(row, reply)
         body = rj.response_json(
             rj.ResponseView(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 
 from gateway.errors import StoreError
-from gateway.messages import Admission, Inbound, StoredMessage
+from gateway.messages import Admission, Inbound, RowPage, StoredMessage
 
 
 class HeldIntake:
@@ -70,3 +70,9 @@ class HeldIntake:
 
     async def transcript(self, conversation: str) -> list[StoredMessage]:
         return []
+
+    async def page(self, conversation: str, limit: int, before: int | None) -> RowPage:
+        return RowPage([], more=False)
+
+    async def previous_turn(self, conversation: str, row_id: int) -> int | None:
+        return None
