@@ -70,7 +70,7 @@ SEPARATOR = "\n\n"
 APPROVAL_ARGUMENTS_CHARS = 500
 #: How the events (log lines, metrics) name a call of a tool the turn was not offered: the
 #: model's own string (any length, any character) is no log field or metric label (security
-#: review 2026-12-05, T-4).
+#: review 2026-12-05, T-2).
 NOT_OFFERED = "(not offered)"
 Messages = list[dict[str, Any]]
 

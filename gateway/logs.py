@@ -167,7 +167,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 def _one_line(value: object) -> str:
     """``value`` as the console shows it: its control characters escaped (``\\n``,
     ``\\x1b``), so no field (a tool name a model made up, a line a tool server printed) can
-    forge a log line or drive the terminal (security review 2026-12-05, T-4)."""
+    forge a log line or drive the terminal (security review 2026-12-05, T-2)."""
     text = str(value)
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text) if _CONTROL.search(text) else text
 

@@ -45,9 +45,8 @@ async def test_a_commands_answer_cannot_ping_the_channel(tmp_path: Path, model: 
             sent = await slack.wait_for_bot_messages(CHANNEL, 2, thread)
     (listed,) = [m for m in sent if "every 1h" in m["text"]]
     assert "<!" not in listed["text"] and "<https" not in listed["text"]
-    assert "'&lt;!channel&gt; standup &lt;https://evil.example|https://slack.com&gt;'" in (
-        listed["text"]
-    )
+    shown = "'&lt;!channel&gt; standup &lt;https://evil.example|https://slack.com&gt;'"
+    assert shown in listed["text"]
 
 
 async def test_a_signed_request_replayed_within_its_window_admits_nothing_new(
@@ -88,7 +87,9 @@ async def test_a_signed_request_replayed_within_its_window_admits_nothing_new(
                     statuses.append(r.status)
                 await slack.wait_for_bot_messages(ALICE_DM, 1)
             big = b'{"type": "event_callback", "pad": "' + b"x" * (1 << 20) + b'"}'
-            big_headers = headers | {"X-Slack-Signature": signature(slack.signing_secret, stamp, big)}
+            big_headers = headers | {
+                "X-Slack-Signature": signature(slack.signing_secret, stamp, big)
+            }
             async with http.post(slack.events_url, data=io.BytesIO(big), headers=big_headers) as r:
                 too_big = r.status
     assert statuses == [200, 200, 200]

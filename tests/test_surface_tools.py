@@ -35,6 +35,7 @@ from gateway.logs import configure_logging
 from policy.backoff import Backoff
 from tests.actors import Platform, session
 from tests.fakes.openai_server import calls, ok, open_fake_model
+from tests.fakes.push_receiver import push_receiver
 from tests.fakes.telegram_server import open_fake_telegram
 from tests.fakes.toolbox import RecordingToolBox, tool
 from tests.harness import Events, botmux_process, children, config_text, is_running, running_gateway
@@ -129,6 +130,38 @@ async def test_a_stdio_servers_helper_does_not_outlive_a_killed_gateway(tmp_path
                 with suppress(ProcessLookupError):
                     os.kill(helper, signal.SIGKILL)
     assert left == []
+
+
+@pytest.mark.anyio
+async def test_an_http_servers_headers_never_follow_a_redirect_off_its_origin() -> None:
+    """Reviewed, holds: ``headers`` (a token read through ``${VAR}``) go to the endpoint only.
+    An endpoint answering 307 to another host makes the server ``down``; that host receives
+    nothing (the SDK follows a redirect only within the endpoint's origin; its client would
+    drop only ``Authorization`` on the way, not ``X-Api-Key``)."""
+    async with (
+        push_receiver("127.0.0.2") as elsewhere,
+        push_receiver(default=307, redirect="") as endpoint,
+    ):
+        endpoint.redirect = elsewhere.url
+        server = McpServer(name="remote", url=endpoint.url, headers={"X-Api-Key": "k-secret-1"})
+        seen: list[Event] = []
+        changed = anyio.Event()
+
+        def observe(event: Event) -> None:
+            nonlocal changed
+            seen.append(event)
+            changed.set()
+            changed = anyio.Event()
+
+        box = McpToolBox(ToolsConfig(mcp=(server,)), observe=observe, backoff=Backoff(5, 5))
+        async with anyio.create_task_group() as tg:
+            await tg.start(box.run)
+            with anyio.fail_after(20):
+                while not any(isinstance(e, ToolServerChanged) and e.state == "down" for e in seen):
+                    await changed.wait()
+            tg.cancel_scope.cancel()
+    assert [r.headers.get("X-Api-Key") for r in endpoint.received][:1] == ["k-secret-1"]
+    assert elsewhere.received == []
 
 
 # -- approvals --------------------------------------------------------------------------
@@ -226,7 +259,7 @@ async def test_a_forged_click_naming_another_conversations_call_decides_nothing(
 
 @pytest.mark.anyio
 async def test_a_made_up_tool_name_is_no_log_field_nor_metric_label(tmp_path: Path) -> None:
-    """T-4: a tool name the model makes up (a prompt-injected one, say) went as it was into
+    """T-2: a tool name the model makes up (a prompt-injected one, say) went as it was into
     the ``tool_call_finished`` line and the metric's ``tool`` label: a newline in it forged a
     console log line, and each new name was a new time series kept for good."""
     box = RecordingToolBox().add(tool("git__status", read_only=True))
@@ -241,7 +274,7 @@ async def test_a_made_up_tool_name_is_no_log_field_nor_metric_label(tmp_path: Pa
 
 
 def test_the_console_log_escapes_control_characters_in_every_field() -> None:
-    """T-4: whatever a field holds (a tool server's stderr line, a model's call id), one
+    """T-2: whatever a field holds (a tool server's stderr line, a model's call id), one
     record is one console line, with no terminal escape in it."""
     stream = io.StringIO()
     handler = configure_logging(level="INFO", fmt="console", secrets=(), stream=stream)
