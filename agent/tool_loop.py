@@ -68,6 +68,10 @@ UNAVAILABLE = "error: the tool {name} is not available now (its server is down o
 SEPARATOR = "\n\n"
 #: Shown of a call's arguments in an approval request, at most.
 APPROVAL_ARGUMENTS_CHARS = 500
+#: How the events (log lines, metrics) name a call of a tool the turn was not offered: the
+#: model's own string (any length, any character) is no log field or metric label (security
+#: review 2026-12-05, T-2).
+NOT_OFFERED = "(not offered)"
 Messages = list[dict[str, Any]]
 
 
@@ -299,7 +303,7 @@ class ToolLoop:
     async def _ask(self, call: ToolCall, stored: StoredCall) -> None:
         self._show(call, "awaiting")
         if self._asker is not None:
-            shown = call.arguments[:APPROVAL_ARGUMENTS_CHARS]
+            shown = shown_arguments(call.arguments)
             timeout = self._limits.approval_timeout_s
             request = ApprovalRequest(
                 stored.row_id, call.id, call.name, shown, self._conversation, timeout
@@ -353,7 +357,8 @@ class ToolLoop:
         outcome: Literal["ok", "error", "unknown", "denied"],
     ) -> str:
         await self._ledger.finish_call(row, text, is_error=is_error)
-        self._observe(ToolCallFinished(self._conversation, self._turn, call.id, call.name, outcome))
+        named = call.name if call.name in self._specs else NOT_OFFERED
+        self._observe(ToolCallFinished(self._conversation, self._turn, call.id, named, outcome))
         self._show(call, "denied" if outcome == "denied" else "finished", is_error)
         self._done.append(f"{call.name}: {outcome}")
         return text
@@ -390,6 +395,19 @@ def _assistant(step: StoredStep) -> dict[str, Any]:
             for c in step.calls
         ],
     }
+
+
+def shown_arguments(arguments: str) -> str:
+    """A call's arguments as an approval request shows them: cut to
+    :data:`APPROVAL_ARGUMENTS_CHARS`, saying so, since a yes approves all of them (security
+    review 2026-12-05, T-1: a cut without a word hid what followed)."""
+    if len(arguments) <= APPROVAL_ARGUMENTS_CHARS:
+        return arguments
+    rest = len(arguments) - APPROVAL_ARGUMENTS_CHARS
+    return (
+        f"{arguments[:APPROVAL_ARGUMENTS_CHARS]}… [{rest:,} more characters not shown;"
+        " a yes approves them too]"
+    )
 
 
 def _canonical(arguments: str) -> str:

@@ -159,11 +159,25 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(event, default=str, ensure_ascii=False)
 
 
+# What could end a console line or rewrite the terminal: C0 and C1 controls (newline, carriage
+# return, escape), DEL and the Unicode line and paragraph separators.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _one_line(value: object) -> str:
+    """``value`` as the console shows it: its control characters escaped (``\\n``,
+    ``\\x1b``), so no field (a tool name a model made up, a line a tool server printed) can
+    forge a log line or drive the terminal (security review 2026-12-05, T-2)."""
+    text = str(value)
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text) if _CONTROL.search(text) else text
+
+
 class ConsoleFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
-        fields = " ".join(f"{k}={v}" for k, v in _extras(record).items())
-        line = f"{stamp} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        fields = " ".join(f"{k}={_one_line(v)}" for k, v in _extras(record).items())
+        message = _one_line(record.getMessage())
+        line = f"{stamp} {record.levelname:<7} {record.name}: {message}"
         if fields:
             line += f"  {fields}"
         if record.exc_info:

@@ -25,6 +25,10 @@ from gateway.store.schedules import AddSchedule, RemoveSchedule, ScheduleRecords
 
 #: The longest text a conversation's schedule may carry (it is a user message each time).
 MAX_BODY_CHARS = 4000
+#: The peer API's anonymous conversations (``/v1/chat/completions`` without a session): nobody
+#: reads them and the retention sweep removes them once idle, which a firing would prevent, so
+#: they keep no schedules (security review 2026-12-05, SC-1).
+ANONYMOUS = "peer:anon-"
 
 
 class ScheduleRefused(Exception):
@@ -60,6 +64,11 @@ class ScheduleBook:
         if platform_of(conversation) not in KEY_FORMS:
             raise ScheduleRefused(
                 "scheduled messages go to Telegram, Discord, Slack and peer API conversations only"
+            )
+        if conversation.startswith(ANONYMOUS):
+            raise ScheduleRefused(
+                "an anonymous conversation cannot keep scheduled messages;"
+                " name a session (X-Botmux-Session) to schedule in it"
             )
         if not body.strip():
             raise ScheduleRefused("the schedule needs a text or a prompt to send")

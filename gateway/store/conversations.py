@@ -92,8 +92,11 @@ _CONVERSATIONS = (
     " (SELECT COUNT(*) FROM messages m WHERE m.conversation = c.key AND m.state = 'pending')"
     " FROM conversations c ORDER BY c.updated_at DESC"
 )
-#: A conversation's rows in the tables that hang off ``messages``, deleted before it.
+#: A conversation's rows in the tables that hang off ``messages``, deleted before it, and its
+#: own schedules (SPEC 16; a config schedule is the operator's): left behind, they fired into
+#: the deleted conversation and brought it back (security review 2026-12-05, SC-1).
 _DELETE_DEPENDENTS = (
+    "DELETE FROM schedules WHERE conversation = ? AND origin = 'conversation'",
     "DELETE FROM outbox WHERE conversation = ?",
     "DELETE FROM summaries WHERE conversation = ?",
     "DELETE FROM previews WHERE user_row_id IN (SELECT id FROM messages WHERE conversation = ?)",

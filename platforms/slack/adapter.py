@@ -427,7 +427,9 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
                     return
                 self._counts.commands += 1
                 text = await self._intake.command(PLATFORM, target.key, name, args)
-                self._notify(SendText(target, text))
+                # Shown as written: a schedule's text in /schedules is anyone's (a model's),
+                # and <!channel> in it would ping the channel (security review, SL-1).
+                self._notify(SendText(target, _stream.escaped(text)))
             case convert.Turn(text=text):
                 await self._admit(seen, target, text)
             case _:
