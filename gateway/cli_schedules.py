@@ -44,7 +44,8 @@ def check_lines(config: Config, now: float | None = None) -> list[str]:
     tools = "on" if scheduler.agent_tools else "off"
     lines = [
         f"scheduler: agent tools {tools}, at most {scheduler.max_per_conversation} per"
-        f" conversation, every {scheduler.min_interval_s:g} s at most, timezone"
+        f" conversation and {scheduler.max_total} in all, every"
+        f" {scheduler.min_interval_s:g} s at most, timezone"
         f" {scheduler.timezone}"
     ]
     for s in configured(config.schedules, scheduler):

@@ -55,6 +55,10 @@ class SchedulerConfig:
 
     agent_tools: bool = False  # schedule_message, list_schedules, cancel_schedule
     max_per_conversation: Annotated[int, Ge(0)] = 20
+    # Schedules conversations may make across the gateway (conversations are free to make:
+    # a Slack thread, a Telegram topic, a peer session each is one); config schedules do not
+    # count.
+    max_total: Annotated[int, Ge(0)] = 1000
     min_interval_s: Annotated[float, Ge(60)] = 300.0  # for schedules a conversation made
     timezone: Annotated[str, rule(_zone)] = "UTC"  # cron's, when an entry names none
     # A due time this late is still the loop's own lateness, not downtime (catch_up applies

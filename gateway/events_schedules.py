@@ -110,6 +110,19 @@ class ScheduleChanged:
     by: str
 
 
+@dataclass(frozen=True, slots=True)
+class SchedulesFull:
+    """A conversation's schedule was refused: conversations together have ``[scheduler]
+    max_total`` schedules (``total``), the gateway's bound. The person is told; an operator
+    raises the bound or removes some."""
+
+    name: ClassVar[str] = "schedules_full"
+    level: ClassVar[int] = WARNING
+    conversation: str
+    by: str
+    total: int
+
+
 ScheduleEvent = (
     ScheduleDue
     | ScheduleFired
@@ -118,4 +131,5 @@ ScheduleEvent = (
     | ScheduleFailed
     | SchedulesSynced
     | ScheduleChanged
+    | SchedulesFull
 )

@@ -95,6 +95,7 @@ from gateway.events_schedules import (
     ScheduleFailed,
     ScheduleFired,
     ScheduleMissed,
+    SchedulesFull,
     SchedulesSynced,
 )
 from gateway.events_tools import (
@@ -237,6 +238,7 @@ def place(event: Event) -> str | None:
             | ScheduleFailed()
             | SchedulesSynced()
             | ScheduleChanged()
+            | SchedulesFull()
         ):
             return None
         case _:

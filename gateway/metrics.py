@@ -71,6 +71,7 @@ from gateway.events_schedules import (
     ScheduleFailed,
     ScheduleFired,
     ScheduleMissed,
+    SchedulesFull,
     SchedulesSynced,
 )
 from gateway.events_tools import (
@@ -333,7 +334,8 @@ class Metrics:
         self.schedule_changes = Counter(
             "botmux_schedule_changes",
             "Schedules added or removed through the agent's tools and commands (added,"
-            " removed), and config syncs that changed the stored ones (synced)",
+            " removed), refused at [scheduler] max_total (refused_full), and config syncs"
+            " that changed the stored ones (synced)",
             ["change"],
             registry=r,
         )
@@ -477,6 +479,8 @@ class Metrics:
                 self._child(self.schedule_changes, change).inc()
             case SchedulesSynced():
                 self._child(self.schedule_changes, "synced").inc()
+            case SchedulesFull():
+                self._child(self.schedule_changes, "refused_full").inc()
             case ScheduleDue():
                 pass  # a failpoint's place; the firing is counted
             case _:

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 from gateway.config_schedules import KEY_FORMS, SchedulerConfig
 from gateway.events import Observe
-from gateway.events_schedules import ScheduleChanged
+from gateway.events_schedules import ScheduleChanged, SchedulesFull
 from gateway.messages import Schedule, ScheduleRecord, platform_of
 from gateway.schedule_times import When, min_gap, next_due, problem, when_of
 from gateway.store import Store
@@ -100,15 +100,21 @@ class ScheduleBook:
             created_by=by,
             first_seen=now,
         )
-        limit = settings.max_per_conversation
-        outcome = await self._store.submit(AddSchedule(schedule, limit, now))
+        limit, total = settings.max_per_conversation, settings.max_total
+        outcome = await self._store.submit(AddSchedule(schedule, limit, total, now))
         if outcome == "exists":  # 1 in 4 billion: another id
             schedule = replace(schedule, id=secrets.token_hex(4))
-            outcome = await self._store.submit(AddSchedule(schedule, limit, now))
+            outcome = await self._store.submit(AddSchedule(schedule, limit, total, now))
         if outcome == "limit":
             raise ScheduleRefused(
                 f"this conversation has {limit} schedules already, the most it may have"
                 " (remove one with /unschedule ID first)"
+            )
+        if outcome == "full":
+            self._observe(SchedulesFull(conversation, by, total))
+            raise ScheduleRefused(
+                "the gateway keeps no more scheduled messages made in conversations"
+                " (an operator's limit); remove one with /unschedule ID, or ask an operator"
             )
         if outcome != "added":
             raise ScheduleRefused("the schedule could not be stored; try again")

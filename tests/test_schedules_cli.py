@@ -73,7 +73,7 @@ async def test_check_lists_and_previews_and_schedules_list_shows_the_records(
     mine = Schedule("c0ffee01", "peer:ana", "every", "1h", "text", "tea", first_seen=0.0)
     async with open_sqlite_store(str(db)) as store:
         await store.submit(SyncConfigSchedules((old,), 0.0))
-        await store.submit(AddSchedule(mine, 20, 0.0))
+        await store.submit(AddSchedule(mine, 20, 1000, 0.0))
         due = 3600.0
         pmid = firing_id("c0ffee01", "1970-01-01T01:00:00Z")
         inbound = Inbound("peer", "peer:ana", pmid, "tea", sender="schedule:text")

@@ -9,7 +9,7 @@ driven through the peer API as its clients drive it.
 - An anonymous completion's conversation may make none: nobody reads it, a firing keeps it
   from ever idling out, and one request could start 20 model turns every 5 minutes for good.
 - A value a chat or a model gives is never read for ``${VAR}``: only the config file is.
-- A bound across conversations (finding SC-2, not fixed: ``xfail``).
+- A bound across conversations: ``[scheduler] max_total`` (finding SC-2).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 from gateway.config import parse_config
 from gateway.events import AnswerCommitted
-from gateway.events_schedules import ScheduleFired
+from gateway.events_schedules import ScheduleFired, SchedulesFull
 from gateway.store import Transcript
 from tests.fakes.openai_server import calls, ok, open_fake_model
 from tests.harness import Events, config_text, running_gateway
@@ -142,11 +142,6 @@ async def test_a_schedules_text_is_sent_as_written_never_read_for_variables(
     assert all("hunter2" not in (r.content or "") for r in rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="SC-2, not fixed: no bound on conversation-made schedules across conversations"
-    " ([scheduler] max_total); the fix counts in gateway/store/schedules.py's AddSchedule",
-)
 async def test_schedules_made_across_many_conversations_are_bounded(tmp_path: Path) -> None:
     """SC-2: ``max_per_conversation`` bounds one conversation; one token (or one Slack user
     opening threads, one Telegram user in many topics) makes conversations at will, each with
@@ -159,10 +154,17 @@ async def test_schedules_made_across_many_conversations_are_bounded(tmp_path: Pa
         cfg = parse_config(
             config_text(tmp_path / "b.db", fake.base_url, extra=extra), source="t", env={}
         )
-        async with running_gateway(cfg) as (app, _):
+        events = Events()
+        async with running_gateway(cfg, events=events) as (app, _):
             book = app.parts.schedules
             for session in ("a", "b"):
                 for i in range(20):
                     await book.add(f"peer:{session}", When("every", "1h"), "text", f"{i}", by="t")
-            with pytest.raises(ScheduleRefused):
+            with pytest.raises(ScheduleRefused, match="no more scheduled messages"):
                 await book.add("peer:c", When("every", "1h"), "text", "41st", by="t")
+            (full,) = events.of(SchedulesFull)
+            assert (full.conversation, full.total) == ("peer:c", 40)
+            await book.remove(
+                (await book.records("peer:a"))[0].schedule.id, conversation=None, by="t"
+            )
+            await book.add("peer:c", When("every", "1h"), "text", "41st, now", by="t")

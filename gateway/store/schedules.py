@@ -26,7 +26,7 @@ from gateway.store.commands import PgTx, Query, QueryHandler, SqliteTx, Write, W
 if TYPE_CHECKING:
     from gateway.store.commands import PgConn
 
-AddOutcome = Literal["added", "limit", "exists"]
+AddOutcome = Literal["added", "limit", "full", "exists"]
 RemoveOutcome = Literal["removed", "unknown", "config"]
 FireOutcome = Literal["fired", "duplicate", "already", "gone"]
 
@@ -53,11 +53,13 @@ class SyncConfigSchedules(Write[SyncResult]):
 
 @dataclass(frozen=True, slots=True)
 class AddSchedule(Write[AddOutcome]):
-    """A conversation's own schedule, unless it has ``limit`` already (counted in the same
-    transaction) or the id is taken."""
+    """A conversation's own schedule, unless it has ``limit`` already ("limit"), the
+    conversations together have ``total`` ("full"), both counted in the same transaction, or
+    the id is taken."""
 
     schedule: Schedule
     limit: int
+    total: int
     now: float
 
 
@@ -272,6 +274,9 @@ def _redefined(s: Schedule, now: float) -> tuple[Any, ...]:
     return (*_definition(s), s.enabled, now, s.kind, s.spec, s.timezone, s.enabled, s.id)
 
 
+_COUNT_MADE = "SELECT COUNT(*) FROM schedules WHERE origin = 'conversation'"
+
+
 def add_sqlite(tx: SqliteTx, ops: list[AddSchedule]) -> list[AddOutcome]:
     results: list[AddOutcome] = []
     for op in ops:
@@ -280,8 +285,11 @@ def add_sqlite(tx: SqliteTx, ops: list[AddSchedule]) -> list[AddOutcome]:
             "SELECT COUNT(*) FROM schedules WHERE conversation = ? AND origin = 'conversation'",
             (s.conversation,),
         ).fetchall()
+        ((made,),) = tx.db.execute(_COUNT_MADE).fetchall()
         if count >= op.limit:
             results.append("limit")
+        elif made >= op.total:
+            results.append("full")
         elif tx.db.execute("SELECT 1 FROM schedules WHERE id = ?", (s.id,)).fetchall():
             results.append("exists")
         else:
@@ -410,14 +418,18 @@ async def add_postgres(tx: PgTx, ops: list[AddSchedule]) -> list[AddOutcome]:
     results: list[AddOutcome] = []
     for op in ops:
         s = op.schedule
-        # One conversation's additions one at a time, so two nodes cannot both pass the limit.
-        await tx.db.execute("SELECT pg_advisory_xact_lock(hashtext($1))", s.conversation)
+        # Additions one at a time across the nodes, so two cannot both pass a limit (they are
+        # rare: a person or a model asking).
+        await tx.db.execute("SELECT pg_advisory_xact_lock(hashtext('botmux.add_schedule'))")
         count = await tx.db.fetchval(
             "SELECT COUNT(*) FROM schedules WHERE conversation = $1 AND origin = 'conversation'",
             s.conversation,
         )
         if int(count) >= op.limit:
             results.append("limit")
+            continue
+        if int(await tx.db.fetchval(_COUNT_MADE)) >= op.total:
+            results.append("full")
             continue
         inserted = await tx.db.fetchval(
             numbered(_INSERT) + " ON CONFLICT (id) DO NOTHING RETURNING id", *_values(s, op.now)

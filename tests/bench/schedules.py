@@ -82,7 +82,7 @@ async def add_all(store: Store, schedules: list[Schedule], now: float) -> None:
 
             async def add(part: list[Schedule]) -> None:
                 for s in part:
-                    await store.submit(AddSchedule(s, 10**9, now))
+                    await store.submit(AddSchedule(s, 10**9, 10**9, now))
 
             tg.start_soon(add, schedules[chunk : chunk + 500])
 
