@@ -1,6 +1,6 @@
-"""Approvals in a chat (SPEC 15), what Telegram's and Discord's share: the message that asks,
-the button data that names the call, what the message says once answered, and the quiet
-typing while a turn waits.
+"""Approvals in a chat (SPEC 15), what Telegram's, Discord's and Slack's share: the message
+that asks, how it is shown (``Asking``), the button data that names the call, what the message
+says once answered, and the quiet typing while a turn waits.
 
 A button's data is ``ap:<call row>:y`` or ``ap:<call row>:n``: it names the stored call and
 nothing else, so a click is decided from the store alone (``Intake.decide``), by whichever
@@ -10,18 +10,26 @@ Whether the person who clicked may answer is the store's turn's business, never 
 
 from __future__ import annotations
 
+import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
+from gateway.errors import PlatformError
+from gateway.messages import Failure
 from gateway.ports import ApprovalRequest
+from platforms._notices import send_notice
+from platforms._preview import Previews
+
+log = logging.getLogger(__name__)
 
 PREFIX = "ap"
 APPROVE, DENY = "Approve", "Deny"
 #: Who may answer, as the request says it (``gateway.approvals`` decides).
 WHO = "Only the person whose message started this, or an approver, can answer."
-_DATA = re.compile(r"^ap:([1-9][0-9]{0,17}):([yn])$")
+_DATA = re.compile(r"ap:([1-9][0-9]{0,17}):([yn])")
 
 
 def button_data(call_row: int, approve: bool) -> str:
@@ -42,7 +50,7 @@ def read_click(data: object) -> Click | None:
     bot's, a stale format, garbage: platform input is untrusted)."""
     if not isinstance(data, str):
         return None
-    found = _DATA.match(data)
+    found = _DATA.fullmatch(data)  # the whole of it: a trailing newline is garbage too
     if found is None:
         return None
     return Click(int(found.group(1)), found.group(2) == "y")
@@ -109,3 +117,51 @@ class Waits:
         """The conversation's turn ended: whatever it waited for is over."""
         for row in [r for r, (key, _) in self._until.items() if key == conversation]:
             del self._until[row]
+
+
+class AskedCount(Protocol):
+    asked: int
+
+
+class Asking:
+    """How a chat adapter shows an approval request, whatever its platform's ``send``: before
+    it leaves, typing pauses (``waits``) and a preview message above it will not become the
+    answer (``Previews.bury``); it is tried under the notices' rule (``platforms._notices``:
+    not through the outbox, as it is not the turn's answer). One that cannot be shown is
+    logged, never raised, and nobody can answer it: typing goes on, and the turn waits out its
+    timeout, a denial the model is told of. One shown is counted (``counts.asked``)."""
+
+    def __init__(self, previews: Previews, counts: AskedCount) -> None:
+        self.waits = Waits()
+        self._previews = previews
+        self._counts = counts
+
+    def __repr__(self) -> str:
+        return f"<Asking {self.waits!r}>"
+
+    async def show(
+        self,
+        request: ApprovalRequest,
+        send: Callable[[], Awaitable[object]],
+        *,
+        errors: tuple[type[BaseException], ...],
+        translate: Callable[[BaseException], PlatformError],
+    ) -> None:
+        self.waits.asked(request)
+        self._previews.bury(request.conversation)
+        try:
+            sent = await send_notice(send, errors=errors, translate=translate)
+        except PlatformError as exc:  # the bot or client is not started
+            sent = Failure("unavailable", False, detail=str(exc))
+        if isinstance(sent, Failure):
+            log.warning(
+                "approval request not shown: the call waits for its timeout",
+                extra={
+                    "conversation": request.conversation,
+                    "call_id": request.call_id,
+                    "error": sent.detail or sent.reason,
+                },
+            )
+            self.waits.answered(request.call_row)
+        else:
+            self._counts.asked += 1

@@ -25,18 +25,17 @@ import discord
 from discord.http import Route
 
 from gateway.errors import GatewayError, PlatformError
-from gateway.messages import Failure, StoredMessage
+from gateway.messages import StoredMessage
 from gateway.ports import ApprovalRequest, Intake
 from platforms._approvals import (
     APPROVE,
     DENY,
-    Waits,
+    Asking,
     answered_text,
     button_data,
     read_click,
     request_text,
 )
-from platforms._notices import send_notice
 from platforms._preview import Previews
 from platforms.discord import convert
 from platforms.discord._client import BotClient
@@ -72,7 +71,7 @@ def fenced(arguments: str) -> str:
 
 class DiscordAsker:
     """Asks in one turn's channel (an ``Asker``). ``client``: the running REST client, looked
-    up at each request; ``asking`` is told before the request leaves, ``shown`` after."""
+    up at each request; ``asking``: the adapter's ``Asking``, which shows it."""
 
     def __init__(
         self,
@@ -80,14 +79,12 @@ class DiscordAsker:
         channel_id: int,
         reply_to: int | None,
         *,
-        asking: Callable[[ApprovalRequest], None],
-        shown: Callable[[ApprovalRequest, bool], None],
+        asking: Asking,
     ) -> None:
         self._client = client
         self._channel_id = channel_id
         self._reply_to = reply_to
         self._asking = asking
-        self._shown = shown
 
     def __repr__(self) -> str:
         return f"<DiscordAsker channel={self._channel_id}>"
@@ -114,21 +111,7 @@ class DiscordAsker:
         def translated(exc: BaseException) -> PlatformError:
             return translate(exc, idempotent=True)
 
-        self._asking(request)
-        try:
-            sent = await send_notice(post, errors=TRANSLATED, translate=translated)
-        except PlatformError as exc:  # the client is not started
-            sent = Failure("unavailable", False, detail=str(exc))
-        if isinstance(sent, Failure):
-            log.warning(
-                "approval request not shown: the call waits for its timeout",
-                extra={
-                    "conversation": request.conversation,
-                    "call_id": request.call_id,
-                    "error": sent.detail or sent.reason,
-                },
-            )
-        self._shown(request, not isinstance(sent, Failure))
+        await self._asking.show(request, post, errors=TRANSLATED, translate=translated)
 
 
 class ChatApprovals:
@@ -144,10 +127,10 @@ class ChatApprovals:
         reply: Callable[[], bool],
     ) -> None:
         self._client = client
-        self._previews = previews
         self._counts = counts
         self._reply = reply  # [discord] reply_to is not "none", now
-        self.waits = Waits()
+        self.asking = Asking(previews, counts)
+        self.waits = self.asking.waits
 
     def __repr__(self) -> str:
         return f"<ChatApprovals {self.waits!r}>"
@@ -157,21 +140,7 @@ class ChatApprovals:
         if self._reply() and row.reply_target.isdigit():
             reply_to = int(row.reply_target)
         channel_id = convert.channel_of(row.conversation)
-        return DiscordAsker(
-            self._client, channel_id, reply_to, asking=self._asking, shown=self._shown
-        )
-
-    def _asking(self, request: ApprovalRequest) -> None:
-        """Typing pauses, and a preview message above the question will not become the
-        answer (``Previews.bury``)."""
-        self.waits.asked(request)
-        self._previews.bury(request.conversation)
-
-    def _shown(self, request: ApprovalRequest, shown: bool) -> None:
-        if shown:
-            self._counts.asked += 1
-        else:
-            self.waits.answered(request.call_row)  # nobody can answer: typing goes on
+        return DiscordAsker(self._client, channel_id, reply_to, asking=self.asking)
 
     async def clicked(
         self, intake: Intake, interaction: discord.Interaction[discord.Client]

@@ -25,19 +25,18 @@ from typing import Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from gateway.errors import GatewayError, PlatformError
-from gateway.messages import Failure, StoredMessage
+from gateway.errors import GatewayError
+from gateway.messages import StoredMessage
 from gateway.ports import ApprovalRequest, Intake
 from platforms._approvals import (
     APPROVE,
     DENY,
-    Waits,
+    Asking,
     answered_text,
     button_data,
     read_click,
     request_text,
 )
-from platforms._notices import send_notice
 from platforms._preview import Previews
 from platforms.slack import convert
 from platforms.slack._notice import Ephemeral, Notice, UpdateMessage
@@ -79,21 +78,18 @@ def blocks(text: str, call_row: int) -> list[dict[str, Any]]:
 
 class SlackAsker:
     """Asks in one turn's conversation (an ``Asker``). ``client``: the running Web API
-    client, looked up at each request; ``asking`` is told before the request leaves,
-    ``shown`` after."""
+    client, looked up at each request; ``asking``: the adapter's ``Asking``, which shows it."""
 
     def __init__(
         self,
         client: Callable[[], AsyncWebClient],
         target: Target,
         *,
-        asking: Callable[[ApprovalRequest], None],
-        shown: Callable[[ApprovalRequest, bool], None],
+        asking: Asking,
     ) -> None:
         self._client = client
         self._target = target
         self._asking = asking
-        self._shown = shown
 
     def __repr__(self) -> str:
         return f"<SlackAsker {self._target.key}>"
@@ -112,21 +108,7 @@ class SlackAsker:
         async def post() -> Any:
             return await self._client().chat_postMessage(**args)
 
-        self._asking(request)
-        try:
-            sent = await send_notice(post, errors=TRANSLATED, translate=translate)
-        except PlatformError as exc:  # the client is not started
-            sent = Failure("unavailable", False, detail=str(exc))
-        if isinstance(sent, Failure):
-            log.warning(
-                "approval request not shown: the call waits for its timeout",
-                extra={
-                    "conversation": request.conversation,
-                    "call_id": request.call_id,
-                    "error": sent.detail or sent.reason,
-                },
-            )
-        self._shown(request, not isinstance(sent, Failure))
+        await self._asking.show(request, post, errors=TRANSLATED, translate=translate)
 
 
 class ChatApprovals:
@@ -141,28 +123,17 @@ class ChatApprovals:
         notify: Callable[[Notice], None],
     ) -> None:
         self._client = client
-        self._previews = previews
         self._counts = counts
         self._notify = notify
-        self.waits = Waits()
+        self.asking = Asking(previews, counts)
+        self.waits = self.asking.waits
 
     def __repr__(self) -> str:
         return f"<ChatApprovals {self.waits!r}>"
 
     def asker(self, row: StoredMessage) -> SlackAsker:
         target = convert.parse_key(row.conversation)
-        return SlackAsker(self._client, target, asking=self._asking, shown=self._shown)
-
-    def _asking(self, request: ApprovalRequest) -> None:
-        """A preview message above the question will not become the answer."""
-        self.waits.asked(request)
-        self._previews.bury(request.conversation)
-
-    def _shown(self, request: ApprovalRequest, shown: bool) -> None:
-        if shown:
-            self._counts.asked += 1
-        else:
-            self.waits.answered(request.call_row)
+        return SlackAsker(self._client, target, asking=self.asking)
 
     async def clicked(self, intake: Intake, click: convert.Clicked) -> None:
         """A button of ours was clicked: decided through the store (a store failure raises

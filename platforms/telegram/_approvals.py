@@ -32,14 +32,13 @@ from telegram import (
 )
 from telegram.error import BadRequest, TelegramError
 
-from gateway.errors import PlatformError
 from gateway.messages import Decided, Failure, StoredMessage
 from gateway.ports import ApprovalRequest, Intake
 from platforms._approvals import (
     APPROVE,
     DENY,
+    Asking,
     Click,
-    Waits,
     answered_text,
     button_data,
     read_click,
@@ -70,9 +69,8 @@ def keyboard(call_row: int) -> InlineKeyboardMarkup:
 
 class TelegramAsker:
     """Asks in one turn's chat (an ``Asker``). ``bot``: the running bot, looked up at each
-    request (a turn resumed before the adapter connected asks once it has); ``asking``: told
-    before the request leaves (typing pauses, a preview above it is buried), ``shown`` after
-    (False: it could not be shown)."""
+    request (a turn resumed before the adapter connected asks once it has); ``asking``: the
+    adapter's ``Asking``, which shows it."""
 
     def __init__(
         self,
@@ -80,14 +78,12 @@ class TelegramAsker:
         target: Target,
         reply_to: int | None,
         *,
-        asking: Callable[[ApprovalRequest], None],
-        shown: Callable[[ApprovalRequest, bool], None],
+        asking: Asking,
     ) -> None:
         self._bot = bot
         self._target = target
         self._reply_to = reply_to
         self._asking = asking
-        self._shown = shown
 
     def __repr__(self) -> str:
         return f"<TelegramAsker chat={self._target.chat_id}>"
@@ -108,21 +104,7 @@ class TelegramAsker:
                 reply_markup=keyboard(request.call_row),
             )
 
-        self._asking(request)
-        try:
-            sent = await send_notice(send, errors=(TelegramError,), translate=errors.translate)
-        except PlatformError as exc:  # the bot is not started
-            sent = Failure("unavailable", False, detail=str(exc))
-        if isinstance(sent, Failure):
-            log.warning(
-                "approval request not shown: the call waits for its timeout",
-                extra={
-                    "conversation": request.conversation,
-                    "call_id": request.call_id,
-                    "error": sent.detail or sent.reason,
-                },
-            )
-        self._shown(request, not isinstance(sent, Failure))
+        await self._asking.show(request, send, errors=(TelegramError,), translate=errors.translate)
 
 
 class ChatApprovals:
@@ -137,10 +119,10 @@ class ChatApprovals:
         notify: Callable[[ClickAnswer], None],
     ) -> None:
         self._bot = bot
-        self._previews = previews
         self._counts = counts
         self._notify = notify
-        self.waits = Waits()
+        self.asking = Asking(previews, counts)
+        self.waits = self.asking.waits
 
     def __repr__(self) -> str:
         return f"<ChatApprovals {self.waits!r}>"
@@ -151,19 +133,7 @@ class ChatApprovals:
         reply_to = None
         if not target.private and row.reply_target.isdigit():
             reply_to = int(row.reply_target)
-        return TelegramAsker(self._bot, target, reply_to, asking=self._asking, shown=self._shown)
-
-    def _asking(self, request: ApprovalRequest) -> None:
-        """An approval is about to be asked: typing pauses, and a preview message above the
-        question will not become the answer (``Previews.bury``)."""
-        self.waits.asked(request)
-        self._previews.bury(request.conversation)
-
-    def _shown(self, request: ApprovalRequest, shown: bool) -> None:
-        if shown:
-            self._counts.asked += 1
-        else:
-            self.waits.answered(request.call_row)  # nobody can answer: typing goes on
+        return TelegramAsker(self._bot, target, reply_to, asking=self.asking)
 
     async def clicked(self, intake: Intake, query: CallbackQuery) -> None:
         """A callback query: decided now (a store failure raises, and the update comes
