@@ -87,24 +87,60 @@ async def test_a_stdio_server_inherits_no_descriptor_and_leads_its_own_process_g
             spec = box.find("probe__process")
             assert spec is not None
             child = json.loads((await box.call(spec, {}, conversation="peer:x")).text)
+            tethers = children(os.getpid(), "_tether.py")
     finally:
         os.close(fd)
     assert str(planted) not in child["fds"]
     assert all(not target.endswith(".db") for target in child["fds"])
-    assert child["pgid"] == child["pid"] == child["sid"]
+    # Its tether (agent/tools/_tether.py) leads the session and the group, the server in it.
+    assert child["pgid"] == child["sid"] == child["ppid"] != os.getpgrp()
+    assert tethers == [child["ppid"]]
     assert child["cwd"] == str(ROOT)
+
+
+def descendants(pid: int, marker: str) -> list[int]:
+    """The live processes below ``pid``, at any depth, whose command line has ``marker``."""
+    found, parents = [], [pid]
+    while parents:
+        parent = parents.pop()
+        parents += children(parent, "")
+        found += children(parent, marker)
+    return found
+
+
+async def helpers_left(helpers: list[int], within: float) -> list[int]:
+    with anyio.move_on_after(within):
+        while any(is_running(h) for h in helpers):  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    return [h for h in helpers if is_running(h)]
 
 
 @pytest.mark.process
 @pytest.mark.anyio
-@pytest.mark.xfail(
-    strict=True,
-    reason="T-3, not fixed: a SIGKILLed gateway (OOM killer, kill -9) cannot end a stdio"
-    " server's process group; the server exits on its stdin's EOF, a helper it started does"
-    " not. Under deploy/botmux.service systemd ends the whole cgroup.",
-)
+async def test_a_stdio_servers_helper_ends_with_its_stop() -> None:
+    """T-3 also held for a stop: the server exits when its stdin closes, and the group was
+    ended only when it did not, so its helper lived on (after every restart of the server
+    and every stop of the gateway). Now each stop ends the group."""
+    server = McpServer(
+        name="probe", command=sys.executable, args=(*PROBE, "--helper"), cwd=str(ROOT)
+    )
+    try:
+        async with probe_box(server):
+            with anyio.fail_after(20):
+                while not (helpers := descendants(os.getpid(), "sleep 300")):  # noqa: ASYNC110
+                    await anyio.sleep(0.05)
+        left = await helpers_left(helpers, 5)
+    finally:
+        for helper in descendants(os.getpid(), "sleep 300"):
+            os.kill(helper, signal.SIGKILL)
+    assert left == []
+
+
+@pytest.mark.process
+@pytest.mark.anyio
 async def test_a_stdio_servers_helper_does_not_outlive_a_killed_gateway(tmp_path: Path) -> None:
-    """T-3: kill -9 the gateway; within 5 s nothing it started is left running."""
+    """T-3: kill -9 the gateway; within 5 s nothing it started is left running (the server's
+    tether ends the group)."""
     extra = (
         f'[[tools.mcp]]\nname = "probe"\ncommand = "{sys.executable}"\n'
         f'args = ["-m", "tests.fakes.mcp_probe", "--helper"]\ncwd = "{ROOT}"\n'
@@ -117,14 +153,10 @@ async def test_a_stdio_servers_helper_does_not_outlive_a_killed_gateway(tmp_path
         try:
             with anyio.fail_after(20):
                 while not helpers:
-                    servers = children(gateway.proc.pid, "tests.fakes.mcp_probe")
-                    helpers = [h for s in servers for h in children(s, "sleep")]
+                    helpers = descendants(gateway.proc.pid, "sleep 300")
                     await anyio.sleep(0.05)
             await gateway.kill()
-            with anyio.move_on_after(5):
-                while any(is_running(h) for h in helpers):  # noqa: ASYNC110
-                    await anyio.sleep(0.05)
-            left = [h for h in helpers if is_running(h)]
+            left = await helpers_left(helpers, 5)
         finally:
             for helper in helpers:
                 with suppress(ProcessLookupError):

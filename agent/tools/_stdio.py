@@ -10,6 +10,12 @@ variables; the child gets a process group of its own, and shutdown follows the M
 closed, then SIGTERM to the group, then SIGKILL, every wait bounded, under a shield so a
 cancelled caller leaks no process).
 
+What it adds to that: the group is ended at every stop, also when the server exited on its
+stdin's close (what it started, a browser or a language server, would live on: the SDK ends the
+group only when the server does not exit); and the server runs under a tether
+(``agent.tools._tether``), which ends the group when the gateway is gone without a stop, killed
+by SIGKILL or the OOM killer.
+
 What it does otherwise: the child's stderr is not the gateway's (where the gateway's JSON log
 lines go): each of its lines is logged at debug level, named by the server, and the last one
 says why a child that exited did (``ModuleNotFoundError: ...``).
@@ -22,10 +28,13 @@ started again). A line that is no JSON-RPC is counted and dropped, without a tra
 from __future__ import annotations
 
 import logging
+import os
 import signal
+import sys
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 
 import anyio
 import mcp_types as types
@@ -45,6 +54,8 @@ MAX_LINE = 32 << 20  # bytes of one message (a 10 MB str result is 20 MB with it
 EXIT_GRACE_S = 2.0  # after stdin closes, before SIGTERM (the spec's order)
 KILL_GRACE_S = 2.0  # after SIGTERM, before SIGKILL
 _POLL_S = 0.01
+#: How the server is started: under its tether, in isolated mode (``agent/tools/_tether.py``).
+TETHER = (sys.executable, "-I", "-S", str(Path(__file__).with_name("_tether.py")))
 
 Streams = tuple[
     MemoryObjectReceiveStream[SessionMessage | Exception], MemoryObjectSendStream[SessionMessage]
@@ -58,7 +69,7 @@ async def open_stdio(
     """The child's (read, write) streams while it runs. ``malformed`` is called for each line
     that is no JSON-RPC; ``ended`` once, with why the child's output ended."""
     process = await anyio.open_process(
-        [server.command, *server.args],
+        [*TETHER, str(os.getpid()), server.command, *server.args],
         env=get_default_environment() | dict(server.env),
         cwd=server.cwd or None,
         start_new_session=True,
@@ -173,15 +184,16 @@ async def _write(process: Process, receive: MemoryObjectReceiveStream[SessionMes
 
 
 async def _stop(process: Process) -> None:
-    """The spec's shutdown: stdin closed, a grace, then the process group terminated. Its
-    stdout is closed too: a child blocked writing what nobody reads any more ends at once."""
+    """The spec's shutdown: stdin closed, a grace, then the process group terminated (also
+    when the server exited in the grace: what it started is in the group). Its stdout is
+    closed too: a child blocked writing what nobody reads any more ends at once."""
     assert process.stdin is not None and process.stdout is not None
     with suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
         await process.stdin.aclose()
         await process.stdout.aclose()
-    if not await _gone(process, EXIT_GRACE_S):
-        await terminate_posix_process_tree(process, KILL_GRACE_S)
-        await _gone(process, KILL_GRACE_S)
+    await _gone(process, EXIT_GRACE_S)
+    await terminate_posix_process_tree(process, KILL_GRACE_S)  # at once when the group is gone
+    await _gone(process, KILL_GRACE_S)
     with suppress(OSError), anyio.move_on_after(KILL_GRACE_S):
         await process.aclose()
 

@@ -11,7 +11,7 @@ the gateway after that leaves the line; several servers, one per node, may share
   must not run again.
 - ``lookup``: read-only: a call cut off by a crash may run again, once.
 
-Either, called with ``crash = true``, SIGKILLs the gateway (this server's parent) before it
+Either, called with ``crash = true``, SIGKILLs the gateway (its tether's parent) before it
 answers the first run of its text: the run happened and the gateway never learnt its result
 (a later run of the same text answers, so a gateway that wrongly runs it again lives to show it).
 """
@@ -38,7 +38,7 @@ def build(ledger: Path) -> MCPServer:
         with ledger.open("a") as f:
             f.write(f"{tool} {text}\n")
         if crash and first:
-            os.kill(os.getppid(), signal.SIGKILL)
+            os.kill(gateway(), signal.SIGKILL)
 
     @server.tool(annotations=ACTS)
     def send(text: str, crash: bool = False) -> str:
@@ -53,6 +53,15 @@ def build(ledger: Path) -> MCPServer:
         return f"found {text}"
 
     return server
+
+
+def gateway() -> int:
+    """The gateway's pid: the parent of this server's tether (``agent/tools/_tether.py``)."""
+    parent = os.getppid()
+    if b"_tether.py" not in Path(f"/proc/{parent}/cmdline").read_bytes():
+        return parent
+    stat = Path(f"/proc/{parent}/stat").read_bytes()
+    return int(stat.rsplit(b")", 1)[1].split()[1])
 
 
 def runs(ledger: Path) -> list[str]:
