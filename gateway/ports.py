@@ -311,7 +311,9 @@ class Transcripts(Protocol):
         """How the turn of a user row ended (read from the store); None while it is pending."""
         ...
 
-    async def transcript(self, conversation: str) -> list[StoredMessage]: ...
+    async def tool_row(self, conversation: str, call_id: str) -> StoredMessage | None:
+        """The conversation's newest tool row of call ``call_id`` (None: no such call)."""
+        ...
 
     async def page(self, conversation: str, limit: int, before: int | None) -> RowPage:
         """The newest ``limit`` rows below row id ``before`` (None: the newest), oldest first."""

@@ -25,7 +25,7 @@ from gateway.store import (
     ReplyTo,
     Store,
     TaskPage,
-    Transcript,
+    ToolRow,
     TranscriptPage,
     TurnSteps,
 )
@@ -49,8 +49,8 @@ class StoredTranscripts:
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         return await self._store.read(ReplyTo(user_row_id))
 
-    async def transcript(self, conversation: str) -> list[StoredMessage]:
-        return await self._store.read(Transcript(conversation))
+    async def tool_row(self, conversation: str, call_id: str) -> StoredMessage | None:
+        return await self._store.read(ToolRow(conversation, call_id))
 
     async def page(self, conversation: str, limit: int, before: int | None) -> RowPage:
         return await self._store.read(TranscriptPage(conversation, limit, before))

@@ -18,6 +18,7 @@ from gateway.store import (
     OpenCall,
     RecordStep,
     StartCall,
+    ToolRow,
     TurnSteps,
 )
 from gateway.store.answers import STOPPED_RUNNING, STOPPED_WAITING
@@ -61,6 +62,33 @@ async def test_a_step_and_its_calls_are_stored_decided_and_read_back(open_store:
     assert (push.requested_at, push.decided_by) == (100.0, "peer:alice")
     assert (status.state, status.result, status.is_error) == ("finished", "clean", True)
     assert found is not None and found[0] == push and found[1].id == turn.id
+
+
+async def test_a_calls_tool_row_is_found_without_the_transcript(open_store: Opener) -> None:
+    """``ToolRow``: the newest tool row of a call id in one conversation (what the peer
+    approvals route reads once a call no longer waits, L-8), by query, not by the transcript."""
+    async with open_store() as store:
+        first = (await store.submit(AdmitRow(inbound("push it", "m1")))).row
+        await store.submit(RecordStep(first, "", (PUSH,)))
+        older = await store.submit(OpenCall(first, PUSH, CallState.STARTED))
+        again = (await store.submit(AdmitRow(inbound("push again", "m2")))).row
+        await store.submit(RecordStep(again, "", (PUSH,)))  # a provider reusing call ids
+        newer = await store.submit(OpenCall(again, PUSH, CallState.STARTED))
+        elsewhere = (await store.submit(AdmitRow(inbound("push", "m3", "peer:b")))).row
+        await store.submit(RecordStep(elsewhere, "", (PUSH,)))
+        await store.submit(OpenCall(elsewhere, PUSH, CallState.STARTED))
+
+        found = await store.read(ToolRow("peer:a", "call_1"))
+        assert await store.read(ToolRow("peer:a", "call_2")) is None
+        assert await store.read(ToolRow("peer:c", "call_1")) is None
+    assert older < newer
+    assert found is not None
+    assert (found.id, found.role, found.call_id, found.user_row_id) == (
+        newer,
+        "tool",
+        "call_1",
+        again.id,
+    )
 
 
 async def test_a_stopped_turn_closes_the_calls_it_left_open(open_store: Opener) -> None:

@@ -67,6 +67,7 @@ from gateway.store.transcripts import (
     Message,
     PreviousTurn,
     TaskPage,
+    ToolRow,
     Transcript,
     TranscriptPage,
 )
@@ -163,6 +164,7 @@ __all__ = [
     "StoreStatistics",
     "SummaryOf",
     "TaskPage",
+    "ToolRow",
     "Transcript",
     "TranscriptPage",
     "TurnSteps",

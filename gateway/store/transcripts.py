@@ -1,8 +1,8 @@
 """Reads of a conversation's rows: one row, the history a turn sends the model (SPEC 3: the
 answered rows since the last reset), the whole transcript, and the bounded reads the APIs
-serve (issue 37, L-8): a page of the transcript before a row id, the turn before a row, and a
-page of A2A tasks with the rows that say how each ended. Each user row comes with its
-attachment references (SPEC 9).
+serve (issue 37, L-8): a page of the transcript before a row id, the turn before a row, a
+call's tool row, and a page of A2A tasks with the rows that say how each ended. Each user
+row comes with its attachment references (SPEC 9).
 """
 
 from __future__ import annotations
@@ -62,6 +62,15 @@ class PreviousTurn(Query[int | None]):
 
 
 @dataclass(frozen=True, slots=True)
+class ToolRow(Query[StoredMessage | None]):
+    """The conversation's newest tool row of call ``call_id`` (None: no such call): where an
+    approval answered to the peer API is looked up once the call no longer waits."""
+
+    conversation: str
+    call_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class TaskPage(Query[TaskRows]):
     """The newest ``limit`` user rows of the conversation whose platform message id starts
     with ``prefix`` (the A2A token's tasks), in ``states`` when given, with an id below
@@ -87,6 +96,10 @@ _PAGE = (
     f"SELECT {MSG_COLUMNS} FROM messages WHERE conversation = ? AND id < ? ORDER BY id DESC LIMIT ?"
 )
 _PREVIOUS = "SELECT MAX(id) FROM messages WHERE conversation = ? AND role = 'user' AND id < ?"
+_TOOL_ROW = (
+    f"SELECT {MSG_COLUMNS} FROM messages WHERE conversation = ? AND role = 'tool'"
+    " AND call_id = ? ORDER BY id DESC LIMIT 1"
+)
 #: An id above every row's: "before" nothing.
 _NO_CURSOR = 2**62
 #: The A2A token's user rows (its tasks): ``substr`` rather than LIKE, so the prefix needs no
@@ -166,6 +179,16 @@ async def previous_turn_postgres(db: PgConn, q: PreviousTurn) -> int | None:
     return None if found is None else int(found)
 
 
+def tool_row_sqlite(db: sqlite3.Connection, q: ToolRow) -> StoredMessage | None:
+    rows = db.execute(_TOOL_ROW, (q.conversation, q.call_id)).fetchall()
+    return to_message(rows[0]) if rows else None  # a tool row has no attachments
+
+
+async def tool_row_postgres(db: PgConn, q: ToolRow) -> StoredMessage | None:
+    row = await db.fetchrow(numbered(_TOOL_ROW), q.conversation, q.call_id)
+    return None if row is None else to_message(row)
+
+
 def task_page_sqlite(db: sqlite3.Connection, q: TaskPage) -> TaskRows:
     states, state_args = _states(q, 0)
     args = [*_task_args(q), *state_args]
@@ -223,5 +246,6 @@ HANDLERS = (
     QueryHandler[PreviousTurn, int | None](
         PreviousTurn, previous_turn_sqlite, previous_turn_postgres
     ),
+    QueryHandler[ToolRow, StoredMessage | None](ToolRow, tool_row_sqlite, tool_row_postgres),
     QueryHandler[TaskPage, TaskRows](TaskPage, task_page_sqlite, task_page_postgres),
 )

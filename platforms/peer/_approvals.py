@@ -86,10 +86,9 @@ def approval_request(body: Any) -> bool:
 
 async def _answered(transcripts: Transcripts, conversation: str, call_id: str) -> bool:
     """Whether the newest call of ``conversation`` with ``call_id`` was asked for an approval
-    and is no longer waiting (answered, or timed out). Only a miss reads this far: the
-    transcript, then that call's turn's steps."""
-    rows = await transcripts.transcript(conversation)
-    found = next((r for r in reversed(rows) if r.role == "tool" and r.call_id == call_id), None)
+    and is no longer waiting (answered, or timed out). Only a miss reads this far: the call's
+    row, then its turn's steps (never the whole transcript: L-8)."""
+    found = await transcripts.tool_row(conversation, call_id)
     if found is None or found.user_row_id is None:
         return False
     for step in await transcripts.steps(found.user_row_id):

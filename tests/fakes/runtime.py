@@ -68,8 +68,8 @@ class HeldIntake:
     async def reply_to(self, user_row_id: int) -> StoredMessage | None:
         return None
 
-    async def transcript(self, conversation: str) -> list[StoredMessage]:
-        return []
+    async def tool_row(self, conversation: str, call_id: str) -> StoredMessage | None:
+        return None
 
     async def page(self, conversation: str, limit: int, before: int | None) -> RowPage:
         return RowPage([], more=False)
