@@ -1,13 +1,13 @@
 """What the operator console reads and decides in the store (``platforms.peer.admin``'s
-``AdminStore`` port, SPEC 13): conversations, transcripts, the outbox, pairing codes and
-approved users."""
+``AdminStore`` port, SPEC 13): conversations, transcripts a page at a time, the outbox,
+pairing codes and approved users."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
-from gateway.messages import ConversationListing, OutboxChunk, PairingCode, StoredMessage
+from gateway.messages import ConversationListing, OutboxChunk, PairingCode, RowPage
 from gateway.store import (
     ApprovedUsers,
     ApprovePairing,
@@ -18,7 +18,7 @@ from gateway.store import (
     RevokeUser,
     SearchConversations,
     Store,
-    Transcript,
+    TranscriptPage,
 )
 
 
@@ -35,8 +35,8 @@ class ConsoleStore:
     ) -> list[ConversationListing]:
         return await self._store.read(SearchConversations(query, limit, after))
 
-    async def transcript(self, conversation: str) -> list[StoredMessage]:
-        return await self._store.read(Transcript(conversation))
+    async def page(self, conversation: str, limit: int, before: int | None) -> RowPage:
+        return await self._store.read(TranscriptPage(conversation, limit, before))
 
     async def outbox_chunks(self, limit: int) -> list[OutboxChunk]:
         return await self._store.read(OutboxChunks(limit))

@@ -161,6 +161,18 @@ async def test_conversations_are_searched_paged_and_read_with_their_transcript(
             ("assistant", "echo: hi alpha-1"),
         ]
         assert all(m["attachments"] == [] for m in transcript["messages"])
+        assert transcript["next"] is None
+        # A page at a time (L-8): the newest row, then the one before it, then no more.
+        alpha = f"{url}/api/admin/conversations/peer%3Aalpha-1/messages"
+        newest = await (await http.get(alpha, params={"limit": "1"}, headers=AUTH)).json()
+        assert [m["content"] for m in newest["messages"]] == ["echo: hi alpha-1"]
+        assert newest["next"] == newest["messages"][0]["id"]
+        params = {"limit": "1", "before": str(newest["next"])}
+        older = await (await http.get(alpha, params=params, headers=AUTH)).json()
+        assert ([m["content"] for m in older["messages"]], older["next"]) == (["hi alpha-1"], None)
+        for bad in ({"limit": "0"}, {"limit": "1001"}, {"before": "x"}, {"before": "0"}):
+            r = await http.get(alpha, params=bad, headers=AUTH)
+            assert (r.status, (await r.json())["error"]["param"]) == (400, next(iter(bad))), bad
         r = await http.get(f"{url}/api/admin/conversations/peer%3Anone/messages", headers=AUTH)
         assert r.status == 404
 

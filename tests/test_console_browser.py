@@ -22,6 +22,8 @@ import anyio
 import pytest
 
 from gateway.config import Config, parse_config
+from gateway.messages import Inbound, TurnResult
+from gateway.store import AdmitRow, AnswerTurn
 from tests.fakes.openai_server import FakeModel
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import config_text, running_gateway, telegram_section
@@ -175,3 +177,37 @@ async def test_approve_a_telegram_pairing_code_and_the_user_is_answered(
             await tg.wait_for_sent(2, 701)
         assert tg.sent_messages(701)[1] == "echo: thanks!"
         assert len(tg.sent_messages(702)) == 1  # still waiting for the operator
+
+
+async def test_a_long_transcript_is_read_a_page_at_a_time(
+    tmp_path: Path, model: FakeModel, tg: FakeTelegram, shots: Callable[[str], str]
+) -> None:
+    """130 rows: the view shows the newest 100 (the store reads no more, L-8), and "Older
+    messages" puts the 30 before them above, once, then goes."""
+    async with (
+        running_gateway(gateway_config(tmp_path, model, tg)) as (app, base),
+        browser_page(base) as (page, requested),
+    ):
+        for n in range(65):
+            admitted = await app.parts.store.submit(
+                AdmitRow(Inbound("peer", "peer:long", f"long/{n}", f"question {n}"))
+            )
+            reply = TurnResult(reply=f"answer {n}")
+            await app.parts.store.submit(AnswerTurn(admitted.row, reply, (reply.reply,)))
+        await log_in(page, base, OPS)
+        await expect(page.locator("#live")).to_have_text("live")
+        await page.goto(f"{base}/console/#conversation/peer%3Along")
+        contents = page.locator("#view-transcript .msg .content")
+        await expect(contents).to_have_count(100)
+        await expect(contents.first).to_have_text("question 15")
+        await expect(contents.last).to_have_text("answer 64")
+        first = page.locator("#view-transcript .msg").first
+        oldest_shown = await first.get_attribute("data-id")
+        await page.click("#older")
+        await expect(contents).to_have_count(130)
+        await expect(contents.first).to_have_text("question 0")
+        await expect(contents.nth(30)).to_have_text("question 15")
+        await expect(page.locator("#older")).to_be_hidden()
+        await page.screenshot(path=shots("transcript-older"), full_page=True)
+    pages = [u.split("?", 1)[1] for u in requested if "/messages" in u]
+    assert pages == ["limit=100", f"limit=100&before={oldest_shown}"]

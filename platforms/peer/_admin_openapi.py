@@ -13,6 +13,7 @@ from platforms.peer._admin_schedules import SCHEDULES_SCHEMA
 from platforms.peer._schemas import ref
 from platforms.peer._tool_servers import ADMIN_TOOLS_SCHEMA
 from platforms.peer.admin import CURSOR, MAX_LIMIT, MAX_QUERY, TICKET_TTL_S
+from platforms.peer.convert import MAX_ROW_ID, TRANSCRIPT_PAGE, TRANSCRIPT_PAGE_MAX
 
 _NUMBER = {"type": "number"}
 _MAYBE_NUMBER = {"type": ["number", "null"]}
@@ -161,6 +162,7 @@ ADMIN_SCHEMAS: dict[str, Any] = {
                     }
                 ),
             },
+            "next": {"type": ["integer", "null"]},
         }
     ),
     "AdminOutbox": _object(
@@ -369,9 +371,32 @@ def admin_paths() -> dict[str, Any]:
         ),
         "/api/admin/conversations/{key}/messages": _get(
             "adminTranscript",
-            "Every row of one conversation, oldest first, with its attachments (404: none).",
+            "One conversation's newest rows (below `before`, when given), oldest first, with"
+            " their attachments; `next`, when not null, is the `before` of the page of older"
+            " rows (404: no such conversation).",
             "AdminTranscript",
-            parameters=[_path("key", "The conversation key, e.g. telegram:42 (URL-encoded).")],
+            parameters=[
+                _path("key", "The conversation key, e.g. telegram:42 (URL-encoded)."),
+                {
+                    "name": "limit",
+                    "in": "query",
+                    "required": False,
+                    "description": f"Rows in the page (default {TRANSCRIPT_PAGE}).",
+                    "schema": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": TRANSCRIPT_PAGE_MAX,
+                        "default": TRANSCRIPT_PAGE,
+                    },
+                },
+                {
+                    "name": "before",
+                    "in": "query",
+                    "required": False,
+                    "description": "A row id (a page's `next`): only older rows.",
+                    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_ROW_ID},
+                },
+            ],
         ),
         "/api/admin/outbox": _get(
             "adminOutbox",

@@ -48,6 +48,7 @@ from gateway.messages import (
     ConversationListing,
     OutboxChunk,
     PairingCode,
+    RowPage,
     ScheduleRecord,
     StoredMessage,
     schedule_of,
@@ -55,7 +56,7 @@ from gateway.messages import (
 from gateway.timeline import Timeline
 from platforms.peer._admin_schedules import schedules_json
 from platforms.peer._tool_servers import ToolStates, admin_tools
-from platforms.peer.convert import BadRequest, sse
+from platforms.peer.convert import BadRequest, page_params, sse
 from platforms.peer.streaming import SSE_HEADERS
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class AdminStore(Protocol):
         self, query: str, limit: int, after: tuple[float, str] | None = None
     ) -> list[ConversationListing]: ...
 
-    async def transcript(self, conversation: str) -> list[StoredMessage]: ...
+    async def page(self, conversation: str, limit: int, before: int | None) -> RowPage: ...
 
     async def outbox_chunks(self, limit: int) -> list[OutboxChunk]: ...
 
@@ -457,10 +458,14 @@ class Admin:
 
     async def _messages(self, request: web.Request) -> web.Response:
         key = request.match_info["key"]
-        rows = await self._deps.store.transcript(key)
-        if not rows:
+        limit, before = page_params(request.query)
+        page = await self._deps.store.page(key, limit, before)
+        if not page.rows and before is None:
             raise BadRequest(f"no conversation {key[:200]!r}", status=404, code="not_found")
-        return web.json_response({"conversation": key, "messages": [message_json(r) for r in rows]})
+        older = page.rows[0].id if page.more and page.rows else None
+        return web.json_response(
+            {"conversation": key, "messages": [message_json(r) for r in page.rows], "next": older}
+        )
 
     async def _outbox(self, request: web.Request) -> web.Response:
         chunks = await self._deps.store.outbox_chunks(OUTBOX_LIMIT)

@@ -402,22 +402,45 @@ async function loadConversations(more) {
   $("more").hidden = !page.next_cursor;
 }
 
+const TRANSCRIPT_PAGE = 100;
+
+function messageRow(m) {
+  return el("div", { class: `msg ${m.role}${m.failure ? " failed" : ""}`, "data-id": m.id },
+    el("div", { class: "meta" }, `${m.role} · #${m.id} · ${m.state} · `, stamp(m.created_at),
+      m.scheduled ? ` · scheduled by ${m.scheduled}` : null,
+      m.failure ? el("span", {}, " · ", el("span", { class: "badge bad" }, m.failure)) : null),
+    el("div", { class: "content" }, m.content),
+    m.attachments.length ? el("ul", { class: "attachments" }, m.attachments.map((a) =>
+      el("li", {}, `${a.name || "(unnamed)"} · ${a.content_type || "?"} · ${a.size ?? "?"} bytes`,
+        a.sha256 ? el("span", { class: "mono muted" }, ` · ${a.sha256.slice(0, 12)}`) : null)))
+      : null);
+}
+
+// The newest page first; "Older messages" puts the page before it above (the store reads only
+// the page: a long conversation costs what is shown).
 async function loadTranscript(key) {
-  const data = await api("/api/admin/conversations/" + encodeURIComponent(key) + "/messages");
-  const view = $("view-transcript");
-  view.replaceChildren(
+  const path = "/api/admin/conversations/" + encodeURIComponent(key) + "/messages?limit=" + TRANSCRIPT_PAGE;
+  const data = await api(path);
+  const messages = el("div", { class: "messages" }, data.messages.map(messageRow));
+  const older = el("button", { id: "older", type: "button" }, "Older messages");
+  let next = data.next;
+  older.hidden = next === null;
+  older.addEventListener("click", async () => {
+    older.disabled = true;
+    try {
+      const page = await api(path + "&before=" + next);
+      messages.prepend(...page.messages.map(messageRow));
+      next = page.next;
+      older.hidden = next === null;
+    } finally {
+      older.disabled = false;
+    }
+  });
+  $("view-transcript").replaceChildren(
     el("p", {}, el("a", { href: "#conversations" }, "← Conversations")),
     el("h2", { class: "mono" }, data.conversation),
-    el("div", { class: "messages" }, data.messages.map((m) =>
-      el("div", { class: `msg ${m.role}${m.failure ? " failed" : ""}`, "data-id": m.id },
-        el("div", { class: "meta" }, `${m.role} · #${m.id} · ${m.state} · `, stamp(m.created_at),
-          m.scheduled ? ` · scheduled by ${m.scheduled}` : null,
-          m.failure ? el("span", {}, " · ", el("span", { class: "badge bad" }, m.failure)) : null),
-        el("div", { class: "content" }, m.content),
-        m.attachments.length ? el("ul", { class: "attachments" }, m.attachments.map((a) =>
-          el("li", {}, `${a.name || "(unnamed)"} · ${a.content_type || "?"} · ${a.size ?? "?"} bytes`,
-            a.sha256 ? el("span", { class: "mono muted" }, ` · ${a.sha256.slice(0, 12)}`) : null)))
-          : null))),
+    older,
+    messages,
   );
 }
 
