@@ -222,6 +222,7 @@ def build(
         config.peer,
         ledger=ports.ledger,
         transcripts=ports.transcripts,
+        calls=ports.transcripts,
         clock=clock,
         max_attachment_bytes=config.agent.max_attachment_bytes,
         live=live.view(lambda c: c.peer),
@@ -350,6 +351,7 @@ def _a2a(
     a2a = A2aAdapter(
         config.a2a,
         transcripts=ports.transcripts,
+        calls=ports.transcripts,
         push_configs=ports.push_configs,
         ledger=ports.ledger,
         scope=peer.token_scope,

@@ -311,10 +311,6 @@ class Transcripts(Protocol):
         """How the turn of a user row ended (read from the store); None while it is pending."""
         ...
 
-    async def tool_row(self, conversation: str, call_id: str) -> StoredMessage | None:
-        """The conversation's newest tool row of call ``call_id`` (None: no such call)."""
-        ...
-
     async def page(self, conversation: str, limit: int, before: int | None) -> RowPage:
         """The newest ``limit`` rows below row id ``before`` (None: the newest), oldest first."""
         ...
@@ -339,9 +335,18 @@ class Transcripts(Protocol):
         """(content type, bytes) of one of the conversation's attachments (SPEC 9)."""
         ...
 
+
+class CallReads(Protocol):
+    """Reads of a turn's stored tool steps and calls (SPEC 15): what an approval answered
+    through the peer API or an A2A task's question is looked up in."""
+
     async def steps(self, turn_row_id: int) -> list[StoredStep]:
         """The stored tool steps of the turn that starts with ``turn_row_id`` (SPEC 15), each
         with its calls as stored (an A2A task's question, a call already answered)."""
+        ...
+
+    async def tool_row(self, conversation: str, call_id: str) -> StoredMessage | None:
+        """The conversation's newest tool row of call ``call_id`` (None: no such call)."""
         ...
 
     async def awaiting_call(self, conversation: str, call_id: str) -> int | None:

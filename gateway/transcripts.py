@@ -1,6 +1,7 @@
-"""Stored turns read back (``gateway.ports.Transcripts``): a row, the reply that settled it,
-how its turn ended, a conversation's transcript and attachments, a turn's tool steps and the
-call awaiting an approval (SPEC 15). What a peer request, an A2A task or a response id reads,
+"""Stored turns read back (``gateway.ports.Transcripts`` and ``CallReads``, both served by
+``StoredTranscripts``): a row, the reply that settled it, how its turn ended, a page of a
+conversation's transcript and its attachments; a turn's tool steps, a call's row and the call
+awaiting an approval (SPEC 15). What a peer request, an A2A task or a response id reads,
 on any node, after any restart.
 """
 

@@ -49,7 +49,16 @@ from gateway.messages import (
     conversation_key,
     local_part,
 )
-from gateway.ports import ApprovalRequest, Asker, Intake, Ledger, PushConfigs, Transcripts, Watch
+from gateway.ports import (
+    ApprovalRequest,
+    Asker,
+    CallReads,
+    Intake,
+    Ledger,
+    PushConfigs,
+    Transcripts,
+    Watch,
+)
 from platforms import _fetch
 from platforms._courier import Courier, CourierStatistics, SentByCourier
 from platforms.a2a import _asking, _push, _stream, convert
@@ -127,6 +136,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         config: A2aConfig,
         *,
         transcripts: Transcripts,
+        calls: CallReads,
         push_configs: PushConfigs,
         ledger: Ledger,
         scope: Callable[[web.Request], bytes],
@@ -138,6 +148,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
         self._config = config
         self._wall = wall  # a progress update's timestamp
         self._transcripts = transcripts
+        self._calls = calls
         self._scope = scope
         self._base_url = base_url
         self._bearer = bearer
@@ -391,7 +402,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
 
     async def _question(self, row_id: int) -> str | None:
         """What the task asks, while one of its calls waits for a yes (from the store)."""
-        call = _asking.waiting(await self._transcripts.steps(row_id))
+        call = _asking.waiting(await self._calls.steps(row_id))
         return None if call is None else _asking.question(call.tool, call.arguments)
 
     @contextmanager
@@ -470,7 +481,7 @@ class A2aAdapter(SentByCourier):  # a chunk carries the task's push notification
             return Answer(task, None, False)  # an answer resent: taken already
         call = None
         if task.state == MessageState.PENDING:
-            call = _asking.waiting(await self._transcripts.steps(task.id))
+            call = _asking.waiting(await self._calls.steps(task.id))
         if call is None:
             raise RpcError(
                 UNSUPPORTED_OPERATION,

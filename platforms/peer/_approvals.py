@@ -5,7 +5,7 @@ The session chat stream announces the wait (``event: approval``, naming the mode
 the transcript lists it too (a ``tool`` row in state ``awaiting``). The wait is stored, so a
 client whose stream dropped, or that answers after a restart or on another node, answers the
 same way: the newest call of the session with that id that still awaits
-(``Transcripts.awaiting_call``) is decided through ``Intake.decide`` as its owner (the token
+(``CallReads.awaiting_call``) is decided through ``Intake.decide`` as its owner (the token
 already proved it may use the session: a session outside its globs is 404, as if absent).
 
 200 with the verdict (``approved``, ``denied``); 409 when the call was answered already (by
@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from aiohttp import web
 
 from gateway.messages import CallState
-from gateway.ports import Intake, Transcripts
+from gateway.ports import CallReads, Intake
 from platforms.peer import convert
 from platforms.peer.errors import json_error
 
@@ -36,7 +36,7 @@ class Host(Protocol):
     """What the route uses of the peer adapter: its intake, its reads and its access rules."""
 
     _intake: Intake
-    _transcripts: Transcripts
+    _calls: CallReads
 
     def _session(self, request: web.Request, session_id: str) -> str: ...
 
@@ -57,9 +57,9 @@ def add_approvals_route(
             )
         approve = approval_request(await host._read_json(request))
         conversation = convert.conversation_key(session_id)
-        row = await host._transcripts.awaiting_call(conversation, call_id)
+        row = await host._calls.awaiting_call(conversation, call_id)
         if row is None:
-            if await _answered(host._transcripts, conversation, call_id):
+            if await _answered(host._calls, conversation, call_id):
                 return _already(call_id)
             return _unknown(call_id, session_id)
         decided = await host._intake.decide("peer", row, who(request), approve, owner=True)
@@ -84,14 +84,14 @@ def approval_request(body: Any) -> bool:
     return approve
 
 
-async def _answered(transcripts: Transcripts, conversation: str, call_id: str) -> bool:
+async def _answered(calls: CallReads, conversation: str, call_id: str) -> bool:
     """Whether the newest call of ``conversation`` with ``call_id`` was asked for an approval
     and is no longer waiting (answered, or timed out). Only a miss reads this far: the call's
     row, then its turn's steps (never the whole transcript: L-8)."""
-    found = await transcripts.tool_row(conversation, call_id)
+    found = await calls.tool_row(conversation, call_id)
     if found is None or found.user_row_id is None:
         return False
-    for step in await transcripts.steps(found.user_row_id):
+    for step in await calls.steps(found.user_row_id):
         for call in step.stored:
             if call.row_id == found.id:
                 return call.requested_at is not None and call.state != CallState.AWAITING

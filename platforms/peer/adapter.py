@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest
 from gateway.config_peer import PeerConfig, PeerToken
 from gateway.errors import ConversationClosed
 from gateway.messages import CONTROL_COMMANDS, ChunkState, Inbound, StoredMessage, TurnOutcome
-from gateway.ports import Asker, Intake, Ledger, Transcripts, Watch
+from gateway.ports import Asker, CallReads, Intake, Ledger, Transcripts, Watch
 from platforms import _fetch
 from platforms._guarded import ConnectionGuard, GuardedHandler, guarded_serving
 from platforms.peer import convert, limits, responses, streaming
@@ -137,6 +137,7 @@ class PeerAdapter:
         *,
         ledger: Ledger,
         transcripts: Transcripts,
+        calls: CallReads,
         clock: Callable[[], float] = time.monotonic,
         live: Callable[[], PeerConfig] | None = None,
         reload: Reload | None = None,
@@ -149,6 +150,7 @@ class PeerAdapter:
         self._bodies = BodyReader(config.max_body_bytes)
         self._ledger = ledger
         self._transcripts = transcripts
+        self._calls = calls
         self._waiters = _Waiters()
         self._pmids: dict[int, str] = {}
         self._watched: dict[str, Watched] = {}  # by platform message id
