@@ -22,8 +22,8 @@ import anyio
 import pytest
 
 from gateway.config import Config, parse_config
-from gateway.messages import Inbound, TurnResult
-from gateway.store import AdmitRow, AnswerTurn
+from gateway.messages import CallState, Inbound, ToolCall, TurnResult
+from gateway.store import AdmitRow, AnswerTurn, FinishCall, OpenCall, RecordStep
 from tests.fakes.openai_server import FakeModel
 from tests.fakes.telegram_server import FakeTelegram
 from tests.harness import config_text, running_gateway, telegram_section
@@ -211,3 +211,42 @@ async def test_a_long_transcript_is_read_a_page_at_a_time(
         await page.screenshot(path=shots("transcript-older"), full_page=True)
     pages = [u.split("?", 1)[1] for u in requested if "/messages" in u]
     assert pages == ["limit=100", f"limit=100&before={oldest_shown}"]
+
+
+async def test_a_tool_step_shows_its_calls_and_a_tool_row_its_tool(
+    tmp_path: Path, model: FakeModel, tg: FakeTelegram
+) -> None:
+    """SPEC 15's rows in the transcript view: the step's text and its calls (name and
+    arguments, long arguments cut with their length said), each call's row named by its tool."""
+    long = '{"text": "' + "x" * 400 + '"}'
+    calls = (
+        ToolCall("call_1", "local__echo", '{"text": "hi"}'),
+        ToolCall("call_2", "local__echo", long),
+    )
+    async with (
+        running_gateway(gateway_config(tmp_path, model, tg)) as (app, base),
+        browser_page(base) as (page, _),
+    ):
+        store = app.parts.store
+        turn = (await store.submit(AdmitRow(Inbound("peer", "peer:tools", "t/1", "echo hi")))).row
+        await store.submit(RecordStep(turn, "Let me echo.", calls, "gpt-x"))
+        for call, result in zip(calls, ("hi", "x" * 400), strict=True):
+            row = await store.submit(OpenCall(turn, call, CallState.STARTED))
+            await store.submit(FinishCall(row, result))
+        reply = TurnResult(reply="echoed")
+        await store.submit(AnswerTurn(turn, reply, (reply.reply,)))
+        await log_in(page, base, OPS)
+        await expect(page.locator("#live")).to_have_text("live")
+        await page.goto(f"{base}/console/#conversation/peer%3Atools")
+        rows = page.locator("#view-transcript .msg")
+        await expect(rows).to_have_count(5)  # the user, the step, two tool rows, the answer
+        step = rows.nth(1)
+        await expect(step.locator(".content")).to_have_text("Let me echo.")
+        await expect(step.locator(".calls li")).to_have_text(
+            [
+                'local__echo({"text": "hi"})',
+                f"local__echo({long[:300]} … ({len(long)} characters))",
+            ]
+        )
+        await expect(rows.nth(2).locator(".meta")).to_contain_text("tool · local__echo · #")
+        await expect(rows.nth(2).locator(".content")).to_have_text("hi")

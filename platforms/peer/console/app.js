@@ -404,12 +404,24 @@ async function loadConversations(more) {
 
 const TRANSCRIPT_PAGE = 100;
 
+const SHOWN_ARGUMENTS = 300; // characters of a call's arguments in the list (all in the API)
+
+function callItem(c) {
+  const args = c.arguments.length > SHOWN_ARGUMENTS
+    ? c.arguments.slice(0, SHOWN_ARGUMENTS) + ` … (${c.arguments.length} characters)` : c.arguments;
+  return el("li", { class: "mono" }, `${c.name}(${args})`);
+}
+
+// A tool step (an assistant row with tool_calls) lists its calls; a tool row names its tool.
 function messageRow(m) {
+  const calls = m.tool_calls || [];
   return el("div", { class: `msg ${m.role}${m.failure ? " failed" : ""}`, "data-id": m.id },
-    el("div", { class: "meta" }, `${m.role} · #${m.id} · ${m.state} · `, stamp(m.created_at),
+    el("div", { class: "meta" }, `${m.role}${m.tool ? " · " + m.tool : ""} · #${m.id} · ${m.state} · `,
+      stamp(m.created_at),
       m.scheduled ? ` · scheduled by ${m.scheduled}` : null,
       m.failure ? el("span", {}, " · ", el("span", { class: "badge bad" }, m.failure)) : null),
     el("div", { class: "content" }, m.content),
+    calls.length ? el("ul", { class: "calls" }, calls.map(callItem)) : null,
     m.attachments.length ? el("ul", { class: "attachments" }, m.attachments.map((a) =>
       el("li", {}, `${a.name || "(unnamed)"} · ${a.content_type || "?"} · ${a.size ?? "?"} bytes`,
         a.sha256 ? el("span", { class: "mono muted" }, ` · ${a.sha256.slice(0, 12)}`) : null)))
