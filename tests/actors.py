@@ -147,11 +147,13 @@ async def session(
     agent_extra: str = "",
     approval_timeout_s: float = 600.0,
     wall: Callable[[], float] = time.time,
+    clock: Callable[[], float] = time.monotonic,
 ) -> AsyncIterator[Session]:
     """An actor of ``peer:s`` on a fresh store. ``model``: the fake model (the real agent
     calls it) or a stand-in runner. ``preload``: rows admitted before the actor starts (as
     after a restart); ``policy``: the queue mode. ``toolbox``: the tools the agent may call
-    (its profile offers ``tools``), their steps stored in the same store (SPEC 15)."""
+    (its profile offers ``tools``), their steps stored in the same store (SPEC 15). ``clock``:
+    the agent's monotonic clock (its tool loop's ``max_turn_s``, its policy's benches)."""
     clients = ClientPool()
     platform = platform or Platform()
     events: list[Event] = []
@@ -181,6 +183,7 @@ async def session(
                     observe=events.append if toolbox is not None else lambda event: None,
                     profile=lambda key: resolved,
                     tools=agent_tools,
+                    clock=clock,
                 )
             else:
                 runner = model
