@@ -72,12 +72,14 @@ async def test_two_nodes_with_a_connection_each_answer_every_message_once(
 async def test_a_command_whose_two_events_reach_two_nodes_is_answered_once(
     tmp_path: Path, postgres_url: str, model: FakeModel, slack: FakeSlack
 ) -> None:
-    """A command is not a turn, so no stored row de-duplicates it: the claim in the store
-    does. The ``message`` event goes to one node, the ``app_mention`` to the other."""
+    """A command's answer and a refusal are not turns, so no stored row de-duplicates them:
+    the claim in the store does. The ``message`` event goes to one node, the ``app_mention``
+    to the other."""
     async with cluster_nodes(
         tmp_path, postgres_url, model.base_url, lease_s=2.0, heartbeat_s=0.4
     ) as make:
-        nodes = [make(name, slack_toml(slack)) for name in ("n1", "n2")]
+        section = slack_toml(slack) + "[gateway]\nmax_message_chars = 60\n"
+        nodes = [make(name, section) for name in ("n1", "n2")]
         await start_all(nodes)
         with anyio.fail_after(60):
             await slack.wait_until(lambda: slack.hellos >= 2)
@@ -85,13 +87,14 @@ async def test_a_command_whose_two_events_reach_two_nodes_is_answered_once(
             asked = [
                 await slack.send(CHANNEL, mention("/help"), user=BOB, on=(one, other)),
                 await slack.send(CHANNEL, mention("/status"), user=BOB, on=(other, one)),
+                await slack.send(CHANNEL, mention("x" * 100), user=BOB, on=(one, other)),
             ]
             await slack.wait_until(
                 lambda: not slack.unacked() and all(slack.bot_messages(CHANNEL, t) for t in asked)
             )
             await anyio.sleep(1.5)  # a second answer, if any, has been sent by now
-    for ts in asked:
-        assert len(slack.bot_messages(CHANNEL, ts)) == 1, slack.texts(CHANNEL, ts)
+    assert [len(slack.texts(CHANNEL, ts)) for ts in asked] == [1, 1, 1]
+    assert "too long" in slack.texts(CHANNEL, asked[2])[0]
     assert not await pg_fetch(postgres_url, "SELECT id FROM messages")  # no turn stored
 
 
