@@ -40,6 +40,7 @@ from gateway.node_leases import NodeLeases
 from gateway.ports import Leases, Outlet, PlatformAdapter, ToolBox
 from gateway.push_configs import StoredPushConfigs
 from gateway.queue import QueuePolicy
+from gateway.recall import StoredRecall
 from gateway.reload import Reloader
 from gateway.router import Router
 from gateway.schedule_book import ScheduleBook
@@ -64,6 +65,7 @@ class StorePorts:
     access: Pairing
     transcripts: StoredTranscripts
     push_configs: StoredPushConfigs
+    recall: StoredRecall  # what Slack's nodes share of messages beyond their admission
 
 
 def build_adapters(
@@ -113,6 +115,7 @@ def build_adapters(
                 slack,
                 ledger=ports.ledger,
                 access=ports.access,
+                recall=ports.recall,
                 observe=observe,
                 live=live.view(lambda c: c.slack or slack),
             )
@@ -192,6 +195,7 @@ def build(
         access=Pairing(store),
         transcripts=StoredTranscripts(store),
         push_configs=StoredPushConfigs(store),
+        recall=StoredRecall(store),
     )
     decisions = Decisions()
     scheduler = Scheduler(

@@ -296,6 +296,20 @@ class Access(Protocol):
         ...
 
 
+class Recall(Protocol):
+    """What a chat adapter knows of its messages through the store, beyond their admission:
+    the same on every node and after a restart (Slack, SPEC 17)."""
+
+    async def claim_answer(self, platform: str, message_id: str) -> bool:
+        """Claim the answer that is not a turn (a command's, a refusal) to a message: True for
+        the first claim (answer it), False when it was claimed already, here or elsewhere."""
+        ...
+
+    async def conversation_known(self, conversation: str) -> bool:
+        """Whether a turn was admitted in the conversation (it is stored)."""
+        ...
+
+
 class Transcripts(Protocol):
     """Reads of stored turns: what a peer client, an A2A task or a response id reads back."""
 

@@ -19,9 +19,11 @@ from gateway.store.admission import (
 from gateway.store.answers import AnswerTurn, CancelTurn, ReplyTo
 from gateway.store.attachments import AttachmentBytes, Blob, SaveAttachment
 from gateway.store.base import Store, StoreStatistics
+from gateway.store.claims import ClaimAnswer
 from gateway.store.commands import Query, Write
 from gateway.store.console import RecentFailures, SearchConversations
 from gateway.store.conversations import (
+    ConversationKnown,
     Conversations,
     DeleteConversation,
     DeleteTurn,
@@ -119,6 +121,8 @@ __all__ = [
     "Blob",
     "CallRow",
     "CancelTurn",
+    "ClaimAnswer",
+    "ConversationKnown",
     "Conversations",
     "ConversationsWithPending",
     "DecideCall",

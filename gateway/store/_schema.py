@@ -202,6 +202,17 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX schedules_by_conversation ON schedules (conversation);
     """,
+    # 13 (Slack on several nodes, SPEC 17): answers that are not turns (a command's, a
+    # refusal), claimed by the first node to answer; kept a day (``claims``).
+    """
+    CREATE TABLE answer_claims (
+        platform   TEXT NOT NULL,
+        message_id TEXT NOT NULL,
+        claimed_at REAL NOT NULL,
+        PRIMARY KEY (platform, message_id)
+    );
+    CREATE INDEX answer_claims_by_age ON answer_claims (claimed_at);
+    """,
 )
 
 

@@ -73,6 +73,14 @@ class ExpiredConversations(Query[list[str]]):
     anonymous_before: float
 
 
+@dataclass(frozen=True, slots=True)
+class ConversationKnown(Query[bool]):
+    """Whether the store holds the conversation ``key`` (a turn was admitted in it, and it
+    was not deleted since): one read of its primary key."""
+
+    key: str
+
+
 #: The retention rule's anonymous conversations.
 ANONYMOUS_PATTERN = "peer:anon-%"
 _RESET = (
@@ -113,6 +121,16 @@ _REPLIES = "SELECT id FROM messages WHERE user_row_id = ? AND role <> 'user'"
 
 
 # -- reads --------------------------------------------------------------------------------
+
+_KNOWN = "SELECT 1 FROM conversations WHERE key = ?"
+
+
+def known_sqlite(db: sqlite3.Connection, q: ConversationKnown) -> bool:
+    return db.execute(_KNOWN, (q.key,)).fetchone() is not None
+
+
+async def known_postgres(db: PgConn, q: ConversationKnown) -> bool:
+    return await db.fetchval(numbered(_KNOWN), q.key) is not None
 
 
 def list_sqlite(db: sqlite3.Connection, q: Conversations) -> list[ConversationInfo]:
@@ -322,6 +340,7 @@ HANDLERS = (
     ),
     WriteHandler[DeleteTurn, bool | None](DeleteTurn, delete_turn_sqlite, delete_turn_postgres),
     QueryHandler[Conversations, list[ConversationInfo]](Conversations, list_sqlite, list_postgres),
+    QueryHandler[ConversationKnown, bool](ConversationKnown, known_sqlite, known_postgres),
     QueryHandler[ExpiredConversations, list[str]](
         ExpiredConversations, expired_sqlite, expired_postgres
     ),

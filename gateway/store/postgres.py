@@ -154,6 +154,7 @@ async def open_postgres_store(
     pool_size: int = 10,
     command_timeout_s: float = 10.0,
     mailbox: int = 4096,
+    clock: Callable[[], float] = time.time,
     observe: Observe = lambda event: None,
 ) -> AsyncIterator[PostgresStore]:
     """Connect (migrating the schema as needed) to the database at ``url``; close on exit.
@@ -180,6 +181,7 @@ async def open_postgres_store(
             leases=leases,
             command_timeout_s=command_timeout_s,
             mailbox=mailbox,
+            clock=clock,
             observe=observe,
         )
         async with store._group.running():

@@ -11,11 +11,12 @@ the next process or node.
 Exactly once: admission is keyed on the message's channel and ``ts``, not the event id. A
 mention arrives twice (``message`` and ``app_mention``, two event ids, one ``ts``): whichever
 comes first is admitted, the other is a duplicate (a no-op, acknowledged); Slack's retries and
-the replays after a reconnect are duplicates the same way. What is not admitted (a command's
-answer, a pairing code, a refusal) is remembered by channel and ``ts`` for a while, so the
-second of the pair does not answer again (on one node: on several, the pair may go to two).
-Several nodes each hold their own Socket Mode connection (Slack gives each envelope to one);
-no lease is needed, and each node sends its own conversations' replies.
+the replays after a reconnect are duplicates the same way. An answer that is not a turn (a
+command's, a refusal) is claimed in the store by channel and ``ts`` first (``Recall``), so the
+second of the pair does not answer again, on whichever node it arrives. Several nodes each
+hold their own Socket Mode connection (Slack gives each envelope to one); no lease is needed,
+and each node sends its own conversations' replies. A follow-up without a mention in a thread
+is answered when the thread is a stored conversation (remembered after one read).
 
 Replies go through the shared outbox courier, rendered to mrkdwn (``render``) and posted with
 ``chat.postMessage`` (``_stream``); previews are a message edited with ``chat.update`` inside
@@ -51,7 +52,7 @@ from gateway.errors import ConversationClosed, GatewayError, PlatformError, Refu
 from gateway.events import Observe
 from gateway.events_platforms import SlackAdmissionDeferred, SlackStrangerIgnored
 from gateway.messages import AttachmentRef, OutboxChunk, StoredMessage, TurnOutcome
-from gateway.ports import Access, Asker, Intake, Ledger, Watch
+from gateway.ports import Access, Asker, Intake, Ledger, Recall, Watch
 from platforms._access import check_access
 from platforms._attachments import MAX_DOWNLOADS
 from platforms._courier import Courier, SentByCourier
@@ -72,8 +73,8 @@ from platforms.slack.errors import TRANSLATED, translate
 log = logging.getLogger(__name__)
 
 MAILBOX = 256
-#: Messages whose non-turn answer (a command's, a pairing code, a refusal) was given, and
-#: threads this node answered in: remembered this long (most recent kept).
+#: Messages whose non-turn answer (a command's, a refusal) was claimed, and threads known to be
+#: stored conversations: remembered this long (most recent kept), sparing the store a read.
 REMEMBERED = 4096
 
 
@@ -111,6 +112,7 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
         *,
         ledger: Ledger,
         access: Access,
+        recall: Recall,
         observe: Observe = lambda event: None,
         live: Callable[[], SlackConfig] | None = None,  # a reload's section
     ) -> None:
@@ -119,6 +121,7 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
         self._socket_mode = config.socket_mode
         self._ledger = ledger
         self._access = access
+        self._recall = recall
         self._observe = observe
         self._courier = Courier(PLATFORM, self._send_chunk, ledger, observe=observe)
         self._mailbox, self._taken = anyio.create_memory_object_stream[Envelope](MAILBOX)
@@ -131,8 +134,8 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
             self._live_client, self._previews, self._counts, self._notify
         )
         self._downloads = anyio.CapacityLimiter(MAX_DOWNLOADS)
-        self._answered = _Recent()  # channel:ts of messages answered without a turn
-        self._threads = _Recent()  # thread conversations this node admitted turns in
+        self._answered = _Recent()  # channel:ts whose non-turn answer was claimed (any node)
+        self._threads = _Recent()  # thread conversations known to be stored
         self._client: AsyncWebClient | None = None
         self._session: aiohttp.ClientSession | None = None
         self._me = Identity("", "", "")
@@ -397,10 +400,19 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
     async def _on_message(self, seen: Seen) -> None:
         config = self._config
         target = convert.target_of(seen, reply_in_thread=config.reply_in_thread)
+        decide = partial(convert.decide, seen, self._me, require_mention=config.require_mention)
         in_thread = seen.thread_ts is not None and target.key in self._threads
-        decision = convert.decide(
-            seen, self._me, require_mention=config.require_mention, in_thread=in_thread
-        )
+        decision = decide(in_thread=in_thread)
+        if isinstance(decision, convert.Ignore) and seen.thread_ts is not None and not in_thread:
+            # A follow-up without a mention in a thread this node does not remember: answered
+            # if a turn was admitted in it, on any node, before a restart too (one read).
+            followed = decide(in_thread=True)
+            known = not isinstance(followed, convert.Ignore) and (
+                await self._recall.conversation_known(target.key)
+            )
+            if known:
+                self._threads.add(target.key)
+                decision = followed
         if isinstance(decision, convert.Ignore):
             self._counts.ignored += 1
             return
@@ -422,7 +434,7 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
             return
         match decision:
             case convert.Command(name=name, args=args):
-                if not self._answered.add(seen.message_id):
+                if not await self._claim(seen):
                     self._counts.duplicates += 1  # the other of message + app_mention
                     return
                 self._counts.commands += 1
@@ -441,7 +453,7 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
         except Refused as exc:  # an answer, not a store failure: tell them, acknowledge
             self._counts.refused += 1
             notice = self._refusals.text(exc, target.key)
-            if notice is not None and self._answered.add(seen.message_id):
+            if notice is not None and await self._claim(seen):
                 self._notify(SendText(target, notice))
             return
         if target.thread_ts is not None:
@@ -450,6 +462,17 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
             self._counts.duplicates += 1
         else:
             self._counts.admitted += 1
+
+    async def _claim(self, seen: Seen) -> bool:
+        """Whether this node gives the message's answer that is not a turn: the first claim
+        of it in the store (the other event of the pair may be on another node). The set in
+        memory spares the store the second event on this node; a message is remembered there
+        only once its claim is settled (a store failure leaves it to Slack's next try)."""
+        if seen.message_id in self._answered:
+            return False
+        claimed = await self._recall.claim_answer(PLATFORM, seen.message_id)
+        self._answered.add(seen.message_id)
+        return claimed
 
     # -- notices: short answers that are not turns ----------------------------------------
 

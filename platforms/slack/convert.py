@@ -203,7 +203,7 @@ def mentions(text: str, user_id: str) -> bool:
 
 def decide(seen: Seen, me: Identity, *, require_mention: bool, in_thread: bool = False) -> Decision:
     """What to do with a message, before asking who wrote it (access is separate).
-    ``in_thread``: the message is in a thread this node answered in (no mention needed)."""
+    ``in_thread``: the message is in a thread botmux answered in (no mention needed)."""
     if seen.from_bot or not seen.user or seen.user == me.user_id:
         return Ignore("bot")  # the loop guard: our own posts and every other app's
     if seen.subtype not in _SPOKEN:

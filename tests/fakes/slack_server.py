@@ -43,7 +43,7 @@ import hmac
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,10 +216,12 @@ class FakeSlack:
         bot_id: str | None = None,
         subtype: str | None = None,
         mention_event: bool = True,
+        on: Sequence[object] = (),
     ) -> str:
         """A person writes in ``channel``: the message is kept, its ``message`` event
         delivered, and (``mention_event``, when it mentions the bot outside a DM) its
-        ``app_mention`` event too, with the same ts. Its ts."""
+        ``app_mention`` event too, with the same ts. ``on``: the connections (of
+        :meth:`connections`) its events go to, in turn, instead of the next ones. Its ts."""
         ts = self.next_ts()
         message: JSON = {"type": "message", "user": user, "text": text, "ts": ts, "team": TEAM}
         if thread_ts is not None:
@@ -233,15 +235,16 @@ class FakeSlack:
             message["bot_id"] = bot_id
         self.messages.setdefault(channel, []).append(message)
         event = {**message, "channel": channel, "channel_type": _channel_type(channel)}
-        await self.deliver_event(event)
+        ways = itertools.cycle(on) if on else itertools.repeat(None)
+        await self.deliver_event(event, on=next(ways))
         if mention_event and f"<@{BOT_USER}>" in text and not channel.startswith("D"):
             mention = {k: v for k, v in event.items() if k not in ("channel_type", "subtype")}
-            await self.deliver_event({**mention, "type": "app_mention"})
+            await self.deliver_event({**mention, "type": "app_mention"}, on=next(ways))
         self._changed()
         return ts
 
-    async def deliver_event(self, event: JSON) -> Envelope:
-        """An ``event_callback`` around ``event``, delivered."""
+    async def deliver_event(self, event: JSON, *, on: object = None) -> Envelope:
+        """An ``event_callback`` around ``event``, delivered (``on``: to that connection)."""
         event_id = f"Ev{next(self._ids):010d}"
         body = {
             "token": "legacy-verification-token",
@@ -253,7 +256,7 @@ class FakeSlack:
             "event_time": int(time.time()),
             "authorizations": [{"team_id": TEAM, "user_id": BOT_USER, "is_bot": True}],
         }
-        return await self.deliver("events_api", body)
+        return await self.deliver("events_api", body, on=on)
 
     async def click(self, channel: str, message_ts: str, value: str, *, user: str) -> Envelope:
         """A person clicks a button of the bot's message ``message_ts`` (one it shows)."""
@@ -284,10 +287,10 @@ class FakeSlack:
         }
         return await self.deliver("interactive", payload)
 
-    async def deliver(self, kind: str, payload: JSON) -> Envelope:
+    async def deliver(self, kind: str, payload: JSON, *, on: object = None) -> Envelope:
         envelope = Envelope(f"env-{next(self._ids):08d}", kind, payload)
         self.envelopes.append(envelope)
-        await self._send(envelope)
+        await self._send(envelope, on=on)
         return envelope
 
     async def redeliver(self) -> None:
@@ -301,18 +304,24 @@ class FakeSlack:
         for ws in list(self._sockets):
             await ws.send_json({"type": "disconnect", "reason": reason})
 
-    def _socket_for(self) -> web.WebSocketResponse | None:
+    def connections(self) -> list[object]:
+        """The open Socket Mode connections, oldest first (for ``send(on=...)``)."""
+        return [ws for ws in self._sockets if not ws.closed]
+
+    def _socket_for(self, on: object = None) -> web.WebSocketResponse | None:
         open_ = [ws for ws in self._sockets if not ws.closed]
+        if on is not None:
+            return next((ws for ws in open_ if ws is on), None)
         return open_[next(self._turn) % len(open_)] if open_ else None
 
-    async def _send(self, envelope: Envelope, *, reason: str = "") -> None:
+    async def _send(self, envelope: Envelope, *, reason: str = "", on: object = None) -> None:
         envelope.deliveries += 1
         retry = envelope.deliveries - 1
         if self.events_url:
             assert self._tg is not None
             self._tg.start_soon(self._post_event, envelope, retry, reason)
             return
-        ws = self._socket_for()
+        ws = self._socket_for(on)
         if ws is None:
             envelope.deliveries -= 1  # kept: sent at the next hello
             return

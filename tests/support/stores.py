@@ -8,6 +8,7 @@ case only.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -19,8 +20,8 @@ from gateway.messages import Inbound
 from gateway.store import open_sqlite_store
 from gateway.store.postgres import open_postgres_store
 
-#: ``open_store(node=..., lease_s=...)``: the same store each call (``node`` names a
-#: PostgreSQL node; SQLite has one node and ignores it).
+#: ``open_store(node=..., lease_s=..., clock=...)``: the same store each call (``node`` names a
+#: PostgreSQL node; SQLite has one node and ignores it; ``clock``: the writes' time).
 Opener = Callable[..., AbstractAsyncContextManager[Any]]
 
 
@@ -30,14 +31,18 @@ def open_store(request: pytest.FixtureRequest, tmp_path: Path) -> Opener:
     if request.param == "sqlite":
         path = str(tmp_path / "s.db")
 
-        def sqlite(node: str = "") -> AbstractAsyncContextManager[Any]:
-            return open_sqlite_store(path)
+        def sqlite(
+            node: str = "", clock: Callable[[], float] = time.time
+        ) -> AbstractAsyncContextManager[Any]:
+            return open_sqlite_store(path, clock=clock)
 
         return sqlite
     url = request.getfixturevalue("postgres_url")
 
-    def postgres(node: str = "n1", lease_s: float = 5.0) -> AbstractAsyncContextManager[Any]:
-        return open_postgres_store(url, node=node, lease_s=lease_s)
+    def postgres(
+        node: str = "n1", lease_s: float = 5.0, clock: Callable[[], float] = time.time
+    ) -> AbstractAsyncContextManager[Any]:
+        return open_postgres_store(url, node=node, lease_s=lease_s, clock=clock)
 
     return postgres
 
