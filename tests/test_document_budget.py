@@ -28,6 +28,7 @@ from tests.fakes._pdf import pdf_blank_pages, pdf_heavy_pages
 from tests.fakes.openai_server import FakeModel, Ok, Request, open_fake_model
 from tests.harness import (
     GatewayProcess,
+    children,
     config_text,
     free_port,
     is_running,
@@ -115,6 +116,11 @@ async def test_twenty_thousand_blank_pages_are_read_up_to_the_page_cap_beside_ot
             with anyio.fail_after(30):
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(send, "pdf", {"message": "pages?", "attachments": [blank]})
+                    # Another conversation's message once the PDF is being read (or, on a
+                    # machine that fast, read).
+                    while not children(os.getpid(), READER) and "pdf" not in answers:  # noqa: ASYNC110
+                        await anyio.sleep(0.01)
+                    reading = "pdf" not in answers
                     tg.start_soon(send, "other", {"message": "hello"})
     assert answers["other"] == "read: hello"
     cap = "pages 1-500 of 20,000 were read (max_document_pages = 500)"
@@ -122,6 +128,7 @@ async def test_twenty_thousand_blank_pages_are_read_up_to_the_page_cap_beside_ot
     assert first == f"blank.pdf: only {cap}."
     assert rest.endswith(f"[{cap}]")  # the model was told too
     print(f"the PDF answered in {took['pdf']:.2f} s, another conversation in {took['other']:.3f} s")
+    print(f"the PDF was still being read when the other message came: {reading}")
 
 
 async def test_sigterm_drains_and_leaves_no_reading_child(tmp_path: Path) -> None:

@@ -27,15 +27,6 @@ from tests.support.clocks import Clock
 pytestmark = pytest.mark.anyio
 
 
-def tool_messages(request_messages: list[dict[str, object]]) -> list[tuple[str, str]]:
-    """(call id, content) of the tool results a model request carried, in its order."""
-    return [
-        (str(m["tool_call_id"]), str(m["content"]))
-        for m in request_messages
-        if m.get("role") == "tool"
-    ]
-
-
 @dataclass
 class GatedToolBox(RecordingToolBox):
     """A toolbox whose calls each wait for the test to open their gate (by their ``text``
@@ -118,7 +109,7 @@ async def test_a_step_runs_its_calls_at_most_max_parallel_tools_at_once(tmp_path
     assert box.executed == {"kv__get": 5}
     expected = [(f"call_{n + 1}", f"value {t}") for n, t in enumerate(texts)]  # call order
     _, second = fake.requests
-    assert tool_messages(second.messages) == expected
+    assert second.tool_results == expected
     assert [(c.call_id, c.result) for c in step.stored] == expected
     assert {c.state for c in step.stored} == {"finished"}
     assert [(r.call_id, r.content) for r in rows if r.role == "tool"] == expected
@@ -199,5 +190,5 @@ async def test_a_long_result_is_cut_with_a_note_for_the_model_and_the_store(
     assert len(long) == 10_000
     cut = long[:500] + "\n[cut: the result had 10000 characters, 500 kept]"
     assert world.platform.delivered[0].reply == "read"
-    assert tool_messages(fake.requests[1].messages) == [("call_1", cut), ("call_2", exact)]
+    assert fake.requests[1].tool_results == [("call_1", cut), ("call_2", exact)]
     assert {c.call_id: c.result for c in step.stored} == {"call_1": cut, "call_2": exact}

@@ -27,15 +27,6 @@ from tests.support.clocks import Clock
 pytestmark = pytest.mark.anyio
 
 
-def tool_messages(request_messages: list[dict[str, object]]) -> list[tuple[str, str]]:
-    """(call id, content) of the tool results a model request carried."""
-    return [
-        (str(m["tool_call_id"]), str(m["content"]))
-        for m in request_messages
-        if m.get("role") == "tool"
-    ]
-
-
 async def test_a_tool_call_runs_and_its_result_goes_back_to_the_model(tmp_path: Path) -> None:
     box = RecordingToolBox().add(tool("docs__search", lambda a: f"found: {a['text']}"))
     async with open_fake_model() as fake:
@@ -49,7 +40,7 @@ async def test_a_tool_call_runs_and_its_result_goes_back_to_the_model(tmp_path: 
     assert box.executed == {"docs__search": 1}
     first, second = fake.requests
     assert [t["function"]["name"] for t in first.tools or []] == ["docs__search"]
-    assert tool_messages(second.messages) == [("call_1", "found: anyio")]
+    assert second.tool_results == [("call_1", "found: anyio")]
     assistant = [m for m in second.messages if m.get("role") == "assistant"]
     assert assistant[0]["tool_calls"][0]["function"]["name"] == "docs__search"
     # The transcript keeps the step and the call; the answer is the final row.
@@ -121,7 +112,7 @@ async def test_a_rerun_replays_stored_steps_without_asking_the_model_or_running_
     assert world.platform.delivered[0].reply == "all done"
     assert len(fake.requests) == 1  # the stored step was not asked for again
     assert box.executed == {"db__read": 1}  # the finished call and the unknown one: not run
-    results = dict(tool_messages(fake.requests[0].messages))
+    results = dict(fake.requests[0].tool_results)
     assert results["call_1"] == "sent"
     assert results["call_2"].startswith("unknown: the gateway stopped while this call ran")
     assert results["call_3"] == "fresh read"
@@ -158,7 +149,7 @@ async def test_a_rerun_waits_for_a_starting_server_and_replays_what_is_offered_t
     assert box.executed == {"git__push": 1}
     (request,) = fake.requests
     assert request.tools is None
-    assert tool_messages(request.messages) == [("call_1", "push({'text': 'main'})")]
+    assert request.tool_results == [("call_1", "push({'text': 'main'})")]
 
 
 async def test_an_approval_waits_for_a_yes_and_a_no_is_told_to_the_model(
@@ -191,7 +182,7 @@ async def test_an_approval_waits_for_a_yes_and_a_no_is_told_to_the_model(
             await world.delivered(2)
     assert box.executed == {"git__push": 1}
     assert [o.reply for o in world.platform.delivered] == ["pushed", "not pushed"]
-    denied = dict(tool_messages(fake.requests[3].messages))
+    denied = dict(fake.requests[3].tool_results)
     assert denied["second_1"].startswith("denied: the person asked did not approve")
     assert [type(e) for e in world.events if isinstance(e, ApprovalAsked | ApprovalDecided)] == [
         ApprovalAsked,
@@ -244,7 +235,7 @@ async def test_an_unanswered_approval_times_out_as_a_denial(tmp_path: Path) -> N
             clock.now += 61  # the waiting turn looks again within its poll interval
             await world.delivered(1)
     assert box.executed == {}
-    (result,) = tool_messages(fake.requests[1].messages)
+    (result,) = fake.requests[1].tool_results
     assert result[1] == "denied: nobody approved this call within 60 s; it did not run"
     decided = [e for e in world.events if isinstance(e, ApprovalDecided)]
     assert [e.decision for e in decided] == ["timeout"]
@@ -309,7 +300,7 @@ async def test_a_tool_error_or_an_unknown_tool_is_a_result_not_a_failed_turn(
             await world.delivered(1)
     outcome = world.platform.delivered[0]
     assert outcome.failure is None and outcome.reply == "sorry, the query failed"
-    results = dict(tool_messages(fake.requests[1].messages))
+    results = dict(fake.requests[1].tool_results)
     assert results == {
         "call_1": "syntax error",
         "call_2": "error: the tool nope__tool is not available now (its server is down or it"

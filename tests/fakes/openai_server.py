@@ -341,6 +341,15 @@ class Request:
         return parts
 
     @property
+    def tool_results(self) -> list[tuple[str, str]]:
+        """(call id, content) of the tool results the request carried, in its order."""
+        return [
+            (str(m["tool_call_id"]), str(m["content"]))
+            for m in self.messages
+            if m.get("role") == "tool"
+        ]
+
+    @property
     def last_user(self) -> str:
         for m in reversed(self.messages):
             if m.get("role") == "user":
