@@ -42,6 +42,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"botmux: error: {message}\n")
 
 
+def _positive(text: str) -> int:
+    """An argument that is a whole number of at least 1 (argparse names it on an error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    return value
+
+
 def _split_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     """Take ``--config PATH`` / ``--config=PATH`` from anywhere on the line."""
     rest: list[str] = []
@@ -82,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     ssub.add_parser("list", help="list conversations")
     show = ssub.add_parser("show", help="show one conversation's transcript")
     show.add_argument("key", help="conversation key, e.g. peer:alice")
+    show.add_argument(
+        "--last", type=_positive, metavar="N", help="only the newest N rows (default: every row)"
+    )
+    show.add_argument(
+        "--before", type=_positive, metavar="ID", help="with --last: rows older than row #ID"
+    )
     purge = ssub.add_parser("purge", help="drop a conversation's pending turns (never sent)")
     purge.add_argument("key", help="conversation key, e.g. peer:alice")
     delete = ssub.add_parser("delete", help="remove a conversation: its messages and outbox")
@@ -110,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or EXIT_USAGE)
     try:
         args = _parser().parse_args(rest)
+        if getattr(args, "before", None) is not None and args.last is None:
+            raise SystemExit(_usage_error("sessions show: --before goes with --last"))
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
@@ -135,7 +154,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 configure_logging(
                     level=config.log.level, fmt=config.log.format, secrets=config.secrets()
                 )
-            return anyio.run(_sessions, config, args.action, getattr(args, "key", None))
+            page = (getattr(args, "last", None), getattr(args, "before", None))
+            return anyio.run(_sessions, config, args.action, getattr(args, "key", None), page)
         if args.command == "pairing":
             return anyio.run(_pairing, config, args)
         if args.command == "schedules":
@@ -405,12 +425,15 @@ async def _reload(config: Config) -> int:
     return EXIT_FAILURE
 
 
-async def _sessions(config: Config, action: str, key: str | None) -> int:
+async def _sessions(
+    config: Config, action: str, key: str | None, page: tuple[int | None, int | None]
+) -> int:
     from gateway.store import (
         Conversations,
         DeleteConversation,
         PurgeConversation,
         Transcript,
+        TranscriptPage,
         open_store,
     )
 
@@ -440,9 +463,19 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
             )
             print(f"deleted {key}: {removed} message(s) and its outbox")
             return EXIT_OK
-        messages = await store.read(Transcript(key))
+        last, before = page
+        more = False
+        if last is None:
+            messages = await store.read(Transcript(key))
+        else:  # one page, read by the index: a long conversation is not read whole
+            found = await store.read(TranscriptPage(key, last, before))
+            messages, more = found.rows, found.more
         if not messages:
-            print(f"no conversation {key}", file=sys.stderr)
+            where = "" if before is None else f" before #{before}"
+            print(
+                f"no conversation {key}" if not where else f"no rows of {key}{where}",
+                file=sys.stderr,
+            )
             return EXIT_FAILURE
         for m in messages:
             when = datetime.fromtimestamp(m.created_at).strftime("%Y-%m-%d %H:%M:%S")
@@ -450,6 +483,11 @@ async def _sessions(config: Config, action: str, key: str | None) -> int:
             if (schedule := schedule_of(m.platform_message_id)) is not None:
                 state += f" scheduled:{schedule}"  # a schedule's firing (SPEC 16)
             print(f"#{m.id} {when} {m.role:<9} [{state}] {_printable(m.shown)}")
+        if more:
+            older = (
+                f"botmux sessions show {_printable(key)} --last {last} --before {messages[0].id}"
+            )
+            print(f"older rows: {older}", file=sys.stderr)
         return EXIT_OK
 
 

@@ -58,3 +58,45 @@ async def test_sessions_show_escapes_control_and_bidi_characters(tmp_path: Path)
     rc, out, _ = await botmux(config, "pairing", "list")
     assert rc == 0 and "\x1b" not in out and "\u202e" not in out
     assert "@evil\\x1b[2J\\u202e" in out
+
+
+async def test_sessions_show_last_pages_a_long_conversation_by_row_id(tmp_path: Path) -> None:
+    """``--last N`` prints the newest N rows, oldest first, and says on stderr how to read
+    the page before them; ``--before ID`` is that page; a bad number is a usage error."""
+    async with open_sqlite_store(str(tmp_path / "botmux.db")) as store:
+        for n in range(1, 8):
+            await store.submit(
+                AdmitRow(
+                    Inbound(
+                        platform="peer",
+                        conversation="peer:long",
+                        platform_message_id=f"m{n}",
+                        text=f"message {n}",
+                    )
+                )
+            )
+    config = write_config(tmp_path)
+    rc, out, err = await botmux(config, "sessions", "show", "peer:long", "--last", "3")
+    assert rc == 0
+    assert [line.split()[0] for line in out.splitlines()] == ["#5", "#6", "#7"]
+    assert err.strip() == "older rows: botmux sessions show peer:long --last 3 --before 5"
+    rc, out, err = await botmux(
+        config, "sessions", "show", "peer:long", "--last", "3", "--before", "5"
+    )
+    assert rc == 0 and [line.split()[0] for line in out.splitlines()] == ["#2", "#3", "#4"]
+    assert "--before 2" in err
+    rc, out, err = await botmux(
+        config, "sessions", "show", "peer:long", "--last", "3", "--before", "2"
+    )
+    assert rc == 0 and [line.split()[0] for line in out.splitlines()] == ["#1"]
+    assert err == ""  # nothing older
+    rc, out, _ = await botmux(config, "sessions", "show", "peer:long")
+    assert rc == 0 and len(out.splitlines()) == 7  # without --last: every row
+    rc, _, err = await botmux(config, "sessions", "show", "peer:long", "--last", "0")
+    assert rc == 2 and "--last: must be a whole number of at least 1, not '0'" in err
+    rc, _, err = await botmux(config, "sessions", "show", "peer:long", "--before", "3")
+    assert rc == 2 and "--before goes with --last" in err
+    rc, _, err = await botmux(
+        config, "sessions", "show", "peer:long", "--last", "3", "--before", "1"
+    )
+    assert rc == 1 and "no rows of peer:long before #1" in err
