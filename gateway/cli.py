@@ -471,11 +471,10 @@ async def _sessions(
             found = await store.read(TranscriptPage(key, last, before))
             messages, more = found.rows, found.more
         if not messages:
-            where = "" if before is None else f" before #{before}"
-            print(
-                f"no conversation {key}" if not where else f"no rows of {key}{where}",
-                file=sys.stderr,
+            none = (
+                f"no conversation {key}" if before is None else f"no rows of {key} before #{before}"
             )
+            print(none, file=sys.stderr)
             return EXIT_FAILURE
         for m in messages:
             when = datetime.fromtimestamp(m.created_at).strftime("%Y-%m-%d %H:%M:%S")
