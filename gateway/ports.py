@@ -305,6 +305,11 @@ class Recall(Protocol):
         the first claim (answer it), False when it was claimed already, here or elsewhere."""
         ...
 
+    async def release_answer(self, platform: str, message_id: str) -> None:
+        """Give the claim up: the answer could not be given (its command failed in the
+        store), so the message's next delivery, on any node, may claim it again."""
+        ...
+
     async def conversation_known(self, conversation: str) -> bool:
         """Whether a turn was admitted in the conversation (it is stored)."""
         ...

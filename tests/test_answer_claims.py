@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from gateway.messages import Inbound
-from gateway.store import AdmitRow, ClaimAnswer, ConversationKnown
+from gateway.store import AdmitRow, ClaimAnswer, ConversationKnown, ReleaseAnswer
 from gateway.store.claims import CLAIM_KEPT_S
 from tests.support.stores import Opener
 
@@ -37,6 +37,19 @@ async def test_an_answer_is_claimed_once_across_batches_reopens_and_nodes(
     async with open_store(node="n2") as other:  # another node (SQLite: a reopen)
         assert not await other.submit(ClaimAnswer("slack", "C1:1.000001"))
         assert not await other.submit(ClaimAnswer("slack", "C1:1.000002"))
+
+
+async def test_a_released_claim_is_claimed_again_on_any_node(open_store: Opener) -> None:
+    """A command that failed in the store gives its claim up: Slack's next try of the
+    message, on this node or another, claims it (and runs the command) again."""
+    async with open_store() as store:
+        assert await store.submit(ClaimAnswer("slack", "C1:1.000001"))
+        assert await store.submit(ReleaseAnswer("slack", "C1:1.000001"))
+        assert not await store.submit(ReleaseAnswer("slack", "C1:1.000001"))  # none held now
+        assert await store.submit(ClaimAnswer("slack", "C1:1.000002"))
+    async with open_store(node="n2") as other:
+        assert await other.submit(ClaimAnswer("slack", "C1:1.000001"))
+        assert not await other.submit(ClaimAnswer("slack", "C1:1.000002"))  # not released
 
 
 async def test_claims_older_than_a_day_are_forgotten(open_store: Opener) -> None:

@@ -412,3 +412,30 @@ async def test_slack_envelope_stays_unacknowledged_until_the_store_commits_again
     assert reply["text"] == "answer to while locked"
     assert user_rows(db) == [("while locked", "answered")]
     assert [r.last_user for r in model.requests] == ["while locked"]
+
+
+@pytest.mark.gateway
+async def test_slack_command_the_store_failed_runs_on_slacks_next_try(
+    tmp_path: Path, model: FakeModel
+) -> None:
+    """A command's answer is claimed in the store before it runs (so the other event of a
+    mention's pair, maybe on another node, does not answer again). When the command itself
+    then fails in the store, the claim is given up with it: the envelope stays
+    unacknowledged, and Slack's next try runs the command and answers it, once."""
+    db = tmp_path / "botmux.db"
+    seen = Events()
+    with anyio.fail_after(60):
+        async with (
+            open_fake_slack() as slack,
+            slack_botmux(tmp_path, slack, model, record=seen),
+        ):
+            with table_gone(db, "conversations"):  # /new's reset fails; the claim does not
+                await slack.send(S_ALICE_DM, "/new", user=S_ALICE)
+                [envelope] = slack.envelopes
+                await seen.wait_for(SlackAdmissionDeferred)
+                assert not envelope.acked and slack.bot_messages(S_ALICE_DM) == []
+            await slack.redeliver()  # Slack's retry
+            await slack.wait_acked(envelope)
+            [answer] = await slack.wait_for_bot_messages(S_ALICE_DM, 1)
+    assert answer["text"] == "Started a fresh context: earlier messages no longer count."
+    assert model.requests == []

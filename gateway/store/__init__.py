@@ -19,7 +19,7 @@ from gateway.store.admission import (
 from gateway.store.answers import AnswerTurn, CancelTurn, ReplyTo
 from gateway.store.attachments import AttachmentBytes, Blob, SaveAttachment
 from gateway.store.base import Store, StoreStatistics
-from gateway.store.claims import ClaimAnswer
+from gateway.store.claims import ClaimAnswer, ReleaseAnswer
 from gateway.store.commands import Query, Write
 from gateway.store.console import RecentFailures, SearchConversations
 from gateway.store.conversations import (
@@ -154,6 +154,7 @@ __all__ = [
     "RecordPreview",
     "RecordStep",
     "RejectPairing",
+    "ReleaseAnswer",
     "ReplyTo",
     "RequestPairing",
     "ResetConversation",

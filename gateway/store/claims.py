@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gateway.store._rows import numbered
 from gateway.store.commands import PgTx, SqliteTx, Write, WriteHandler
 
 #: How long a claim is kept (seconds): far past Slack's last retry, about five minutes on.
@@ -21,6 +22,15 @@ CLAIM_KEPT_S = 86_400.0
 class ClaimAnswer(Write[bool]):
     """Claim the answer to a platform's message: True for the first claim of it (answer it),
     False when it was claimed already (on this node or another)."""
+
+    platform: str
+    message_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReleaseAnswer(Write[bool]):
+    """Give up a claim: the answer could not be given (its command failed in the store), so
+    the message's next delivery, on any node, claims it again. True when a claim was held."""
 
     platform: str
     message_id: str
@@ -53,5 +63,23 @@ async def claim_postgres(tx: PgTx, ops: list[ClaimAnswer]) -> list[bool]:
     return claimed
 
 
+_RELEASE = "DELETE FROM answer_claims WHERE platform = ? AND message_id = ?"
+
+
+def release_sqlite(tx: SqliteTx, ops: list[ReleaseAnswer]) -> list[bool]:
+    return [tx.db.execute(_RELEASE, (op.platform, op.message_id)).rowcount == 1 for op in ops]
+
+
+async def release_postgres(tx: PgTx, ops: list[ReleaseAnswer]) -> list[bool]:
+    released = []
+    for op in ops:
+        status = await tx.db.execute(numbered(_RELEASE), op.platform, op.message_id)
+        released.append(status == "DELETE 1")
+    return released
+
+
 #: This concern's commands and their functions (``registry``).
-HANDLERS = (WriteHandler[ClaimAnswer, bool](ClaimAnswer, claim_sqlite, claim_postgres),)
+HANDLERS = (
+    WriteHandler[ClaimAnswer, bool](ClaimAnswer, claim_sqlite, claim_postgres),
+    WriteHandler[ReleaseAnswer, bool](ReleaseAnswer, release_sqlite, release_postgres),
+)

@@ -91,6 +91,9 @@ class _Recent:
     def __contains__(self, key: object) -> bool:
         return key in self._keys
 
+    def discard(self, key: str) -> None:
+        self._keys.pop(key, None)
+
     def add(self, key: str) -> bool:
         """Remember ``key``; False when it was remembered already."""
         if key in self._keys:
@@ -438,7 +441,11 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
                     self._counts.duplicates += 1  # the other of message + app_mention
                     return
                 self._counts.commands += 1
-                text = await self._intake.command(PLATFORM, target.key, name, args)
+                try:
+                    text = await self._intake.command(PLATFORM, target.key, name, args)
+                except GatewayError:  # the store failed: Slack's next try runs it, any node
+                    await self._unclaim(seen)
+                    raise
                 # Shown as written: a schedule's text in /schedules is anyone's (a model's),
                 # and <!channel> in it would ping the channel (security review, SL-1).
                 self._notify(SendText(target, _stream.escaped(text)))
@@ -473,6 +480,20 @@ class SlackAdapter(LiveSection[SlackConfig], SentByCourier):
         claimed = await self._recall.claim_answer(PLATFORM, seen.message_id)
         self._answered.add(seen.message_id)
         return claimed
+
+    async def _unclaim(self, seen: Seen) -> None:
+        """Give the claim of :meth:`_claim` up, the answer not given. When the store cannot
+        take that either, the message's next delivery finds it claimed and is not answered:
+        logged, as the message is lost then (a store failing between two writes)."""
+        self._answered.discard(seen.message_id)
+        try:
+            await self._recall.release_answer(PLATFORM, seen.message_id)
+        except GatewayError as exc:
+            log.error(
+                "slack command not run, and its claim could not be given up: it will not be"
+                " answered",
+                extra={"message_id": seen.message_id, "error": repr(exc)},
+            )
 
     # -- notices: short answers that are not turns ----------------------------------------
 
