@@ -42,14 +42,22 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"botmux: error: {message}\n")
 
 
+#: The largest row id or count the CLI takes: a store's ids are 64-bit (SQLite, PostgreSQL's
+#: bigint), and a page reads one row more than it shows.
+_MOST = 2**62
+
+
 def _positive(text: str) -> int:
-    """An argument that is a whole number of at least 1 (argparse names it on an error)."""
+    """An argument that is a whole number from 1 to :data:`_MOST` (argparse names it on an
+    error)."""
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, not {text!r}")
+    if not 1 <= value <= _MOST:
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number from 1 to {_MOST}, not {text[:40]!r}"
+        )
     return value
 
 

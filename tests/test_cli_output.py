@@ -93,7 +93,15 @@ async def test_sessions_show_last_pages_a_long_conversation_by_row_id(tmp_path: 
     rc, out, _ = await botmux(config, "sessions", "show", "peer:long")
     assert rc == 0 and len(out.splitlines()) == 7  # without --last: every row
     rc, _, err = await botmux(config, "sessions", "show", "peer:long", "--last", "0")
-    assert rc == 2 and "--last: must be a whole number of at least 1, not '0'" in err
+    assert (
+        rc == 2 and "--last: must be a whole number from 1 to 4611686018427387904, not '0'" in err
+    )
+    rc, _, err = await botmux(
+        config, "sessions", "show", "peer:long", "--last", "3", "--before", str(2**63)
+    )
+    assert rc == 2 and "--before: must be a whole number from 1 to" in err
+    rc, out, _ = await botmux(config, "sessions", "show", "peer:long", "--last", str(2**62))
+    assert rc == 0 and len(out.splitlines()) == 7
     rc, _, err = await botmux(config, "sessions", "show", "peer:long", "--before", "3")
     assert rc == 2 and "--before goes with --last" in err
     rc, _, err = await botmux(
