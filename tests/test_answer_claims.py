@@ -28,7 +28,7 @@ async def test_an_answer_is_claimed_once_across_batches_reopens_and_nodes(
         results.append(await store.submit(ClaimAnswer("slack", message_id)))
 
     async with open_store() as store:
-        async with anyio.create_task_group() as tg:  # at once: one batch, the same id twice
+        async with anyio.create_task_group() as tg:  # at once (most often one batch)
             for _ in range(3):
                 tg.start_soon(claim, store, "C1:1.000001")
         assert sorted(results) == [False, False, True]

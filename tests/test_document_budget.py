@@ -107,11 +107,13 @@ async def test_twenty_thousand_blank_pages_are_read_up_to_the_page_cap_beside_ot
         async with running_gateway(config) as (_, url), aiohttp.ClientSession() as http:
             answers: dict[str, str] = {}
             took: dict[str, float] = {}
+            order: list[str] = []  # the sessions, as they were answered
 
             async def send(session: str, body: dict[str, Any]) -> None:
                 started = time.monotonic()
                 answers[session] = await chat(http, url, session, body)
                 took[session] = time.monotonic() - started
+                order.append(session)
 
             with anyio.fail_after(30):
                 async with anyio.create_task_group() as tg:
@@ -123,6 +125,8 @@ async def test_twenty_thousand_blank_pages_are_read_up_to_the_page_cap_beside_ot
                     reading = "pdf" not in answers
                     tg.start_soon(send, "other", {"message": "hello"})
     assert answers["other"] == "read: hello"
+    if reading:  # the other conversation did not wait for the PDF's reading
+        assert order == ["other", "pdf"]
     cap = "pages 1-500 of 20,000 were read (max_document_pages = 500)"
     first, _, rest = answers["pdf"].partition("\n")
     assert first == f"blank.pdf: only {cap}."

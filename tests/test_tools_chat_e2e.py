@@ -100,15 +100,6 @@ def offered(request: Request) -> list[str]:
     return sorted(t["function"]["name"] for t in request.tools or [])
 
 
-def results(request: Request) -> dict[str, str]:
-    """The tool results the model was given in this request: call id -> content."""
-    return {
-        str(m["tool_call_id"]): str(m["content"])
-        for m in request.messages
-        if m.get("role") == "tool"
-    }
-
-
 def shape(rows: list[StoredMessage]) -> list[tuple[str, str, str | None]]:
     """Each row's role, state and (tool rows) call id."""
     return [(r.role, r.state, r.call_id) for r in rows]
@@ -133,7 +124,7 @@ async def test_a_telegram_turn_calls_a_stdio_server_shows_it_and_answers_once(
     model.script(
         calls(
             ("local__echo", {"text": "hello from the tool"}),
-            ("local__sleep", {"seconds": 0.6}),  # long enough for a preview to show it
+            ("local__sleep", {"seconds": 1.5}),  # a preview shows it, on a loaded machine too
             text=STEP_TEXT,
         ),
         ok(TG_ANSWER),
@@ -152,7 +143,7 @@ async def test_a_telegram_turn_calls_a_stdio_server_shows_it_and_answers_once(
 
     first, second = model.requests
     assert offered(first) == ["local__echo", "local__sleep"]
-    assert results(second) == {"call_1": "hello from the tool", "call_2": "slept"}
+    assert dict(second.tool_results) == {"call_1": "hello from the tool", "call_2": "slept"}
     (step,) = [m for m in second.messages if m.get("tool_calls")]
     assert [c["function"]["name"] for c in step["tool_calls"]] == ["local__echo", "local__sleep"]
 
@@ -197,7 +188,10 @@ async def test_a_discord_turn_calls_an_http_server_and_the_published_time_server
         model.script(
             calls(
                 ("web__echo", {"text": "over http"}),
-                ("web__sleep", {"seconds": 0.6}),  # long enough for a preview to show it
+                (
+                    "web__sleep",
+                    {"seconds": 1.5},
+                ),  # a preview shows it, on a loaded machine too
                 ("time__get_current_time", {"timezone": "Europe/Paris"}),
                 text=D_STEP,
             ),
@@ -220,7 +214,7 @@ async def test_a_discord_turn_calls_an_http_server_and_the_published_time_server
         "web__echo",
         "web__sleep",
     ]
-    said = results(second)
+    said = dict(second.tool_results)
     assert (said["call_1"], said["call_2"]) == ("over http", "slept")
     now = json.loads(said["call_3"])  # the published server's own answer
     assert now["timezone"] == "Europe/Paris"
@@ -322,9 +316,9 @@ async def test_a_server_dying_mid_call_is_an_error_result_the_turn_answers_and_l
             tg.inject_message(ALICE, "and now?")
             await tg.wait_for_sent(2, ALICE)
     assert tg.sent_messages(ALICE) == [FAULT_ANSWER, "It is back."]
-    died = results(model.requests[1])["call_1"]
+    died = dict(model.requests[1].tool_results)["call_1"]
     assert "may or may not" in died, died
-    assert results(model.requests[3])["again_1"] == "back again"
+    assert dict(model.requests[3].tool_results)["again_1"] == "back again"
     called = [(e.tool, e.outcome) for e in events.of(ToolCalled)]
     assert called == [("exit_now", "unavailable"), ("echo", "ok")]
 
