@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -65,10 +64,6 @@ def progress(events: list[pb.StreamResponse]) -> list[tuple[int, str]]:
     ]
 
 
-def tool_results(messages: list[dict[str, Any]]) -> dict[str, str]:
-    return {str(m["tool_call_id"]): str(m["content"]) for m in messages if m.get("role") == "tool"}
-
-
 def rows(db: Path) -> list[tuple[str, str, str | None]]:
     with sqlite3.connect(db) as conn:
         return list(conn.execute("SELECT role, state, decided_by FROM messages ORDER BY id"))
@@ -106,7 +101,7 @@ async def test_a_task_asks_for_input_and_its_next_message_answers_yes(tmp_path: 
     assert again.status.state == pb.TASK_STATE_COMPLETED
     assert tools.executed == {"git__push": 1}
     assert len(fake.requests) == 2
-    assert tool_results(fake.requests[1].messages) == {"call_1": "pushed main"}
+    assert dict(fake.requests[1].tool_results) == {"call_1": "pushed main"}
     # The answer is no turn of its own: one user row, its step, the call (decided by the
     # task's owner), the answer.
     assert rows(db) == [
@@ -133,7 +128,7 @@ async def test_a_no_is_told_to_the_model_and_the_tool_never_runs(tmp_path: Path)
         done = await send(client, a2a_message("no", "m-2", "ctx-2", task.id))
     assert done.status.state == pb.TASK_STATE_COMPLETED and answer(done) == "I left main alone"
     assert tools.executed == {}
-    told = tool_results(fake.requests[1].messages)["call_1"]
+    told = dict(fake.requests[1].tool_results)["call_1"]
     assert told.startswith("denied: the person asked did not approve this call")
 
 

@@ -373,10 +373,6 @@ async def world(
         yield World(chat, model, box, db, config_text(db, model.base_url, extra=extra))
 
 
-def tool_results(model: FakeModel, request: int) -> list[str]:
-    return [str(m["content"]) for m in model.requests[request].messages if m.get("role") == "tool"]
-
-
 def told(chat: Chat) -> str:
     """The decision the last click's person was told of: ``Approved.`` in Telegram's answer
     to the click, ``Approved by <@id>.`` in Discord's update of the message."""
@@ -423,7 +419,7 @@ async def test_an_approved_call_runs_once_and_the_turn_answers_once(
     who = who[chat.platform]
     assert done.buttons == [] and done.text.endswith(f"\n\nApproved by {who}.")
     assert w.box.executed == {"git__push": 1}
-    assert tool_results(w.model, 1) == ["push({'text': 'main'})"]
+    assert w.model.requests[1].tool_contents == ["push({'text': 'main'})"]
     assert w.tool_rows() == [("call_1", "finished")]
     if isinstance(chat, TelegramChat) and chat.mode == "webhook":
         assert chat.webhook_statuses == [200, 200]  # the click's only once it was decided
@@ -445,7 +441,7 @@ async def test_a_denial_is_told_to_the_model_and_the_tool_never_runs(
     assert told(w.chat) == "Denied"
     assert done.buttons == [] and "\n\nDenied by " in done.text
     assert w.box.executed == {}
-    (result,) = tool_results(w.model, 1)
+    (result,) = w.model.requests[1].tool_contents
     assert result.startswith("denied: the person asked did not approve this call")
 
 
@@ -487,7 +483,7 @@ async def test_no_answer_in_time_is_a_denial_and_a_late_click_is_told_so(
                 late = w.chat.told()
                 await wait_for_no_buttons(w.chat, asked)
     assert asked.text.endswith("No answer within 0.5 s is a denial.")
-    assert tool_results(w.model, 1) == [
+    assert w.model.requests[1].tool_contents == [
         "denied: nobody approved this call within 0.5 s; it did not run"
     ]
     assert late == ("This was answered already.", True)

@@ -47,10 +47,6 @@ def offered(request_tools: list[dict[str, Any]] | None) -> list[str]:
     return sorted(t["function"]["name"] for t in request_tools or [])
 
 
-def tool_results(messages: list[dict[str, Any]]) -> dict[str, str]:
-    return {str(m["tool_call_id"]): str(m["content"]) for m in messages if m.get("role") == "tool"}
-
-
 def tool_rows(db: Path) -> list[tuple[str, str, str | None]]:
     with sqlite3.connect(db) as conn:
         return list(
@@ -127,7 +123,7 @@ async def test_the_stream_sends_each_tool_call_as_it_changes_state(tmp_path: Pat
     names = [name for name, _ in events]
     assert max(i for i, n in enumerate(names) if n == "tool") < names.index("delta")
     assert tools.executed == {"docs__search": 1, "db__lookup": 1}
-    assert tool_results(fake.requests[1].messages) == {
+    assert dict(fake.requests[1].tool_results) == {
         "call_1": "found: anyio",
         "call_2": "no such table",
     }
@@ -219,7 +215,7 @@ async def test_an_approval_is_asked_on_the_stream_and_a_yes_through_the_route_ru
         )
     ]
     assert tools.executed == {"git__push": 1}
-    assert tool_results(fake.requests[1].messages) == {"call_1": "pushed main"}
+    assert dict(fake.requests[1].tool_results) == {"call_1": "pushed main"}
     assert tool_rows(db) == [("call_1", "finished", "peer")]
 
 
@@ -254,7 +250,7 @@ async def test_a_no_through_the_route_is_told_to_the_model_and_the_tool_never_ru
         "I did not push"
     ]
     assert tools.executed == {}
-    told = tool_results(fake.requests[1].messages)["call_1"]
+    told = dict(fake.requests[1].tool_results)["call_1"]
     assert told.startswith("denied: the person asked did not approve this call")
 
 
@@ -385,7 +381,7 @@ async def test_a_restart_while_a_call_waits_keeps_the_wait_and_the_answer_resume
     assert replies == ["pushed after the restart"]
     assert tools.executed == {"git__push": 1}
     assert len(fake.requests) == 2  # the stored step was not asked for again
-    assert tool_results(fake.requests[1].messages) == {"call_1": "pushed main"}
+    assert dict(fake.requests[1].tool_results) == {"call_1": "pushed main"}
     assert [(m["role"], m["state"]) for m in transcript] == [
         ("user", "answered"),
         ("assistant", "step"),

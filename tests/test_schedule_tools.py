@@ -8,7 +8,6 @@ interval with an answer the model can pass on; the tools act on their own conver
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -21,6 +20,7 @@ from gateway.store import Transcript
 from tests.fakes.openai_server import calls, ok, open_fake_model
 from tests.harness import Events, config_text, running_gateway
 from tests.support.clocks import WallClock
+from tests.support.peer import chat
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
@@ -34,17 +34,6 @@ name = "assistant"
 conversations = ["peer:*"]
 tools = ["schedule_message", "list_schedules", "cancel_schedule"]
 """
-
-
-async def chat(http: aiohttp.ClientSession, url: str, session: str, text: str) -> str:
-    async with http.post(f"{url}/api/sessions/{session}/chat", json={"message": text}) as r:
-        assert r.status == 200, await r.text()
-        body: dict[str, Any] = await r.json()
-    return str(body["message"]["content"])
-
-
-def tool_results(messages: list[dict[str, Any]]) -> list[str]:
-    return [str(m["content"]) for m in messages if m.get("role") == "tool"]
 
 
 async def test_a_reminder_asked_of_the_agent_fires_is_listed_and_removed(tmp_path: Path) -> None:
@@ -62,7 +51,7 @@ async def test_a_reminder_asked_of_the_agent_fires_is_listed_and_removed(tmp_pat
         async with gateway as (app, url), aiohttp.ClientSession() as http:
             answer = await chat(http, url, "ana", "Remind me to drink water every day at 9")
             assert answer == "Done: every day at 9:00 I will remind you."
-            (result,) = tool_results(fake.requests[1].messages)
+            (result,) = fake.requests[1].tool_contents
             assert result.startswith("Scheduled ") and "next 2026-06-01 07:00 UTC" in result
             schedule_id = result.split()[1].rstrip(":")
             offered = [t["function"]["name"] for t in fake.requests[0].tools or []]
@@ -116,9 +105,7 @@ async def test_the_limits_refuse_the_21st_schedule_and_a_one_minute_interval(
                 await chat(http, url, "zoe", "ping me every minute")
                 await chat(http, url, "zoe", "then by cron")
             zoe = await book.records("peer:zoe")
-    twenty_first, every_minute, by_cron = (
-        tool_results(fake.requests[i].messages)[-1] for i in (1, 3, 5)
-    )
+    twenty_first, every_minute, by_cron = (fake.requests[i].tool_contents[-1] for i in (1, 3, 5))
     assert twenty_first == (
         "refused: this conversation has 20 schedules already, the most it may have"
         " (remove one with /unschedule ID first)"

@@ -15,7 +15,6 @@ driven through the peer API as its clients drive it.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -27,6 +26,7 @@ from gateway.store import Transcript
 from tests.fakes.openai_server import calls, ok, open_fake_model
 from tests.harness import Events, config_text, running_gateway
 from tests.support.clocks import WallClock
+from tests.support.peer import chat
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway]
 
@@ -39,17 +39,6 @@ name = "assistant"
 conversations = ["peer:*"]
 tools = ["schedule_message", "list_schedules", "cancel_schedule"]
 """
-
-
-async def chat(http: aiohttp.ClientSession, url: str, session: str, text: str) -> str:
-    async with http.post(f"{url}/api/sessions/{session}/chat", json={"message": text}) as r:
-        assert r.status == 200, await r.text()
-        body: dict[str, Any] = await r.json()
-    return str(body["message"]["content"])
-
-
-def tool_results(messages: list[dict[str, Any]]) -> list[str]:
-    return [str(m["content"]) for m in messages if m.get("role") == "tool"]
 
 
 async def test_a_deleted_sessions_own_schedules_go_with_it(tmp_path: Path) -> None:
@@ -104,7 +93,7 @@ async def test_an_anonymous_completion_cannot_make_a_schedule(tmp_path: Path) ->
                 answer = await r.json()
             stored = await app.parts.schedules.records()
     assert answer["choices"][0]["message"]["content"] == "I can't schedule here."
-    (result,) = tool_results(fake.requests[1].messages)
+    (result,) = fake.requests[1].tool_contents
     assert result == (
         "refused: an anonymous conversation cannot keep scheduled messages;"
         " name a session (X-Botmux-Session) to schedule in it"

@@ -20,6 +20,7 @@ from gateway.events_mcp import ToolServerChanged
 from tests.fakes.mcp_server import stdio_command
 from tests.fakes.openai_server import FakeModel, calls, ok
 from tests.harness import config_text
+from tests.support.peer import chat
 
 pytestmark = [pytest.mark.anyio, pytest.mark.gateway, pytest.mark.process]
 
@@ -65,12 +66,6 @@ class Up:
         with anyio.fail_after(30):
             while name not in self.up:
                 await self._changed.wait()
-
-
-async def chat(http: aiohttp.ClientSession, url: str, session: str, text: str) -> str:
-    async with http.post(f"{url}/api/sessions/{session}/chat", json={"message": text}) as r:
-        assert r.status == 200, await r.text()
-        return str((await r.json())["message"]["content"])
 
 
 def offered(model: FakeModel, index: int) -> list[str]:

@@ -350,6 +350,11 @@ class Request:
         ]
 
     @property
+    def tool_contents(self) -> list[str]:
+        """The content of each tool result the request carried, in its order."""
+        return [content for _, content in self.tool_results]
+
+    @property
     def last_user(self) -> str:
         for m in reversed(self.messages):
             if m.get("role") == "user":
