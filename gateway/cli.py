@@ -14,7 +14,6 @@ import os
 import signal
 import sys
 import time
-import unicodedata
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
@@ -22,12 +21,12 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import anyio
 
-from gateway import cli_schedules, control, event_loop, exposure
+from gateway import cli_schedules, cli_sessions, control, event_loop, exposure
+from gateway.cli_text import printable
 from gateway.config import Config, load_config
 from gateway.errors import ConfigError, GatewayError
 from gateway.failpoints import Failpoints
 from gateway.logs import RedactingFilter, configure_logging, install_excepthooks
-from gateway.messages import schedule_of
 
 if TYPE_CHECKING:
     from gateway.store import Store
@@ -40,25 +39,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         self.exit(EXIT_USAGE, f"botmux: error: {message}\n")
-
-
-#: The largest row id or count the CLI takes: a store's ids are 64-bit (SQLite, PostgreSQL's
-#: bigint), and a page reads one row more than it shows.
-_MOST = 2**62
-
-
-def _positive(text: str) -> int:
-    """An argument that is a whole number from 1 to :data:`_MOST` (argparse names it on an
-    error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= _MOST:
-        raise argparse.ArgumentTypeError(
-            f"must be a whole number from 1 to {_MOST}, not {text[:40]!r}"
-        )
-    return value
 
 
 def _split_config(argv: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -96,21 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub.add_parser("reload", help="make the running gateway re-read its config file")
     sub.add_parser("status", help="what the store and the running gateway say, as a table")
-    sessions = sub.add_parser("sessions", help="read conversations from the store")
-    ssub = sessions.add_subparsers(dest="action", required=True, parser_class=_Parser)
-    ssub.add_parser("list", help="list conversations")
-    show = ssub.add_parser("show", help="show one conversation's transcript")
-    show.add_argument("key", help="conversation key, e.g. peer:alice")
-    show.add_argument(
-        "--last", type=_positive, metavar="N", help="only the newest N rows (default: every row)"
-    )
-    show.add_argument(
-        "--before", type=_positive, metavar="ID", help="with --last: rows older than row #ID"
-    )
-    purge = ssub.add_parser("purge", help="drop a conversation's pending turns (never sent)")
-    purge.add_argument("key", help="conversation key, e.g. peer:alice")
-    delete = ssub.add_parser("delete", help="remove a conversation: its messages and outbox")
-    delete.add_argument("key", help="conversation key, e.g. peer:alice")
+    cli_sessions.add_parser(sub, _Parser)
     cli_schedules.add_parser(sub, _Parser)
     pairing = sub.add_parser("pairing", help="manage DM pairing of unknown users")
     psub = pairing.add_subparsers(dest="action", required=True, parser_class=_Parser)
@@ -135,8 +101,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or EXIT_USAGE)
     try:
         args = _parser().parse_args(rest)
-        if getattr(args, "before", None) is not None and args.last is None:
-            raise SystemExit(_usage_error("sessions show: --before goes with --last"))
     except SystemExit as exc:
         return int(exc.code or 0)
     try:
@@ -155,15 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "status":
             return anyio.run(_status, config)
         if args.command == "sessions":
-            if not config.store.shared and not os.path.exists(config.store.path):
-                print(f"botmux: no store at {config.store.path}", file=sys.stderr)
-                return EXIT_FAILURE
-            if args.action in ("purge", "delete"):  # the operator's change goes to the log
-                configure_logging(
-                    level=config.log.level, fmt=config.log.format, secrets=config.secrets()
-                )
-            page = (getattr(args, "last", None), getattr(args, "before", None))
-            return anyio.run(_sessions, config, args.action, getattr(args, "key", None), page)
+            return cli_sessions.run(config, args)
         if args.command == "pairing":
             return anyio.run(_pairing, config, args)
         if args.command == "schedules":
@@ -257,29 +213,6 @@ def _expected_failure(exc: BaseException) -> BaseException | None:
         if found and all(f is not None for f in found):
             return found[0]
     return None
-
-
-# Bidirectional overrides, embeddings, isolates and marks: they reorder what a terminal shows.
-_BIDI = frozenset("\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
-
-
-def _printable(text: str, *, indent: str = "    ") -> str:
-    """``text`` safe to print to a terminal: stored content is what strangers and the model
-    wrote, so control characters (ESC, C1) and bidi controls are shown escaped (``\\x1b``,
-    ``\\u202e``) instead of being obeyed. A newline stays one, indented, so no line of a
-    message can pass for a row of its own."""
-    out = []
-    for ch in text:
-        if ch == "\n":
-            out.append("\n" + indent)
-        elif ch == "\t":
-            out.append(ch)
-        elif ch in _BIDI or unicodedata.category(ch) == "Cc":
-            code = ord(ch)
-            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def _mask(secret: str) -> str:
@@ -433,71 +366,6 @@ async def _reload(config: Config) -> int:
     return EXIT_FAILURE
 
 
-async def _sessions(
-    config: Config, action: str, key: str | None, page: tuple[int | None, int | None]
-) -> int:
-    from gateway.store import (
-        Conversations,
-        DeleteConversation,
-        PurgeConversation,
-        Transcript,
-        TranscriptPage,
-        open_store,
-    )
-
-    async with open_store(config) as store:
-        if action == "list":
-            rows = await store.read(Conversations())
-            print(f"{'conversation':<40} {'messages':>8} {'pending':>7}  last activity")
-            for c in rows:
-                when = datetime.fromtimestamp(c.updated_at).strftime("%Y-%m-%d %H:%M:%S")
-                print(f"{_printable(c.key):<40} {c.messages:>8} {c.pending:>7}  {when}")
-            return EXIT_OK
-        assert key is not None
-        if action == "purge":
-            dropped = await store.submit(PurgeConversation(key))
-            logging.getLogger("gateway").warning(
-                "pending turns purged", extra={"conversation": key, "rows": dropped, "by": "cli"}
-            )
-            print(f"purged {dropped} pending message(s) of {key}: marked failed, not sent")
-            return EXIT_OK
-        if action == "delete":
-            removed = await store.submit(DeleteConversation(key))
-            if removed is None:
-                print(f"no conversation {key}", file=sys.stderr)
-                return EXIT_FAILURE
-            logging.getLogger("gateway").warning(
-                "conversation deleted", extra={"conversation": key, "rows": removed, "by": "cli"}
-            )
-            print(f"deleted {key}: {removed} message(s) and its outbox")
-            return EXIT_OK
-        last, before = page
-        more = False
-        if last is None:
-            messages = await store.read(Transcript(key))
-        else:  # one page, read by the index: a long conversation is not read whole
-            found = await store.read(TranscriptPage(key, last, before))
-            messages, more = found.rows, found.more
-        if not messages:
-            none = (
-                f"no conversation {key}" if before is None else f"no rows of {key} before #{before}"
-            )
-            print(none, file=sys.stderr)
-            return EXIT_FAILURE
-        for m in messages:
-            when = datetime.fromtimestamp(m.created_at).strftime("%Y-%m-%d %H:%M:%S")
-            state = (m.failure and f"failed:{m.failure}") or m.state
-            if (schedule := schedule_of(m.platform_message_id)) is not None:
-                state += f" scheduled:{schedule}"  # a schedule's firing (SPEC 16)
-            print(f"#{m.id} {when} {m.role:<9} [{state}] {_printable(m.shown)}")
-        if more:
-            older = (
-                f"botmux sessions show {_printable(key)} --last {last} --before {messages[0].id}"
-            )
-            print(f"older rows: {older}", file=sys.stderr)
-        return EXIT_OK
-
-
 async def _scrape(config: Config) -> tuple[dict[str, object] | None, str | None]:
     """The running gateway's /readyz body and /metrics text, when it answers."""
     import aiohttp
@@ -545,7 +413,7 @@ async def _status(config: Config) -> int:
             detail = f" ({server['detail']})" if server.get("detail") else ""
             print(
                 f"  tool server {server['name']}: {server['state']},"
-                f" {server['tools']} tool(s){_printable(detail)}"
+                f" {server['tools']} tool(s){printable(detail)}"
             )
     if metrics is not None:
         for _, value in _samples(metrics, "botmux_live_sessions"):
@@ -605,7 +473,7 @@ async def _pairing(config: Config, args: argparse.Namespace) -> int:
             print("pending codes:" if codes else "pending codes: none")
             for c in codes:
                 left = max(0, int(c.expires_at - time.time()) // 60)
-                who = _printable(f"user {c.user_id} {c.label}")
+                who = printable(f"user {c.user_id} {c.label}")
                 print(f"  {c.platform:<9} {c.code}  {who}  ({left} min left)")
             users = await store.read(ApprovedUsers())
             print("approved users:" if users else "approved users: none")
